@@ -1,0 +1,16 @@
+"""trio_lease: distributed leases for structured-concurrency Python (trio and asyncio)."""
+
+from ._abc import LeaseBackend as LeaseBackend
+from ._abc import LeaseRecord as LeaseRecord
+from ._exceptions import AcquireTimeout as AcquireTimeout
+from ._exceptions import BackendAuthError as BackendAuthError
+from ._exceptions import BackendError as BackendError
+from ._exceptions import BackendUnavailable as BackendUnavailable
+from ._exceptions import ConflictError as ConflictError
+from ._exceptions import LeaseBusy as LeaseBusy
+from ._exceptions import LeaseConfigError as LeaseConfigError
+from ._exceptions import LeaseError as LeaseError
+from ._exceptions import LeaseLost as LeaseLost
+from ._settings import LeaseSettings as LeaseSettings
+
+__version__ = "0.1.0"

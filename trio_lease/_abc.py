@@ -1,0 +1,126 @@
+"""The backend SPI: a compare-and-swap store of small lease records.
+
+A backend stores :class:`LeaseRecord` values atomically and nothing more. It never decides
+whether a lease is expired, who may take it, or what the fencing token is: the core does all of
+that (expiry is judged on the contender's own monotonic clock, so the timestamps a backend
+stores are for humans only).
+
+To write a backend, subclass :class:`LeaseBackend` and implement:
+
+``get(name)``
+    Return the latest committed record, or ``None`` if there is none. Must be a linearizable
+    (quorum) read: never serve a cached, possibly stale, record.
+``create(record)``
+    Store ``record`` if no record of that name exists, and return it with the new ``version``
+    filled in (the ``version`` you were given is meaningless). Raise :class:`ConflictError` if
+    a record already exists.
+``update(record, expected_version)``
+    Replace the record only if its current version equals ``expected_version``; return the
+    stored record with a new version. Raise :class:`ConflictError` if the version moved on or
+    the record no longer exists. Every successful write must produce a version never used before
+    for that name (versions are compared for equality only, never ordered).
+``watch(name)`` (optional; set ``supports_watch = True``)
+    An async iterator that first yields the current record (or ``None``), then each later state
+    as it changes. It may coalesce changes and may yield a state twice, but must eventually yield
+    the latest state after every change. Used to wake waiting contenders at once.
+``aclose()``
+    Release connections, threads, files.
+
+Errors: raise :class:`BackendUnavailable` for anything transient (the outcome of a write is then
+*unknown*: the core re-reads to learn the truth), :class:`BackendAuthError` for credentials or
+permissions, :class:`LeaseConfigError` for configuration the user must fix. Do not retry writes
+inside the backend: the core bounds every call by its own deadline (it wraps each call in a
+cancel scope), so backends must be cancellation-safe: a cancelled write is an unknown outcome,
+exactly like a timeout.
+
+Prove an implementation with :func:`trio_lease.testing.check_backend`.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import AsyncIterator, Hashable
+from datetime import datetime
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from ._settings import LeaseSettings
+
+__all__ = ["LeaseBackend", "LeaseRecord"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """One lease as a backend stores it.
+
+    Attributes:
+        name: the lease name (the key).
+        holder: the holder's identity; ``""`` means free.
+        lease_duration: seconds the holder promises to stay valid without renewing (the holder's
+            heartbeat timeout). Contenders wait at least this long, on their own clock, after
+            the last change they observed before taking over.
+        fencing_token: strictly increases with every new grant; kept across renewals and release.
+        acquired_at: wall-clock time of the current grant (UTC, informational only).
+        renewed_at: wall-clock time of the last renewal (UTC, informational only).
+        version: opaque version string set by the backend on every write (a resourceVersion, a
+            row counter, a mod_revision). Compared for equality only.
+    """
+
+    name: str
+    holder: str = ""
+    lease_duration: float = 0.0
+    fencing_token: int = 0
+    acquired_at: datetime | None = None
+    renewed_at: datetime | None = None
+    version: str = ""
+
+    @property
+    def is_free(self) -> bool:
+        """True when no owner is recorded as holder."""
+        return self.holder == ""
+
+
+class LeaseBackend(abc.ABC):
+    """A compare-and-swap store of :class:`LeaseRecord`; see the module docstring."""
+
+    #: Set to True when :meth:`watch` is implemented.
+    supports_watch: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    async def get(self, name: str) -> LeaseRecord | None:
+        """Return the latest committed record named ``name``, or ``None``."""
+
+    @abc.abstractmethod
+    async def create(self, record: LeaseRecord) -> LeaseRecord:
+        """Store a new record; :class:`ConflictError` if one of that name exists."""
+
+    @abc.abstractmethod
+    async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
+        """Replace the record if its version is ``expected_version``, else :class:`ConflictError`."""
+
+    def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
+        """Yield the current record, then each change (optional; see ``supports_watch``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support watch")
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Release the backend's resources."""
+
+    @property
+    def store_key(self) -> Hashable:
+        """Identifies the store, so that two backend objects on one store share holdings.
+
+        The core keeps one holding per (store, lease name, owner identity) in a process; that
+        is how reentrancy works across :class:`Lease` objects. Override this when two backend
+        instances can point at the same store (the SQLite backend returns its file path).
+        """
+        return self
+
+    def validate_settings(self, settings: LeaseSettings) -> None:  # noqa: B027 - optional hook
+        """Reject settings this backend cannot store (raise :class:`LeaseConfigError`)."""
+
+    async def __aenter__(self) -> LeaseBackend:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

@@ -1,0 +1,98 @@
+"""The exception tree of trio_lease.
+
+Every error the library raises on purpose is a :class:`LeaseError`::
+
+    LeaseError
+    ├── LeaseLost              the lease ended while we believed we held it
+    ├── LeaseBusy              another owner holds it (try_held)
+    ├── AcquireTimeout         also a TimeoutError (held(timeout=...))
+    ├── LeaseConfigError       also a ValueError: bad settings, bad TOML, bad names
+    └── BackendError           the store misbehaved or refused
+        ├── ConflictError      compare-and-swap lost: the record exists or moved on
+        ├── BackendUnavailable transient; for a write, the outcome is unknown
+        └── BackendAuthError   401/403: the message says how to fix the credentials or RBAC
+
+Messages say what happened and what to do about it. They never carry secrets (tokens, keys,
+passwords): backends build messages from names, verbs and status codes only.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AcquireTimeout",
+    "BackendAuthError",
+    "BackendError",
+    "BackendUnavailable",
+    "ConflictError",
+    "LeaseBusy",
+    "LeaseConfigError",
+    "LeaseError",
+    "LeaseLost",
+]
+
+
+class LeaseError(Exception):
+    """Base class of every error raised by trio_lease."""
+
+
+class LeaseLost(LeaseError):
+    """The lease ended while this owner believed it held it.
+
+    Raised by :meth:`Lease.held` after the guarded body was cancelled. ``cause`` says why:
+    another owner took the record over, the record disappeared, or the holder's deadline passed
+    without a confirmed renewal (the backend could not be reached in time).
+    """
+
+    def __init__(self, lease_name: str, cause: str) -> None:
+        super().__init__(f"lease {lease_name!r} was lost: {cause}")
+        self.lease_name = lease_name
+        self.cause = cause
+
+
+class LeaseBusy(LeaseError):
+    """Another owner holds the lease (raised by :meth:`Lease.try_held`).
+
+    ``holder`` is the holder's identity as stored in the record; ``expires_in`` is how long this
+    contender will wait, on its own clock, before it may take over if the holder stays silent.
+    """
+
+    def __init__(self, lease_name: str, holder: str, expires_in: float) -> None:
+        super().__init__(
+            f"lease {lease_name!r} is held by {holder!r}; it may be taken over in "
+            f"{expires_in:.3f} s if the holder stops renewing"
+        )
+        self.lease_name = lease_name
+        self.holder = holder
+        self.expires_in = expires_in
+
+
+class AcquireTimeout(LeaseError, TimeoutError):
+    """``held(timeout=...)`` gave up waiting for the lease."""
+
+
+class LeaseConfigError(LeaseError, ValueError):
+    """The settings, configuration file or arguments are invalid; the message names the fix."""
+
+
+class BackendError(LeaseError):
+    """The backend failed or refused an operation."""
+
+
+class ConflictError(BackendError):
+    """A compare-and-swap lost: the record already exists (create) or has moved on (update)."""
+
+
+class BackendUnavailable(BackendError):
+    """The backend could not be reached or answered with a transient error.
+
+    For a write, the outcome is *unknown*: the write may have been applied. The core resolves
+    that by reading the record again.
+    """
+
+
+class BackendAuthError(BackendError):
+    """The backend rejected our credentials (401) or permissions (403).
+
+    Not transient: retrying does not help. The message says which permission is missing and how
+    to grant it, and never contains the credential itself.
+    """

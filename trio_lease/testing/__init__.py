@@ -1,0 +1,18 @@
+"""Tools for testing backends and lease-guarded code.
+
+- :func:`check_backend`: the conformance suite for any :class:`~trio_lease.abc.LeaseBackend`.
+- :class:`VirtualTimeEventLoop` and :func:`virtual_time_backends`: virtual time on asyncio and
+  trio, so timeout-heavy tests run instantly and deterministically.
+"""
+
+from ._conformance import BackendConformanceError as BackendConformanceError
+from ._conformance import check_backend as check_backend
+from ._virtual_time import VirtualTimeEventLoop as VirtualTimeEventLoop
+from ._virtual_time import virtual_time_backends as virtual_time_backends
+
+__all__ = [
+    "BackendConformanceError",
+    "VirtualTimeEventLoop",
+    "check_backend",
+    "virtual_time_backends",
+]

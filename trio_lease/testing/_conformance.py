@@ -1,0 +1,229 @@
+"""check_backend: the conformance suite any LeaseBackend must pass.
+
+Run it from a test, on any anyio backend::
+
+    async def test_my_backend_conforms():
+        await check_backend(lambda: MyBackend(url), prefix="conformance")
+
+``factory`` returns a new client of one shared store each time it is called (for a server
+backend, a new client object; for the memory backend, ``lambda: MemoryBackend(store)``); it may
+be a coroutine function. The suite opens several clients at once to race them, closes every
+client it opened, and uses record names starting with ``prefix`` plus a random part, so it can
+run against a store that holds other data.
+
+Every failed check raises :class:`BackendConformanceError` naming the rule that was broken.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import secrets
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime
+
+import anyio
+
+from .._abc import LeaseBackend, LeaseRecord
+from .._exceptions import ConflictError
+
+__all__ = ["BackendConformanceError", "check_backend"]
+
+BackendFactory = Callable[[], LeaseBackend | Awaitable[LeaseBackend]]
+
+
+class BackendConformanceError(AssertionError):
+    """A backend broke a rule of the SPI (see :mod:`trio_lease.abc`)."""
+
+
+def _require(condition: bool, rule: str) -> None:
+    if not condition:
+        raise BackendConformanceError(rule)
+
+
+async def _open(factory: BackendFactory, stack: AsyncExitStack) -> LeaseBackend:
+    made = factory()
+    backend = await made if inspect.isawaitable(made) else made
+    _require(isinstance(backend, LeaseBackend), "factory must return a LeaseBackend")
+    stack.push_async_callback(backend.aclose)
+    return backend
+
+
+def _same_payload(a: LeaseRecord, b: LeaseRecord) -> bool:
+    def close(x: datetime | None, y: datetime | None) -> bool:
+        if x is None or y is None:
+            return x is y
+        return abs((x - y).total_seconds()) < 1.0  # backends may store coarser timestamps
+
+    return (
+        a.name == b.name
+        and a.holder == b.holder
+        and math.isclose(a.lease_duration, b.lease_duration, abs_tol=1.0)
+        and a.fencing_token == b.fencing_token
+        and close(a.acquired_at, b.acquired_at)
+        and close(a.renewed_at, b.renewed_at)
+    )
+
+
+async def check_backend(
+    factory: BackendFactory,
+    *,
+    prefix: str = "conformance",
+    writers: int = 8,
+    watch_timeout: float = 10.0,
+) -> None:
+    """Check that backends made by ``factory`` follow the SPI. Raises on the first violation.
+
+    Checks: a missing record reads as None; create stores the payload and sets a version;
+    create of an existing name conflicts; update with the current version succeeds and gives a
+    version never seen before; update with a stale version, or of a missing record, conflicts;
+    of ``writers`` clients racing to create, and then to update from one version, exactly one
+    wins each race; and, if ``supports_watch``, watch yields the current state first and then
+    delivers a change made by another client within ``watch_timeout`` seconds.
+    """
+    run = secrets.token_hex(4)
+
+    def name(suffix: str) -> str:
+        return f"{prefix}-{run}-{suffix}"
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    async with AsyncExitStack() as stack:
+        a = await _open(factory, stack)
+        b = await _open(factory, stack)
+
+        # Reads and creates.
+        _require(await a.get(name("missing")) is None, "get of a missing record returns None")
+        record = LeaseRecord(
+            name=name("basic"),
+            holder="owner-a",
+            lease_duration=15.0,
+            fencing_token=1,
+            acquired_at=now,
+            renewed_at=now,
+        )
+        created = await a.create(record)
+        _require(created.version != "", "create returns the record with a version")
+        _require(_same_payload(created, record), "create stores every field of the record")
+        read = await b.get(record.name)
+        _require(read is not None, "a created record is visible to other clients")
+        assert read is not None
+        _require(read.version == created.version, "get returns the version create returned")
+        _require(_same_payload(read, record), "get returns what create stored")
+        try:
+            await b.create(dataclasses.replace(record, holder="owner-b"))
+        except ConflictError:
+            pass
+        else:
+            raise BackendConformanceError("create of an existing record raises ConflictError")
+        after = await a.get(record.name)
+        _require(
+            after is not None and after.holder == "owner-a",
+            "a conflicting create leaves the record unchanged",
+        )
+
+        # Updates: compare-and-swap on the version.
+        seen = {created.version}
+        current = created
+        for i in range(3):
+            new = dataclasses.replace(current, renewed_at=now, fencing_token=current.fencing_token + i)
+            updated = await b.update(new, current.version)
+            _require(updated.version not in seen, "every write produces a new version")
+            _require(_same_payload(updated, new), "update stores every field of the record")
+            seen.add(updated.version)
+            current = updated
+        try:
+            await a.update(dataclasses.replace(current, holder="owner-x"), created.version)
+        except ConflictError:
+            pass
+        else:
+            raise BackendConformanceError("update with a stale version raises ConflictError")
+        final = await a.get(record.name)
+        _require(
+            final is not None and final.version == current.version and final.holder == "owner-a",
+            "a conflicting update leaves the record unchanged",
+        )
+        try:
+            await a.update(LeaseRecord(name=name("never-created"), holder="x"), current.version)
+        except ConflictError:
+            pass
+        else:
+            raise BackendConformanceError("update of a missing record raises ConflictError")
+        _require(
+            await a.get(name("never-created")) is None,
+            "update of a missing record does not create it",
+        )
+
+        # Races: exactly one of many concurrent writers wins.
+        clients = [a, b] + [await _open(factory, stack) for _ in range(max(0, writers - 2))]
+        wins: list[str] = []
+        losses: list[str] = []
+        race = name("race")
+
+        async def create_as(client: LeaseBackend, who: str) -> None:
+            try:
+                await client.create(LeaseRecord(name=race, holder=who, lease_duration=5.0))
+            except ConflictError:
+                losses.append(who)
+            else:
+                wins.append(who)
+
+        async with anyio.create_task_group() as tg:
+            for i, client in enumerate(clients):
+                tg.start_soon(create_as, client, f"writer-{i}")
+        _require(len(wins) == 1, f"exactly one concurrent create wins (won: {wins})")
+        _require(len(losses) == len(clients) - 1, "every other concurrent create conflicts")
+        base = await a.get(race)
+        assert base is not None
+        _require(base.holder == wins[0], "the record holds the winning create")
+
+        wins.clear()
+        losses.clear()
+
+        async def update_as(client: LeaseBackend, who: str) -> None:
+            assert base is not None
+            try:
+                await client.update(dataclasses.replace(base, holder=who), base.version)
+            except ConflictError:
+                losses.append(who)
+            else:
+                wins.append(who)
+
+        async with anyio.create_task_group() as tg:
+            for i, client in enumerate(clients):
+                tg.start_soon(update_as, client, f"updater-{i}")
+        _require(len(wins) == 1, f"exactly one concurrent update from a version wins ({wins})")
+        won = await b.get(race)
+        _require(won is not None and won.holder == wins[0], "the record holds the winning update")
+
+        if type(a).supports_watch:
+            await _check_watch(a, b, name("watch"), watch_timeout)
+
+
+async def _check_watch(watcher: LeaseBackend, writer: LeaseBackend, name: str, limit: float) -> None:
+    states: list[LeaseRecord | None] = []
+    first_seen = anyio.Event()
+    change_seen = anyio.Event()
+
+    async def watch() -> None:
+        async for state in watcher.watch(name):
+            states.append(state)
+            first_seen.set()
+            if state is not None and state.holder == "second":
+                change_seen.set()
+                return
+
+    with anyio.move_on_after(limit) as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            await first_seen.wait()
+            _require(states[0] is None, "watch first yields the current state (None when missing)")
+            created = await writer.create(LeaseRecord(name=name, holder="first", lease_duration=5))
+            await writer.update(dataclasses.replace(created, holder="second"), created.version)
+            await change_seen.wait()
+    if scope.cancelled_caught:
+        raise BackendConformanceError(
+            f"watch yields the current state at once and a change by another client within "
+            f"{limit} s (saw {len(states)} states)"
+        )
