@@ -14,3 +14,24 @@ from ._exceptions import LeaseLost as LeaseLost
 from ._settings import LeaseSettings as LeaseSettings
 
 __version__ = "0.1.0"
+from ._lease import Grant as Grant
+from ._lease import Lease as Lease
+from ._provider import LeaseProvider as LeaseProvider
+
+__all__ = [
+    "AcquireTimeout",
+    "BackendAuthError",
+    "BackendError",
+    "BackendUnavailable",
+    "ConflictError",
+    "Grant",
+    "Lease",
+    "LeaseBackend",
+    "LeaseBusy",
+    "LeaseConfigError",
+    "LeaseError",
+    "LeaseLost",
+    "LeaseProvider",
+    "LeaseRecord",
+    "LeaseSettings",
+]

@@ -42,7 +42,7 @@ import abc
 import dataclasses
 from collections.abc import AsyncIterator, Hashable
 from datetime import datetime
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._settings import LeaseSettings
@@ -85,7 +85,7 @@ class LeaseBackend(abc.ABC):
     """A compare-and-swap store of :class:`LeaseRecord`; see the module docstring."""
 
     #: Set to True when :meth:`watch` is implemented.
-    supports_watch: ClassVar[bool] = False
+    supports_watch: bool = False
 
     @abc.abstractmethod
     async def get(self, name: str) -> LeaseRecord | None:

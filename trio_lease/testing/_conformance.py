@@ -197,7 +197,7 @@ async def check_backend(
         won = await b.get(race)
         _require(won is not None and won.holder == wins[0], "the record holds the winning update")
 
-        if type(a).supports_watch:
+        if a.supports_watch:
             await _check_watch(a, b, name("watch"), watch_timeout)
 
 

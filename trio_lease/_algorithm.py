@@ -1,0 +1,151 @@
+"""Pure lease decisions: records and local monotonic time in, decisions out. No I/O, no sleeping.
+
+Everything that makes a lease safe is decided here, so it can be tested table-driven without an
+event loop (tests/core/test_algorithm.py):
+
+- A contender treats a held record as expired only after it has observed the *same version*
+  unchanged for L (or the record's own ``lease_duration`` if larger) on its own monotonic clock,
+  counted from when the read that first showed that version returned (DESIGN §4.1). The
+  record's wall-clock timestamps are never compared with anything.
+- Every new grant gets ``fencing_token = previous + 1``; renewals keep it (§4.3).
+- The holder's deadline is anchored at the *send* time of its last confirmed write (§4.2): the
+  write committed no earlier than it was sent, and a contender counts L from no earlier than the
+  commit, so the holder always stops first.
+- A record naming our identity is ours only if its token is the one we were granted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+
+from ._abc import LeaseRecord
+from ._settings import LeaseSettings
+
+__all__ = [
+    "Busy",
+    "Observation",
+    "Write",
+    "decide_acquire",
+    "expires_in",
+    "holder_deadline",
+    "observe",
+    "release_record",
+    "renewal",
+    "request_bound",
+    "still_ours",
+]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Observation:
+    """A record version and the local monotonic time the first read showing it returned."""
+
+    version: str
+    since: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Busy:
+    """Another owner holds the lease; a takeover is possible in ``expires_in`` seconds at best."""
+
+    holder: str
+    expires_in: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Write:
+    """Write ``record`` as a new grant; ``expected_version`` None means create."""
+
+    record: LeaseRecord
+    expected_version: str | None
+
+
+def observe(previous: Observation | None, record: LeaseRecord | None, now: float) -> Observation | None:
+    """The observation after a read of ``record`` that returned at local time ``now``.
+
+    The countdown restarts only when the version changes; re-reading the same version keeps the
+    earlier start, so polling does not postpone expiry.
+    """
+    if record is None:
+        return None
+    if previous is not None and previous.version == record.version:
+        return previous
+    return Observation(record.version, now)
+
+
+def expires_in(
+    record: LeaseRecord, observation: Observation | None, now: float, settings: LeaseSettings
+) -> float:
+    """Seconds until a contender may take ``record`` over (0 when free or already expired)."""
+    if record.is_free:
+        return 0.0
+    if observation is None or observation.version != record.version:
+        # Never seen this version before: the countdown starts now.
+        observation = Observation(record.version, now)
+    wait = max(settings.heartbeat_timeout, record.lease_duration)
+    return max(0.0, observation.since + wait - now)
+
+
+def _grant(
+    name: str, identity: str, previous_token: int, settings: LeaseSettings, wall_now: datetime
+) -> LeaseRecord:
+    return LeaseRecord(
+        name=name,
+        holder=identity,
+        lease_duration=settings.heartbeat_timeout,
+        fencing_token=previous_token + 1,
+        acquired_at=wall_now,
+        renewed_at=wall_now,
+    )
+
+
+def decide_acquire(
+    record: LeaseRecord | None,
+    *,
+    name: str,
+    identity: str,
+    observation: Observation | None,
+    now: float,
+    settings: LeaseSettings,
+    wall_now: datetime,
+) -> Busy | Write:
+    """Decide what an acquire attempt does after reading ``record``.
+
+    The caller has already checked that it holds no live grant of this lease in this process
+    (reentrancy is resolved before reading). So a record naming our own identity is a leftover
+    of ours (a write whose outcome we never learned, a crashed scope): take it as a new grant.
+    """
+    if record is None:
+        return Write(_grant(name, identity, 0, settings, wall_now), None)
+    if record.is_free or record.holder == identity:
+        return Write(_grant(name, identity, record.fencing_token, settings, wall_now), record.version)
+    remaining = expires_in(record, observation, now, settings)
+    if remaining > 0:
+        return Busy(record.holder, remaining)
+    return Write(_grant(name, identity, record.fencing_token, settings, wall_now), record.version)
+
+
+def renewal(current: LeaseRecord, wall_now: datetime) -> LeaseRecord:
+    """The record a renewal writes: same holder and token, a fresh ``renewed_at``."""
+    return dataclasses.replace(current, renewed_at=wall_now)
+
+
+def release_record(current: LeaseRecord, wall_now: datetime) -> LeaseRecord:
+    """The record a release writes: no holder, the token kept so fencing continues from it."""
+    return dataclasses.replace(current, holder="", lease_duration=1.0, renewed_at=wall_now)
+
+
+def still_ours(record: LeaseRecord | None, identity: str, token: int) -> bool:
+    """Whether ``record`` still shows the grant ``token`` held by ``identity``."""
+    return record is not None and record.holder == identity and record.fencing_token == token
+
+
+def holder_deadline(send_time: float, settings: LeaseSettings) -> float:
+    """When the holder stops believing: D after *sending* its last confirmed write."""
+    return send_time + settings.deadline
+
+
+def request_bound(now: float, deadline: float, settings: LeaseSettings) -> float:
+    """How long a holder's request may take: min(T, time left to its deadline)."""
+    return min(settings.lease_operation_timeout, deadline - now)

@@ -1,0 +1,367 @@
+"""The ``trio-lease`` command.
+
+``trio-lease run NAME -- CMD...`` runs CMD only while this process holds the lease NAME. The
+child gets ``TRIO_LEASE_NAME``, ``TRIO_LEASE_OWNER`` and ``TRIO_LEASE_FENCING_TOKEN`` in its
+environment. If the lease is lost, the child gets SIGTERM, then SIGKILL after the stop timeout
+(the settings' ``stop_timeout``, which the safety inequality accounts for).
+
+Exit codes: the child's own code (128+N if killed by signal N); 75 busy (``--no-wait`` while
+another owner holds it); 124 timed out waiting (``--timeout``); 125 lease lost (child stopped);
+78 configuration error; 69 backend unavailable.
+
+Backend selection, in order: ``--config FILE --section PATH`` (a LeaseProvider TOML section),
+else ``--backend NAME`` (default ``sqlite`` at the per-user path, see
+``trio_lease.backends.sqlite.default_path``). Every option can also come from an environment
+variable ``TRIO_LEASE_<OPTION>`` (for example ``TRIO_LEASE_SQLITE_PATH``,
+``TRIO_LEASE_OWNER``, ``TRIO_LEASE_HEARTBEAT_TIMEOUT``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+
+from ._abc import LeaseBackend, LeaseRecord
+from ._exceptions import (
+    AcquireTimeout,
+    BackendAuthError,
+    BackendUnavailable,
+    LeaseBusy,
+    LeaseConfigError,
+    LeaseLost,
+)
+from ._lease import Lease
+from ._provider import LeaseProvider, build_backend, load_backend_class
+from ._settings import LeaseSettings
+
+__all__ = ["main"]
+
+EXIT_BUSY = 75
+EXIT_TIMEOUT = 124
+EXIT_LOST = 125
+EXIT_CONFIG = 78
+EXIT_UNAVAILABLE = 69
+
+CLI_DEFAULTS = {
+    "heartbeat_timeout": "15s",
+    "heartbeat_interval": "2s",
+    "lease_operation_timeout": "1s",
+    "stop_timeout": "2s",
+}
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"TRIO_LEASE_{name.upper().replace('-', '_')}", default)
+
+
+def default_owner() -> str:
+    """``TRIO_LEASE_OWNER``, else ``POD_NAME`` (Kubernetes downward API), else the hostname."""
+    return _env("owner") or os.environ.get("POD_NAME") or socket.gethostname()
+
+
+def _add_backend_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("backend")
+    group.add_argument("--config", default=_env("config"), help="LeaseProvider TOML file")
+    group.add_argument("--section", default=_env("section"), help="section path in --config")
+    group.add_argument(
+        "--backend",
+        default=_env("backend", "sqlite"),
+        help="backend name when no --config is given (default: sqlite)",
+    )
+    group.add_argument(
+        "--sqlite-path", default=_env("sqlite_path"), help="SQLite file (default: per-user path)"
+    )
+    timing = parser.add_argument_group("timing (seconds or '1.5s', '250ms', '2m')")
+    for option in CLI_DEFAULTS:
+        flag = option.replace("_", "-")
+        timing.add_argument(f"--{flag}", dest=option, default=_env(option, CLI_DEFAULTS[option]))
+
+
+def _settings(args: argparse.Namespace) -> LeaseSettings:
+    return LeaseSettings(**{option: getattr(args, option) for option in CLI_DEFAULTS})
+
+
+def _open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]:
+    if args.config:
+        if not args.section:
+            raise LeaseConfigError("--config needs --section (the TOML section of the lease)")
+        provider = LeaseProvider(args.config)
+        return provider._backend_for(args.section)
+    config: dict[str, Any] = {}
+    if args.backend == "sqlite" and args.sqlite_path:
+        config["path"] = args.sqlite_path
+    cls = load_backend_class(args.backend, "--backend")
+    return build_backend(cls, config, "--backend"), _settings(args)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    backend, settings = _open_backend(args)
+    lease = Lease(args.name, args.owner, backend, settings)
+    command: list[str] = args.command
+    grace = settings.stop_timeout
+    code = 0
+    error: Exception | None = None
+    stopped_by: int | None = None
+    async with backend:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with anyio.create_task_group() as tg:
+
+                async def cancel_on_signal() -> None:
+                    nonlocal stopped_by
+                    async for signum in signals:
+                        print(f"trio-lease: got signal {signum}; stopping", file=sys.stderr)
+                        stopped_by = int(signum)
+                        tg.cancel_scope.cancel()
+                        return
+
+                async def hold_and_run() -> None:
+                    nonlocal code, error
+                    try:
+                        if args.wait:
+                            scope = lease.held(timeout=args.timeout)
+                        else:
+                            scope = lease.try_held()
+                        reporter = anyio.CancelScope()
+                        tg.start_soon(_report_waiting, lease, settings, reporter)
+                        try:
+                            async with scope as grant:
+                                reporter.cancel()
+                                code = await _run_child(command, lease, grant.fencing_token, grace)
+                        finally:
+                            reporter.cancel()
+                    except Exception as exc:  # re-raised below, outside the task group
+                        error = exc
+                    finally:
+                        tg.cancel_scope.cancel()
+
+                tg.start_soon(cancel_on_signal)
+                tg.start_soon(hold_and_run)
+    if error is not None:
+        raise error
+    if stopped_by is not None:
+        return 128 + stopped_by
+    return code
+
+
+async def _report_waiting(lease: Lease, settings: LeaseSettings, scope: anyio.CancelScope) -> None:
+    """While waiting, say who holds the lease and when it may be taken over."""
+    with scope:
+        await anyio.sleep(0.5)
+        await _report_loop(lease, settings)
+
+
+async def _report_loop(lease: Lease, settings: LeaseSettings) -> None:
+    while True:
+        holder = lease.holder()
+        if holder is not None:
+            print(
+                f"trio-lease: waiting for {lease.name!r}, held by {holder!r} (a silent holder "
+                f"expires {settings.heartbeat_timeout:g} s after its last renewal)",
+                file=sys.stderr,
+            )
+        await anyio.sleep(settings.heartbeat_timeout / 2)
+
+
+async def _run_child(command: list[str], lease: Lease, token: int, grace: float) -> int:
+    env = dict(os.environ)
+    env.update(
+        TRIO_LEASE_NAME=lease.name,
+        TRIO_LEASE_OWNER=lease.identity,
+        TRIO_LEASE_FENCING_TOKEN=str(token),
+    )
+    try:
+        process = await anyio.open_process(command, stdin=None, stdout=None, stderr=None, env=env)
+    except OSError as exc:
+        raise LeaseConfigError(f"cannot start {command[0]!r}: {exc}") from None
+    try:
+        returncode = await process.wait()
+    finally:
+        if process.returncode is None:
+            # Lost the lease or asked to stop: SIGTERM, then SIGKILL after the grace period.
+            with anyio.CancelScope(shield=True):
+                process.terminate()
+                with anyio.move_on_after(grace):
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _describe(record: LeaseRecord | None, name: str) -> dict[str, Any]:
+    if record is None:
+        return {"name": name, "exists": False}
+    now = datetime.now(UTC)
+    renewed = record.renewed_at
+    return {
+        "name": name,
+        "exists": True,
+        "holder": record.holder or None,
+        "fencing_token": record.fencing_token,
+        "lease_duration": record.lease_duration,
+        "acquired_at": record.acquired_at.isoformat() if record.acquired_at else None,
+        "renewed_at": renewed.isoformat() if renewed else None,
+        "age_s": round((now - record.acquired_at).total_seconds(), 3)
+        if record.acquired_at and record.holder
+        else None,
+        # From wall clocks, for humans only: contenders judge expiry on their own clock.
+        "expires_in_s": round(record.lease_duration - (now - renewed).total_seconds(), 3)
+        if renewed and record.holder
+        else None,
+        "version": record.version,
+    }
+
+
+async def _status(args: argparse.Namespace) -> int:
+    backend, _ = _open_backend(args)
+    async with backend:
+        names: list[str] = list(args.names)
+        if not names:
+            lister = getattr(backend, "names", None)
+            if lister is None:
+                raise LeaseConfigError("this backend cannot list leases: name them")
+            names = await lister()
+        rows = [_describe(await backend.get(name), name) for name in names]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    header = f"{'NAME':24} {'HOLDER':36} {'TOKEN':>6} {'AGE':>9} {'EXPIRES IN':>10}"
+    print(header)
+    for row in rows:
+        if not row["exists"]:
+            print(f"{row['name']:24} {'(no record)':36}")
+            continue
+        age = "-" if row["age_s"] is None else f"{row['age_s']:.1f}s"
+        expires = "-" if row["expires_in_s"] is None else f"{row['expires_in_s']:.1f}s"
+        print(
+            f"{row['name']:24} {row['holder'] or '(free)':36} {row['fencing_token']:>6} "
+            f"{age:>9} {expires:>10}"
+        )
+    return 0
+
+
+async def _release(args: argparse.Namespace) -> int:
+    if not args.force:
+        print(
+            "trio-lease: release needs --force. It frees the lease whoever holds it: the holder "
+            "may still be working until it notices (fencing tokens protect your data).",
+            file=sys.stderr,
+        )
+        return 2
+    backend, _ = _open_backend(args)
+    async with backend:
+        record = await backend.get(args.name)
+        if record is None or record.is_free:
+            print(f"trio-lease: {args.name!r} is not held")
+            return 0
+        await backend.update(
+            LeaseRecord(
+                name=record.name,
+                holder="",
+                lease_duration=1.0,
+                fencing_token=record.fencing_token,
+                acquired_at=record.acquired_at,
+                renewed_at=datetime.now(UTC),
+            ),
+            record.version,
+        )
+        print(f"trio-lease: released {args.name!r} (was held by {record.holder!r})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trio-lease", description="Distributed leases: run commands while holding one."
+    )
+    commands = parser.add_subparsers(dest="command_name", required=True)
+
+    run = commands.add_parser("run", help="run a command only while holding the lease")
+    run.add_argument("name", help="lease name")
+    run.add_argument("--owner", default=default_owner(), help="owner name (default: hostname)")
+    wait = run.add_mutually_exclusive_group()
+    wait.add_argument("--wait", dest="wait", action="store_true", default=True)
+    wait.add_argument("--no-wait", dest="wait", action="store_false", help="exit 75 if busy")
+    run.add_argument("--timeout", type=float, default=None, help="give up waiting after S (124)")
+    run.add_argument("command", nargs="*", help="-- CMD [ARGS...]")
+    _add_backend_options(run)
+    run.set_defaults(func=_run)
+
+    status = commands.add_parser("status", help="show holder, token, age, expiry")
+    status.add_argument("names", nargs="*")
+    status.add_argument("--json", action="store_true")
+    _add_backend_options(status)
+    status.set_defaults(func=_status)
+
+    release = commands.add_parser("release", help="break-glass: free a lease (unsafe)")
+    release.add_argument("name")
+    release.add_argument("--force", action="store_true")
+    _add_backend_options(release)
+    release.set_defaults(func=_release)
+
+    _add_optional_commands(commands)
+    return parser
+
+
+def _add_optional_commands(commands: Any) -> None:
+    """Commands contributed by optional parts (the Kubernetes emulator and checker)."""
+    for module_name, function in (
+        ("trio_lease.testing.kube._cli", "add_emulate_command"),
+        ("trio_lease.backends.kubernetes._cli", "add_check_command"),
+    ):
+        try:
+            module = __import__(module_name, fromlist=[function])
+        except ImportError:
+            continue
+        adder: Callable[[Any], None] = getattr(module, function)
+        adder(commands)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``trio-lease`` console script."""
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "--" in argv:  # everything after the first -- is the command, never our options
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1 :]
+    args = parser.parse_args(argv)
+    if args.command_name == "run":
+        command = list(args.command) + command
+        if not command:
+            parser.error("run needs a command after --, e.g. trio-lease run NAME -- echo hello")
+        args.command = command
+    func = args.func
+    try:
+        if args.command_name in ("run", "status", "release"):
+            result: int = anyio.run(func, args)
+        else:
+            result = func(args)
+    except LeaseBusy as exc:
+        print(f"trio-lease: {exc}", file=sys.stderr)
+        return EXIT_BUSY
+    except AcquireTimeout as exc:
+        print(f"trio-lease: {exc}", file=sys.stderr)
+        return EXIT_TIMEOUT
+    except LeaseLost as exc:
+        print(f"trio-lease: {exc}; the command was stopped", file=sys.stderr)
+        return EXIT_LOST
+    except (LeaseConfigError, BackendAuthError) as exc:
+        print(f"trio-lease: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except BackendUnavailable as exc:
+        print(f"trio-lease: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""The holder's side: one Holding per grant, its renew loop and its deadline watchdog.
+
+A :class:`Holding` is the process-local state of one grant: the fencing token, the last record we
+confirmed, and the deadline (D after the *send* time of the last confirmed write). It is shared by
+every scope of the same owner holding the same lease (reentrancy), so the registry keys it by
+(store, lease name, owner identity).
+
+Each hosting scope (a ``held()`` block, or the task group hosting ``acquire()``) runs
+:meth:`Holding.guard`, which returns only once the grant is lost. Inside, every guard runs the
+deadline watchdog, and whichever guard holds the renew lock runs the renew loop; when that scope
+exits, the next guard takes the lock over. So renewals continue as long as any scope holds.
+
+Unknown outcomes (timeouts, 5xx, resets, cancelled writes) never extend the deadline: the holder
+counts them as "not renewed" and re-reads before its next write. If the re-read shows another
+holder, another token, or no record, the grant is lost at once; if it still shows us, the cached
+version is adopted and renewal goes on. The deadline moves only when a write is *confirmed*.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Hashable
+from datetime import datetime
+
+import anyio
+
+from . import _algorithm as algo
+from ._abc import LeaseBackend, LeaseRecord
+from ._exceptions import ConflictError
+from ._settings import LeaseSettings
+
+__all__ = ["Holding", "registry"]
+
+logger = logging.getLogger("trio_lease")
+
+#: Live grants of this process, by (store key, lease name, owner identity).
+registry: dict[tuple[Hashable, str, str], Holding] = {}
+
+
+class Holding:
+    """The state of one grant held by this process (shared by reentrant scopes)."""
+
+    def __init__(
+        self,
+        *,
+        key: tuple[Hashable, str, str],
+        backend: LeaseBackend,
+        settings: LeaseSettings,
+        record: LeaseRecord,
+        send_time: float,
+        clock: Callable[[], float],
+        wall_clock: Callable[[], datetime],
+    ) -> None:
+        self.key = key
+        self.name = record.name
+        self.identity = record.holder
+        self.token = record.fencing_token
+        self.record = record
+        self.deadline = algo.holder_deadline(send_time, settings)
+        self.last_send = send_time
+        self.lost_cause: str | None = None
+        self.ended = False
+        self.holds = 0
+        self.renewals = 0
+        self._backend = backend
+        self._settings = settings
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._needs_read = False
+        self._last_error: str | None = None
+        self._changed = anyio.Event()
+        self._renew_lock = anyio.Lock()
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def is_valid(self) -> bool:
+        """True while the grant is neither lost nor ended and its deadline has not passed."""
+        return not self.ended and self.lost_cause is None and self._clock() < self.deadline
+
+    def mark_lost(self, cause: str) -> None:
+        if self.lost_cause is None and not self.ended:
+            self.lost_cause = cause
+            logger.warning("lease %r lost by %s: %s", self.name, self.identity, cause)
+            self._notify()
+
+    def end(self) -> None:
+        """Stop the grant (all scopes left); watchdogs return without declaring a loss."""
+        self.ended = True
+        self._notify()
+        if registry.get(self.key) is self:
+            del registry[self.key]
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    # -- the tasks -----------------------------------------------------------------------------
+
+    async def guard(self) -> None:
+        """Watch the deadline and renew (when holding the renew lock) until lost or ended."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._renew_when_turn)
+            await self._watch_deadline()
+            tg.cancel_scope.cancel()
+
+    async def _watch_deadline(self) -> None:
+        while self.lost_cause is None and not self.ended:
+            remaining = self.deadline - self._clock()
+            if remaining <= 0:
+                detail = f" (last error: {self._last_error})" if self._last_error else ""
+                self.mark_lost(f"no renewal was confirmed before the holder's deadline{detail}")
+                return
+            changed = self._changed
+            with anyio.move_on_after(remaining):
+                await changed.wait()
+
+    async def _renew_when_turn(self) -> None:
+        async with self._renew_lock:
+            await self._renew_loop()
+
+    async def _renew_loop(self) -> None:
+        settings = self._settings
+        retry_gap = max(settings.lease_operation_timeout / 4, 0.001)
+        next_at = self.last_send + settings.heartbeat_interval
+        while self.lost_cause is None and not self.ended:
+            delay = next_at - self._clock()
+            if delay > 0:
+                await anyio.sleep(delay)
+            if self.lost_cause is not None or self.ended:
+                return
+            started = self._clock()
+            if await self._renew_once():
+                next_at = self.last_send + settings.heartbeat_interval
+            else:
+                # Retry soon: D >= R + 2T leaves room for at least two attempts.
+                next_at = started + retry_gap
+
+    async def _renew_once(self) -> bool:
+        """One renewal attempt; True when a write was confirmed and the deadline moved."""
+        if self._needs_read and not await self._resolve():
+            return False
+        bound = algo.request_bound(self._clock(), self.deadline, self._settings)
+        if bound <= 0:
+            return False
+        new = algo.renewal(self.record, self._wall_clock())
+        send = self._clock()
+        try:
+            with anyio.move_on_after(bound) as scope:
+                stored = await self._backend.update(new, self.record.version)
+        except ConflictError:
+            # The record moved on. Our own write with a lost reply, an edit of unrelated fields,
+            # or a takeover: only a fresh read tells.
+            self._needs_read = True
+            self._last_error = "conflict"
+            return False
+        except Exception as exc:  # any backend failure is an unknown outcome
+            self._unknown(exc)
+            return False
+        if scope.cancelled_caught:
+            self._unknown(None)
+            return False
+        if self.lost_cause is not None or self.ended:
+            return False
+        self.record = stored
+        self.last_send = send
+        self.deadline = max(self.deadline, algo.holder_deadline(send, self._settings))
+        self.renewals += 1
+        self._last_error = None
+        self._notify()
+        return True
+
+    def _unknown(self, exc: Exception | None) -> None:
+        self._needs_read = True
+        self._last_error = "timed out" if exc is None else f"{type(exc).__name__}: {exc}"
+        logger.info("lease %r renewal outcome unknown: %s", self.name, self._last_error)
+
+    async def _resolve(self) -> bool:
+        """Re-read after an unknown outcome or a conflict; False if still unresolved or lost."""
+        bound = algo.request_bound(self._clock(), self.deadline, self._settings)
+        if bound <= 0:
+            return False
+        try:
+            with anyio.move_on_after(bound) as scope:
+                current = await self._backend.get(self.name)
+        except Exception as exc:
+            self._last_error = f"{type(exc).__name__}: {exc}"
+            return False
+        if scope.cancelled_caught:
+            self._last_error = "timed out"
+            return False
+        if not algo.still_ours(current, self.identity, self.token):
+            if current is None:
+                self.mark_lost("the lease record was deleted")
+            elif current.holder in ("", self.identity):
+                self.mark_lost(
+                    f"the record was rewritten with fencing token {current.fencing_token} "
+                    f"(ours was {self.token}) and holder {current.holder or '(none)'!r}"
+                )
+            else:
+                self.mark_lost(f"taken over by {current.holder!r}")
+            return False
+        assert current is not None
+        self.record = current
+        self._needs_read = False
+        return True
+
+
+def infinite_or(value: float | None) -> float:
+    """``value``, or infinity for None (for optional timeouts)."""
+    return math.inf if value is None else value

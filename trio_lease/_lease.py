@@ -1,0 +1,580 @@
+"""Lease and Grant: holding a lease as a scope, and the Akka-style API.
+
+``held()`` acquires (waiting by watch or jittered polling), runs the heartbeat in a task group
+next to the body, cancels the body if the lease is lost and raises a bare :class:`LeaseLost`,
+keeps renewing while the body's own cleanup runs after an outer cancellation, and releases only
+after the body has exited (shielded, bounded by T). See DESIGN §4 and §5.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import random
+import uuid
+from collections.abc import AsyncIterator, Callable, Hashable
+from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import UTC, datetime
+from types import TracebackType
+
+import anyio
+from anyio.abc import TaskGroup
+
+from . import _algorithm as algo
+from ._abc import LeaseBackend, LeaseRecord
+from ._exceptions import (
+    AcquireTimeout,
+    BackendUnavailable,
+    ConflictError,
+    LeaseBusy,
+    LeaseConfigError,
+    LeaseError,
+    LeaseLost,
+)
+from ._heartbeat import Holding, infinite_or, registry
+from ._settings import LeaseSettings
+
+__all__ = ["Grant", "Lease", "incarnation"]
+
+logger = logging.getLogger("trio_lease")
+
+_incarnation = uuid.uuid4().hex[:12]
+
+
+def _new_incarnation() -> None:
+    global _incarnation
+    _incarnation = uuid.uuid4().hex[:12]
+
+
+# A forked child is a new process: it must not inherit the parent's identity (DESIGN §4.7).
+os.register_at_fork(after_in_child=_new_incarnation)
+
+
+def incarnation() -> str:
+    """This process's incarnation id, appended to owner names to form identities."""
+    return _incarnation
+
+
+LostCallback = Callable[[BaseException | None], object]
+
+
+class Grant:
+    """A grant of a lease to this owner, as yielded by ``held()``.
+
+    ``fencing_token`` strictly increases with every new grant of the lease; pass it to the
+    resources you write so they can reject writes from a stale holder. ``deadline`` (on the
+    lease's monotonic clock) moves forward with each confirmed renewal.
+    """
+
+    __slots__ = ("_clock", "_holding", "lease_name", "owner")
+
+    def __init__(self, holding: Holding, owner: str, clock: Callable[[], float]) -> None:
+        self._holding = holding
+        self._clock = clock
+        self.lease_name = holding.name
+        self.owner = owner
+
+    @property
+    def fencing_token(self) -> int:
+        return self._holding.token
+
+    @property
+    def identity(self) -> str:
+        """The holder identity written in the record (owner plus incarnation id)."""
+        return self._holding.identity
+
+    @property
+    def deadline(self) -> float:
+        """When this holder stops believing it holds the lease, unless renewed (monotonic)."""
+        return self._holding.deadline
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline (0 once it has passed or the grant was lost)."""
+        if not self._holding.is_valid():
+            return 0.0
+        return max(0.0, self._holding.deadline - self._clock())
+
+    def __repr__(self) -> str:
+        return (
+            f"Grant(lease_name={self.lease_name!r}, owner={self.owner!r}, "
+            f"fencing_token={self.fencing_token})"
+        )
+
+
+class _Wakeup:
+    """Wakes a waiting contender early (a watch event), else after a timeout."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> None:
+        with anyio.move_on_after(timeout):
+            await self._event.wait()
+        self._event = anyio.Event()
+
+
+class Lease:
+    """A named distributed lease, held by ``owner`` through ``backend``.
+
+    The identity written to the record is ``owner`` plus a per-process incarnation id, so a
+    restarted process never silently inherits a live lease. Leases are reentrant per identity:
+    in one process, every :class:`Lease` of the same store, name and owner shares one grant.
+
+    ``clock`` (monotonic seconds, default ``anyio.current_time``) and ``wall_clock`` (UTC
+    datetimes, written to records for humans only) can be injected for tests.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        owner: str,
+        backend: LeaseBackend,
+        settings: LeaseSettings | None = None,
+        *,
+        clock: Callable[[], float] | None = None,
+        wall_clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise LeaseConfigError(f"a lease name must be a non-empty string, got {name!r}")
+        if not isinstance(owner, str) or not owner:
+            raise LeaseConfigError(f"an owner must be a non-empty string, got {owner!r}")
+        if not isinstance(backend, LeaseBackend):
+            raise LeaseConfigError(
+                f"backend must be a trio_lease.abc.LeaseBackend, got {type(backend).__name__}"
+            )
+        self.name = name
+        self.owner = owner
+        self.backend = backend
+        self.settings = settings if settings is not None else LeaseSettings()
+        backend.validate_settings(self.settings)
+        self.identity = f"{owner}_{incarnation()}"
+        self._clock = clock if clock is not None else anyio.current_time
+        self._wall_clock = wall_clock if wall_clock is not None else _utc_now
+        self._observation: algo.Observation | None = None
+        self._last_record: LeaseRecord | None = None
+        self._host: TaskGroup | None = None
+        self._host_stack: AsyncExitStack | None = None
+        self._akka: _AkkaHold | None = None
+
+    def __repr__(self) -> str:
+        return f"Lease(name={self.name!r}, owner={self.owner!r}, backend={self.backend!r})"
+
+    @property
+    def _key(self) -> tuple[Hashable, str, str]:
+        return (self.backend.store_key, self.name, self.identity)
+
+    def _live_holding(self) -> Holding | None:
+        holding = registry.get(self._key)
+        if holding is not None and holding.is_valid():
+            return holding
+        return None
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _observe(self, record: LeaseRecord | None) -> None:
+        self._observation = algo.observe(self._observation, record, self._clock())
+        self._last_record = record
+
+    async def _read(self) -> LeaseRecord | None:
+        with anyio.move_on_after(self.settings.lease_operation_timeout) as scope:
+            record = await self.backend.get(self.name)
+        if scope.cancelled_caught:
+            raise BackendUnavailable(
+                f"reading lease {self.name!r} took longer than the lease operation timeout "
+                f"({self.settings.lease_operation_timeout:g} s)"
+            )
+        self._observe(record)
+        return record
+
+    def holder(self) -> str | None:
+        """The holder identity as last read (None when free or never read)."""
+        if self._last_record is None or self._last_record.is_free:
+            return None
+        return self._last_record.holder
+
+    async def watch_holder(self) -> AsyncIterator[str | None]:
+        """Yield the holder identity (None when free) now and whenever it changes.
+
+        Uses the backend's watch when it has one, else polls every ``wait_interval``. A dead
+        holder's record does not change, so this reports what the record says, not expiry.
+        """
+        last: object = object()
+        if self.backend.supports_watch:
+            async for record in self.backend.watch(self.name):
+                self._observe(record)
+                if self.holder() != last:
+                    last = self.holder()
+                    yield self.holder()
+        else:
+            while True:
+                try:
+                    await self._read()
+                except BackendUnavailable as exc:
+                    logger.info("lease %r: reading the holder failed: %s", self.name, exc)
+                else:
+                    if self.holder() != last:
+                        last = self.holder()
+                        yield self.holder()
+                await anyio.sleep(self.settings.wait_interval)
+
+    # -- acquiring -----------------------------------------------------------------------------
+
+    async def _attempt(self) -> Holding | algo.Busy:
+        """One acquire attempt (re-reading on conflicts). Adds a hold on success."""
+        while True:
+            holding = self._live_holding()
+            if holding is not None:  # reentrant: share the live grant
+                holding.holds += 1
+                return holding
+            record = await self._read()
+            decision = algo.decide_acquire(
+                record,
+                name=self.name,
+                identity=self.identity,
+                observation=self._observation,
+                now=self._clock(),
+                settings=self.settings,
+                wall_now=self._wall_clock(),
+            )
+            if isinstance(decision, algo.Busy):
+                return decision
+            holding = await self._write_grant(decision)
+            if holding is not None:
+                holding.holds += 1
+                return holding
+
+    async def _write_grant(self, decision: algo.Write) -> Holding | None:
+        """Write a new grant; None if we lost the race. Cleans up if the outcome is unknown."""
+        send = self._clock()
+        try:
+            with anyio.move_on_after(self.settings.lease_operation_timeout) as scope:
+                if decision.expected_version is None:
+                    stored = await self.backend.create(decision.record)
+                else:
+                    stored = await self.backend.update(decision.record, decision.expected_version)
+            if scope.cancelled_caught:
+                raise BackendUnavailable(
+                    f"writing lease {self.name!r} took longer than the lease operation timeout"
+                )
+        except ConflictError:
+            return None
+        except BaseException as exc:
+            # Unknown outcome (error, timeout, or our caller was cancelled): the write may have
+            # landed. Learn the truth; adopt it, or, if we are being cancelled, release it.
+            cancelled = not isinstance(exc, Exception)
+            current = await self._resolve_unknown_grant(decision.record, release=cancelled)
+            if current is None or cancelled:
+                raise
+            stored = current
+        self._observe(stored)
+        holding = Holding(
+            key=self._key,
+            backend=self.backend,
+            settings=self.settings,
+            record=stored,
+            send_time=send,
+            clock=self._clock,
+            wall_clock=self._wall_clock,
+        )
+        registry[self._key] = holding
+        return holding
+
+    async def _resolve_unknown_grant(
+        self, intended: LeaseRecord, *, release: bool
+    ) -> LeaseRecord | None:
+        """After a grant write with unknown outcome: the stored record if it landed, else None.
+
+        With ``release``, a landed grant is released at once (cancellation-safe acquire).
+        Shielded and bounded by T.
+        """
+        with anyio.CancelScope(shield=True), anyio.move_on_after(
+            self.settings.lease_operation_timeout
+        ):
+            try:
+                current = await self.backend.get(self.name)
+                if not algo.still_ours(current, self.identity, intended.fencing_token):
+                    return None
+                assert current is not None
+                if release:
+                    await self.backend.update(
+                        algo.release_record(current, self._wall_clock()), current.version
+                    )
+                return current
+            except Exception as exc:
+                logger.warning(
+                    "lease %r: could not resolve an acquire whose outcome is unknown (%s); "
+                    "if it landed, the lease expires after the heartbeat timeout",
+                    self.name,
+                    exc,
+                )
+        return None
+
+    async def _acquire_waiting(self, timeout: float | None) -> Holding:
+        box: list[Holding] = []
+        try:
+            await self._wait_for_grant(timeout, box)
+        except BaseException:
+            # Cancelled after the grant was written but before the caller got it: release it
+            # before the cancellation propagates (shielded and bounded inside _drop_hold).
+            if box:
+                await self._drop_hold(box[0], raise_unknown=False)
+            raise
+        if not box:
+            raise AcquireTimeout(
+                f"lease {self.name!r} was not acquired within {timeout:g} s "
+                f"(holder: {self.holder() or 'none'})"
+            )
+        return box[0]
+
+    async def _wait_for_grant(self, timeout: float | None, box: list[Holding]) -> None:
+        with anyio.move_on_after(infinite_or(timeout)):
+            async with anyio.create_task_group() as tg:
+                wakeup = _Wakeup()
+                if self.backend.supports_watch:
+                    tg.start_soon(self._wake_on_changes, wakeup)
+                failures = 0
+                while True:
+                    try:
+                        attempt = await self._attempt()
+                    except BackendUnavailable as exc:
+                        failures += 1
+                        delay = min(self.settings.wait_interval, 0.1 * 2**failures)
+                        logger.info("lease %r: acquire failed (%s); retrying", self.name, exc)
+                    else:
+                        failures = 0
+                        if isinstance(attempt, Holding):
+                            box.append(attempt)
+                            tg.cancel_scope.cancel()
+                            break
+                        delay = min(attempt.expires_in, self.settings.wait_interval)
+                    # Jitter spreads contenders out; waiting past expiry is safe, before is not.
+                    await wakeup.wait(delay * random.uniform(1.0, 1.2) + 1e-3)
+
+    async def _wake_on_changes(self, wakeup: _Wakeup) -> None:
+        """Wake the waiting contender on every record change the backend reports."""
+        while True:
+            try:
+                first = True
+                async for record in self.backend.watch(self.name):
+                    self._observe(record)
+                    if not first:
+                        wakeup.set()
+                    first = False
+            except Exception as exc:
+                logger.info("lease %r: watch failed (%s); polling meanwhile", self.name, exc)
+            await anyio.sleep(self.settings.wait_interval)
+
+    # -- holding as a scope ---------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def held(self, *, timeout: float | None = None) -> AsyncIterator[Grant]:
+        """Wait until this owner holds the lease, run the body, then release.
+
+        Raises :class:`AcquireTimeout` if ``timeout`` seconds pass first. If the lease is lost
+        while the body runs, the body is cancelled and a bare :class:`LeaseLost` is raised here
+        (also when the body finished without reaching a checkpoint after the loss: its work may
+        have overlapped another holder's). An outer cancellation passes through unchanged, and
+        renewals continue while the body's own cleanup runs.
+        """
+        holding = await self._acquire_waiting(timeout)
+        async with self._hold(holding) as grant:
+            yield grant
+
+    @asynccontextmanager
+    async def try_held(self) -> AsyncIterator[Grant]:
+        """Like :meth:`held`, but raise :class:`LeaseBusy` at once if another owner holds it."""
+        attempt = await self._attempt()
+        if isinstance(attempt, algo.Busy):
+            raise LeaseBusy(self.name, attempt.holder, attempt.expires_in)
+        async with self._hold(attempt) as grant:
+            yield grant
+
+    @asynccontextmanager
+    async def _hold(self, holding: Holding) -> AsyncIterator[Grant]:
+        body = anyio.CancelScope()
+        heartbeat_scope = anyio.CancelScope(shield=True)
+        body_error: Exception | None = None
+
+        async def heartbeat() -> None:
+            # Shielded: an outer cancellation reaches the body first; renewals go on until the
+            # body (and its cleanup) has exited and cancels this scope explicitly.
+            with heartbeat_scope:
+                await holding.guard()
+                if holding.lost_cause is not None:
+                    body.cancel()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(heartbeat)
+                try:
+                    with body:
+                        yield Grant(holding, self.owner, self._clock)
+                except Exception as exc:  # re-raised bare below, never in an ExceptionGroup
+                    body_error = exc
+                finally:
+                    heartbeat_scope.cancel()
+        finally:
+            await self._drop_hold(holding, raise_unknown=False)
+        if holding.lost_cause is not None:
+            if body_error is not None:
+                raise LeaseLost(self.name, holding.lost_cause) from body_error
+            raise LeaseLost(self.name, holding.lost_cause)
+        if body_error is not None:
+            raise body_error
+
+    async def _drop_hold(self, holding: Holding, *, raise_unknown: bool) -> bool:
+        """Remove one hold; the last one ends the grant and releases it (shielded, bounded)."""
+        holding.holds -= 1
+        if holding.holds > 0:
+            return True
+        was_lost = holding.lost_cause is not None
+        holding.end()
+        if was_lost:
+            return False
+        return await self._release(holding, raise_unknown=raise_unknown)
+
+    async def _release(self, holding: Holding, *, raise_unknown: bool) -> bool:
+        """Write an empty holder if a fresh read still shows our grant (DESIGN §4.4)."""
+        error: BaseException | None = None
+        with anyio.CancelScope(shield=True), anyio.move_on_after(
+            self.settings.lease_operation_timeout
+        ) as scope:
+            try:
+                current = await self.backend.get(self.name)
+                self._observe(current)
+                if not algo.still_ours(current, holding.identity, holding.token):
+                    return False
+                assert current is not None
+                released = await self.backend.update(
+                    algo.release_record(current, self._wall_clock()), current.version
+                )
+                self._observe(released)
+                return True
+            except ConflictError:
+                return False
+            except Exception as exc:
+                error = exc
+        message = (
+            f"releasing lease {self.name!r} "
+            + ("timed out" if scope.cancelled_caught else f"failed: {error}")
+            + "; it expires after the heartbeat timeout"
+        )
+        logger.warning("%s", message)
+        if raise_unknown:
+            raise BackendUnavailable(message) from error
+        return False
+
+    # -- the Akka-style API ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> Lease:
+        """Open the task group that hosts the heartbeat of :meth:`acquire`."""
+        if self._host is not None:
+            raise LeaseError(f"lease {self.name!r} is already entered")
+        stack = AsyncExitStack()
+        self._host = await stack.enter_async_context(anyio.create_task_group())
+        self._host_stack = stack
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        stack, self._host_stack = self._host_stack, None
+        try:
+            if self._akka is not None:
+                await self._end_akka(raise_unknown=False)
+        except BaseException:
+            if stack is not None:
+                await stack.aclose()
+            raise
+        finally:
+            self._host = None
+        if stack is None:
+            return None
+        return await stack.__aexit__(exc_type, exc, tb)
+
+    def attach_host(self, host: TaskGroup | None) -> None:
+        """Host :meth:`acquire`'s heartbeat in ``host`` (used by :class:`LeaseProvider`)."""
+        self._host = host
+
+    async def acquire(self, on_lost: LostCallback | None = None) -> bool:
+        """Try once to acquire: True if held, False if another owner holds it.
+
+        Raises :class:`BackendUnavailable` when the backend cannot be reached (after cleaning up
+        a write that may have landed). The heartbeat runs in the task group opened by
+        ``async with lease:`` (or ``async with provider:``). ``on_lost(cause)`` is called once
+        if this grant is later lost. Acquiring again while held returns True (reentrant).
+        """
+        if self._host is None:
+            raise LeaseError(
+                f"acquire() needs a task group to host the heartbeat: call it inside "
+                f"`async with lease:` (or `async with provider:`) for lease {self.name!r}"
+            )
+        if self._akka is not None and self._akka.holding.is_valid():
+            return True
+        attempt = await self._attempt()
+        if isinstance(attempt, algo.Busy):
+            return False
+        hold = _AkkaHold(attempt, on_lost)
+        self._akka = hold
+        self._host.start_soon(self._run_akka_hold, hold)
+        return True
+
+    async def _run_akka_hold(self, hold: _AkkaHold) -> None:
+        with hold.scope:
+            await hold.holding.guard()
+        if hold.holding.lost_cause is not None and not hold.dropped:
+            hold.dropped = True
+            await self._drop_hold(hold.holding, raise_unknown=False)
+            if self._akka is hold:
+                self._akka = None
+            if hold.on_lost is not None:
+                try:
+                    outcome = hold.on_lost(LeaseLost(self.name, hold.holding.lost_cause))
+                    if inspect.isawaitable(outcome):
+                        await outcome
+                except Exception:
+                    logger.exception("lease %r: the on_lost callback raised", self.name)
+
+    async def release(self) -> bool:
+        """Release what :meth:`acquire` took: True if released, False if we did not hold it.
+
+        Raises :class:`BackendUnavailable` if the outcome is unknown. If ``held()`` scopes of the
+        same owner are still open, they keep the lease (reentrancy) and this returns True.
+        """
+        if self._akka is None:
+            return False
+        return await self._end_akka(raise_unknown=True)
+
+    async def _end_akka(self, *, raise_unknown: bool) -> bool:
+        hold, self._akka = self._akka, None
+        assert hold is not None
+        hold.scope.cancel()
+        if hold.dropped:
+            return False
+        hold.dropped = True
+        return await self._drop_hold(hold.holding, raise_unknown=raise_unknown)
+
+    def check_lease(self) -> bool:
+        """True only while this owner holds a grant whose deadline has not passed (no I/O)."""
+        return self._live_holding() is not None
+
+
+class _AkkaHold:
+    __slots__ = ("dropped", "holding", "on_lost", "scope")
+
+    def __init__(self, holding: Holding, on_lost: LostCallback | None) -> None:
+        self.holding = holding
+        self.on_lost = on_lost
+        self.scope = anyio.CancelScope()
+        self.dropped = False
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,149 @@
+"""FaultyBackend: wrap any backend and inject the faults a lease must survive.
+
+Faults, all seeded so a failing run can be replayed:
+
+- ``latency`` / ``reply_latency``: seconds (or a callable drawing them) before the request reaches
+  the store, and between the commit and the reply. A reply delayed past the caller's timeout is
+  an applied write whose outcome the caller does not learn.
+- ``error_rate``: the request fails with :class:`BackendUnavailable` before reaching the store.
+- ``lost_reply_rate``: a write is applied, then :class:`BackendUnavailable` is raised (the reply
+  was lost): the outcome is unknown to the caller.
+- ``fail_next(n)`` / ``lose_next_replies(n)``: the same, deterministically, for the next n calls.
+- ``pause()`` / ``resume()``: requests hang until resumed (a stalled store or a partition).
+- ``watch_enabled=False``: hide the inner backend's watch (forces polling).
+
+``calls`` counts requests by operation.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from typing import TypeVar
+
+import anyio
+
+from .._abc import LeaseBackend, LeaseRecord
+from .._exceptions import BackendUnavailable
+from .._settings import LeaseSettings
+
+__all__ = ["FaultyBackend"]
+
+T = TypeVar("T")
+Delay = float | Callable[[random.Random], float]
+
+
+class FaultyBackend(LeaseBackend):
+    """A :class:`LeaseBackend` wrapper injecting latency, errors, lost replies and pauses."""
+
+    def __init__(
+        self,
+        inner: LeaseBackend,
+        *,
+        seed: int | None = None,
+        latency: Delay = 0.0,
+        reply_latency: Delay = 0.0,
+        error_rate: float = 0.0,
+        lost_reply_rate: float = 0.0,
+        watch_enabled: bool = True,
+    ) -> None:
+        self.inner = inner
+        self.random = random.Random(seed)
+        self.latency = latency
+        self.reply_latency = reply_latency
+        self.error_rate = error_rate
+        self.lost_reply_rate = lost_reply_rate
+        self.supports_watch = inner.supports_watch and watch_enabled
+        self.calls: Counter[str] = Counter()
+        self._fail_next = 0
+        self._lose_next = 0
+        self._resumed: anyio.Event | None = None
+
+    def __repr__(self) -> str:
+        return f"FaultyBackend({self.inner!r})"
+
+    @property
+    def store_key(self) -> Hashable:
+        return self.inner.store_key
+
+    def validate_settings(self, settings: LeaseSettings) -> None:
+        self.inner.validate_settings(settings)
+
+    def fail_next(self, count: int = 1) -> None:
+        """Make the next ``count`` requests fail before reaching the store."""
+        self._fail_next += count
+
+    def lose_next_replies(self, count: int = 1) -> None:
+        """Apply the next ``count`` writes but lose their replies."""
+        self._lose_next += count
+
+    def pause(self) -> None:
+        """Make requests hang (new and in-flight ones) until :meth:`resume`."""
+        if self._resumed is None:
+            self._resumed = anyio.Event()
+
+    def resume(self) -> None:
+        if self._resumed is not None:
+            self._resumed.set()
+            self._resumed = None
+
+    @property
+    def paused(self) -> bool:
+        return self._resumed is not None
+
+    def _delay(self, delay: Delay) -> float:
+        return delay(self.random) if callable(delay) else delay
+
+    async def _gate(self) -> None:
+        while self._resumed is not None:
+            await self._resumed.wait()
+
+    async def _call(self, op: str, action: Callable[[], Awaitable[T]], *, write: bool) -> T:
+        self.calls[op] += 1
+        await self._gate()
+        latency = self._delay(self.latency)
+        if latency > 0:
+            await anyio.sleep(latency)
+        await self._gate()
+        if self._fail_next > 0:
+            self._fail_next -= 1
+            raise BackendUnavailable(f"injected failure before {op}")
+        if self.error_rate and self.random.random() < self.error_rate:
+            raise BackendUnavailable(f"injected failure before {op}")
+        result = await action()
+        lose = False
+        if write and self._lose_next > 0:
+            self._lose_next -= 1
+            lose = True
+        elif write and self.lost_reply_rate and self.random.random() < self.lost_reply_rate:
+            lose = True
+        reply_latency = self._delay(self.reply_latency)
+        if reply_latency > 0:
+            await anyio.sleep(reply_latency)
+        await self._gate()
+        if lose:
+            raise BackendUnavailable(f"injected lost reply after {op} was applied")
+        return result
+
+    async def get(self, name: str) -> LeaseRecord | None:
+        return await self._call("get", lambda: self.inner.get(name), write=False)
+
+    async def create(self, record: LeaseRecord) -> LeaseRecord:
+        return await self._call("create", lambda: self.inner.create(record), write=True)
+
+    async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
+        return await self._call(
+            "update", lambda: self.inner.update(record, expected_version), write=True
+        )
+
+    async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
+        if not self.supports_watch:
+            raise NotImplementedError("watch is disabled on this FaultyBackend")
+        self.calls["watch"] += 1
+        async for state in self.inner.watch(name):
+            await self._gate()
+            yield state
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
