@@ -7,11 +7,13 @@
 
 from ._conformance import BackendConformanceError as BackendConformanceError
 from ._conformance import check_backend as check_backend
+from ._faulty import FaultyBackend as FaultyBackend
 from ._virtual_time import VirtualTimeEventLoop as VirtualTimeEventLoop
 from ._virtual_time import virtual_time_backends as virtual_time_backends
 
 __all__ = [
     "BackendConformanceError",
+    "FaultyBackend",
     "VirtualTimeEventLoop",
     "check_backend",
     "virtual_time_backends",

@@ -1,0 +1,474 @@
+"""DESIGN §4: one or more named tests per guarantee, on virtual time, on asyncio and trio.
+
+docs/guarantees.md maps each guarantee to these tests.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+
+from trio_lease import Lease, LeaseLost, LeaseRecord
+from trio_lease._lease import incarnation
+
+from .conftest import World
+
+pytestmark = pytest.mark.anyio
+
+
+async def _plant(world: World, record: LeaseRecord) -> LeaseRecord:
+    """Write a record directly, as another process would."""
+    backend = world.backend()
+    current = await backend.get(record.name)
+    if current is None:
+        return await backend.create(record)
+    return await backend.update(record, current.version)
+
+
+# -- §4.1 contenders never trust another machine's clock ------------------------------------------
+
+
+async def test_g1_contender_waits_full_timeout_on_its_own_clock(world: World) -> None:
+    """§4.1: a silent holder's record is taken over only after L of the contender's own time."""
+    L = world.settings.heartbeat_timeout
+    await _plant(world, LeaseRecord(name="job", holder="dead_1", lease_duration=L, fencing_token=7))
+    contender = world.lease("b")
+    start = anyio.current_time()
+    async with contender.held() as grant:
+        waited = anyio.current_time() - start
+    assert waited >= L
+    assert waited < L + world.settings.wait_interval * 1.3
+    assert grant.fencing_token == 8
+
+
+async def test_g1_wall_clock_timestamps_are_never_trusted(world: World) -> None:
+    """§4.1: record timestamps from a far past or future, and our own wall clock, change nothing."""
+    L = world.settings.heartbeat_timeout
+    ancient = datetime(2000, 1, 1, tzinfo=UTC)
+    for stamp, skew in ((ancient, timedelta(hours=5)), (ancient + timedelta(days=20000), -timedelta(days=3))):
+        await _plant(
+            world,
+            LeaseRecord(
+                name="job", holder="dead_1", lease_duration=L, fencing_token=1,
+                acquired_at=stamp, renewed_at=stamp,
+            ),
+        )
+        contender = world.lease("b", wall_clock=lambda skew=skew: datetime.now(UTC) + skew)
+        with anyio.move_on_after(L * 0.99):
+            async with contender.held():
+                pytest.fail("took over before L on its own clock")
+        start = anyio.current_time()
+        async with contender.held():
+            assert anyio.current_time() - start <= L
+
+
+async def test_g1_contender_honours_a_longer_record_duration(world: World) -> None:
+    """§4.1: when the record promises a longer lease_duration than our L, we wait that long."""
+    L = world.settings.heartbeat_timeout
+    await _plant(world, LeaseRecord(name="job", holder="slow_1", lease_duration=3 * L))
+    start = anyio.current_time()
+    async with world.lease("b").held():
+        assert anyio.current_time() - start >= 3 * L
+
+
+async def test_g1_each_renewal_restarts_the_contenders_countdown(world: World) -> None:
+    """§4.1: a live holder renewing every R is never taken over, however long it holds."""
+    holder, contender = world.lease("a"), world.lease("b")
+    async with holder.held():
+        with anyio.move_on_after(10 * world.settings.heartbeat_timeout) as waiting:
+            async with contender.held():
+                pytest.fail("a live holder was taken over")
+        assert waiting.cancelled_caught
+        assert holder.check_lease()
+
+
+async def test_g1_takeover_is_compare_and_swap_on_the_observed_version(world: World) -> None:
+    """§4.1: if the record changes after the contender judged it expired, the takeover fails."""
+    L = world.settings.heartbeat_timeout
+    planted = await _plant(world, LeaseRecord(name="job", holder="x_1", lease_duration=L))
+    contender = world.lease("b")
+    backend = world.backend()
+    # The contender observes version v and waits L; just before it acts, x renews (new version).
+    with anyio.move_on_after(L - 0.001):
+        async with contender.held():
+            pytest.fail("early takeover")
+    renewed = await backend.update(planted, planted.version)
+    with anyio.move_on_after(L * 0.99):
+        async with contender.held():
+            pytest.fail("took over a record whose version changed")
+    current = await backend.get("job")
+    assert current is not None and current.version == renewed.version
+
+
+# -- §4.2 the holder stops first ------------------------------------------------------------------
+
+
+async def test_g2_deadline_is_anchored_at_send_time_not_reply(world: World) -> None:
+    """§4.2: with slow replies, the holder's deadline counts from when its write was sent."""
+    D = world.settings.deadline
+    slow = world.faulty(reply_latency=0.4)  # below T = 0.5 s: replies arrive, late
+    lease = world.lease("a", backend=slow)
+    sent = anyio.current_time()
+    async with lease.held() as grant:
+        # The get (0.4 s) came first; the create was sent at sent + 0.4 and replied at + 0.8.
+        assert grant.deadline == pytest.approx(sent + 0.4 + D)
+        await anyio.sleep(world.settings.heartbeat_interval + 1.0)
+        assert grant.deadline < anyio.current_time() + D - 0.39
+
+
+async def test_g2_holder_cancels_body_before_any_contender_takes_over(world: World) -> None:
+    """§4.2: partitioned from the store, the holder's body is cancelled D after its last
+    confirmed renewal was sent, and stop_timeout before a contender can take over."""
+    s = world.settings
+    partitioned = world.faulty()
+    holder, contender = world.lease("a", backend=partitioned), world.lease("b")
+    times: dict[str, float] = {}
+
+    async def hold() -> None:
+        with pytest.raises(LeaseLost, match="deadline"):
+            async with holder.held():
+                times["held"] = anyio.current_time()
+                await anyio.sleep(3 * s.heartbeat_interval)
+                partitioned.pause()
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    times["cancelled"] = anyio.current_time()
+
+    async def contend() -> None:
+        await anyio.sleep(0.01)
+        async with contender.held():
+            times["taken"] = anyio.current_time()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold)
+        tg.start_soon(contend)
+    assert times["cancelled"] + s.stop_timeout < times["taken"]
+    assert times["taken"] - times["cancelled"] >= s.safety_margin - s.heartbeat_interval
+
+
+async def test_g2_every_request_is_bounded_by_operation_timeout(world: World) -> None:
+    """§4.2: against a hanging store, no call takes longer than T, and the loss comes by D."""
+    s = world.settings
+    hanging = world.faulty()
+    lease = world.lease("a", backend=hanging)
+    with pytest.raises(LeaseLost):
+        async with lease.held() as grant:
+            before = sum(hanging.calls.values())
+            hanging.pause()
+            await anyio.sleep_forever()
+    # The loss came exactly at the deadline: no hanging request held the holder past it.
+    assert anyio.current_time() == pytest.approx(grant.deadline)
+    # Each attempt gave up after T, so several (a renewal, then re-reads) fitted before D.
+    assert sum(hanging.calls.values()) - before >= 2
+    hanging.resume()
+
+
+async def test_g2_unknown_outcome_counts_as_not_renewed(world: World) -> None:
+    """§4.2: a renewal applied but unconfirmed does not move the deadline; a re-read keeps the
+    grant (it is still ours), and the next confirmed renewal moves it."""
+    s = world.settings
+    lossy = world.faulty()
+    lease = world.lease("a", backend=lossy)
+    async with lease.held() as grant:
+        first_deadline = grant.deadline
+        lossy.lose_next_replies(1)
+        await anyio.sleep(s.heartbeat_interval + 0.01)  # the first renewal's reply is lost
+        assert grant.deadline == first_deadline
+        await anyio.sleep(s.lease_operation_timeout)  # re-read, then a confirmed renewal
+        assert grant.deadline > first_deadline
+        assert lease.check_lease()
+        assert lossy.calls["get"] >= 2
+
+
+async def test_g2_clock_rate_error_within_tolerance_keeps_exclusion(world: World) -> None:
+    """§4.2: a holder clock running slow by rho and a contender clock running fast by rho still
+    leave the holder cancelled before the takeover."""
+    s = world.settings
+    rho = s.clock_rate_tolerance
+    partitioned = world.faulty()
+    slow = lambda: anyio.current_time() * (1 - rho)  # noqa: E731
+    fast = lambda: anyio.current_time() * (1 + rho)  # noqa: E731
+    holder = world.lease("a", backend=partitioned, clock=slow)
+    contender = world.lease("b", clock=fast)
+    times: dict[str, float] = {}
+
+    async def hold() -> None:
+        with pytest.raises(LeaseLost):
+            async with holder.held():
+                partitioned.pause()
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    times["cancelled"] = anyio.current_time()
+
+    async def contend() -> None:
+        await anyio.sleep(0.01)
+        async with contender.held():
+            times["taken"] = anyio.current_time()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold)
+        tg.start_soon(contend)
+    assert times["cancelled"] + s.stop_timeout < times["taken"]
+
+
+# -- §4.3 fencing ---------------------------------------------------------------------------------
+
+
+async def test_g3_fencing_token_increases_on_every_new_grant(world: World) -> None:
+    """§4.3: from free, same owner after release, another owner, takeover after expiry: each
+    new grant's token is greater than every earlier one; renewals keep it."""
+    s = world.settings
+    a, b = world.lease("a"), world.lease("b")
+    tokens = []
+    async with a.held() as grant:
+        tokens.append(grant.fencing_token)
+        await anyio.sleep(5 * s.heartbeat_interval)  # several renewals
+        assert grant.fencing_token == tokens[0]
+    async with a.held() as grant:
+        tokens.append(grant.fencing_token)
+    async with b.held() as grant:
+        tokens.append(grant.fencing_token)
+    # Takeover from a crashed holder: c's writes stop reaching the store.
+    dead = world.faulty()
+    crashed = world.lease("c", backend=dead)
+
+    async def crash_while_holding() -> None:
+        with pytest.raises(LeaseLost):
+            async with crashed.held() as grant:
+                tokens.append(grant.fencing_token)
+                dead.pause()
+                await anyio.sleep_forever()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(crash_while_holding)
+        await anyio.sleep(1.0)
+        async with b.held() as grant:
+            tokens.append(grant.fencing_token)
+    assert len(tokens) == 5
+    assert tokens == sorted(set(tokens)), tokens
+
+
+async def test_g3_grant_exposes_token_to_guarded_work(world: World) -> None:
+    """§4.3: the token a body sees equals the token stored in the record."""
+    backend = world.backend()
+    async with world.lease("a", backend=backend).held() as grant:
+        record = await backend.get("job")
+        assert record is not None and record.fencing_token == grant.fencing_token
+
+
+# -- §4.4 release is safe and fast ----------------------------------------------------------------
+
+
+async def test_g4_release_only_after_body_and_its_cleanup_exit(world: World) -> None:
+    """§4.4: while the body's finally runs, the record still names us; after exit it is free."""
+    backend = world.backend()
+    lease = world.lease("a", backend=backend)
+    async with lease.held():
+        try:
+            pass
+        finally:
+            await anyio.sleep(1.0)
+            during = await backend.get("job")
+    after = await backend.get("job")
+    assert during is not None and during.holder == lease.identity
+    assert after is not None and after.holder == ""
+
+
+async def test_g4_released_lease_is_acquirable_at_once(world: World) -> None:
+    """§4.4: after a release the next owner acquires without waiting for the timeout."""
+    a, b = world.lease("a"), world.lease("b")
+    async with a.held():
+        pass
+    start = anyio.current_time()
+    async with b.held():
+        assert anyio.current_time() - start < world.settings.lease_operation_timeout
+
+
+async def test_g4_release_keeps_the_token_history(world: World) -> None:
+    """§4.4: release writes an empty holder and keeps the fencing token."""
+    backend = world.backend()
+    async with world.lease("a", backend=backend).held() as grant:
+        token = grant.fencing_token
+    record = await backend.get("job")
+    assert record is not None and record.holder == "" and record.fencing_token == token
+
+
+async def test_g4_release_never_clobbers_a_new_holder(world: World) -> None:
+    """§4.4: if another owner holds the record when we release, our release writes nothing."""
+    backend = world.backend()
+    lease = world.lease("a")
+    async with lease.held() as grant:
+        # An operator force-releases and b takes the lease while a still runs.
+        current = await backend.get("job")
+        assert current is not None
+        await backend.update(
+            LeaseRecord(name="job", holder="b_1", lease_duration=15, fencing_token=grant.fencing_token + 1),
+            current.version,
+        )
+    final = await backend.get("job")
+    assert final is not None and final.holder == "b_1"
+
+
+async def test_g4_release_is_shielded_and_bounded(world: World) -> None:
+    """§4.4: an outer cancel still releases; a hanging store delays the exit by at most T."""
+    backend = world.backend()
+    with anyio.move_on_after(1.0):
+        async with world.lease("a", backend=backend).held():
+            await anyio.sleep_forever()
+    record = await backend.get("job")
+    assert record is not None and record.holder == ""
+
+    hanging = world.faulty()
+    lease = world.lease("c", backend=hanging, name="other")
+    async with lease.held():
+        hanging.pause()
+        exit_started = anyio.current_time()
+    assert anyio.current_time() - exit_started <= world.settings.lease_operation_timeout + 1e-9
+    hanging.resume()
+
+
+# -- §4.5 structured ------------------------------------------------------------------------------
+
+
+async def test_g5_loss_cancels_body_and_raises_bare_lease_lost(world: World) -> None:
+    """§4.5: a takeover cancels the body and LeaseLost (not an ExceptionGroup) reaches the caller."""
+    backend = world.backend()
+    lease = world.lease("a")
+    reached_end = False
+    with pytest.raises(LeaseLost) as info:
+        async with lease.held():
+            current = await backend.get("job")
+            assert current is not None
+            await backend.update(LeaseRecord(name="job", holder="thief_1", fencing_token=99), current.version)
+            await anyio.sleep(60)
+            reached_end = True
+    assert type(info.value) is LeaseLost
+    assert "thief_1" in str(info.value)
+    assert not reached_end
+    assert not lease.check_lease()
+
+
+async def test_g5_outer_cancellation_passes_through_unchanged(world: World) -> None:
+    """§4.5: an outer cancel scope catches its own cancellation; no LeaseLost appears."""
+    lease = world.lease("a")
+    with anyio.move_on_after(5) as outer:
+        async with lease.held():
+            await anyio.sleep_forever()
+    assert outer.cancelled_caught
+
+
+async def test_g5_renewals_continue_while_body_cleans_up(world: World) -> None:
+    """§4.5: after an outer cancel, a body cleanup longer than the timeout keeps the lease."""
+    s = world.settings
+    backend = world.backend()
+    lease = world.lease("a", backend=backend)
+    observed: list[bool] = []
+    with anyio.move_on_after(1.0):
+        async with lease.held():
+            try:
+                await anyio.sleep_forever()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await anyio.sleep(2 * s.heartbeat_timeout)
+                    observed.append(lease.check_lease())
+                    record = await backend.get("job")
+                    observed.append(record is not None and record.holder == lease.identity)
+    assert observed == [True, True]
+
+
+async def test_g5_body_exception_propagates_bare(world: World) -> None:
+    """§4.5: an error in the body reaches the caller as itself, and the lease is released."""
+    backend = world.backend()
+    with pytest.raises(KeyError):
+        async with world.lease("a", backend=backend).held():
+            raise KeyError("boom")
+    record = await backend.get("job")
+    assert record is not None and record.holder == ""
+
+
+async def test_g5_no_task_outlives_held(world: World) -> None:
+    """§4.5: once held() has exited, none of its tasks are running."""
+    before = len(anyio.get_running_tasks())
+    async with world.lease("a").held():
+        assert len(anyio.get_running_tasks()) > before
+    await anyio.sleep(0)
+    assert len(anyio.get_running_tasks()) == before
+
+
+async def test_g5_no_task_outlives_the_acquire_host(world: World) -> None:
+    """§4.5: the heartbeat of acquire() lives and ends with `async with lease:`."""
+    before = len(anyio.get_running_tasks())
+    lease = world.lease("a")
+    async with lease:
+        assert await lease.acquire()
+        assert len(anyio.get_running_tasks()) > before
+    assert len(anyio.get_running_tasks()) == before
+    assert not lease.check_lease()
+
+
+# -- §4.6 reentrant per owner ---------------------------------------------------------------------
+
+
+async def test_g6_same_owner_reenters_and_shares_the_grant(world: World) -> None:
+    """§4.6: nested held() by one owner shares the token; the lease stays held until the outer."""
+    backend = world.backend()
+    lease = world.lease("a", backend=backend)
+    other_object = world.lease("a")  # same owner, another Lease object in this process
+    async with lease.held() as outer:
+        async with lease.held() as inner, other_object.held() as third:
+            assert inner.fencing_token == outer.fencing_token == third.fencing_token
+        record = await backend.get("job")
+        assert record is not None and record.holder == lease.identity
+        assert lease.check_lease()
+    record = await backend.get("job")
+    assert record is not None and record.holder == ""
+
+
+async def test_g6_other_owner_never_acquires_a_live_lease(world: World) -> None:
+    """§4.6: acquire() by another owner returns False while the lease is live."""
+    a, b = world.lease("a"), world.lease("b")
+    async with a, b:
+        assert await a.acquire()
+        assert await a.acquire()  # reentrant
+        for _ in range(20):
+            assert not await b.acquire()
+            await anyio.sleep(world.settings.heartbeat_interval)
+        assert a.check_lease() and not b.check_lease()
+
+
+# -- §4.7 owner identity --------------------------------------------------------------------------
+
+
+async def test_g7_identity_is_owner_plus_incarnation(world: World) -> None:
+    """§4.7: the holder written to the record is the owner name plus this process's incarnation."""
+    lease = world.lease("pod-a")
+    assert lease.identity == f"pod-a_{incarnation()}"
+    async with lease.held() as grant:
+        assert grant.identity == lease.identity and grant.owner == "pod-a"
+
+
+async def test_g7_restarted_process_does_not_inherit_a_live_lease(world: World) -> None:
+    """§4.7: a record held by the same owner name from an earlier incarnation is not ours."""
+    await _plant(world, LeaseRecord(name="job", holder="pod-a_0123456789ab", lease_duration=15, fencing_token=4))
+    lease = world.lease("pod-a")
+    async with lease:
+        assert not await lease.acquire()
+
+
+def test_g7_forked_child_gets_a_new_incarnation() -> None:
+    """§4.7: a forked process is a new incarnation (os.register_at_fork)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.write(write_end, incarnation().encode())
+        os._exit(0)
+    os.close(write_end)
+    child = os.read(read_end, 64).decode()
+    os.waitpid(pid, 0)
+    os.close(read_end)
+    assert child and child != incarnation()

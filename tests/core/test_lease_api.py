@@ -1,0 +1,229 @@
+"""The Lease API around the guarantees: Akka-style calls, try_held, timeouts, acquire safety."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from trio_lease import (
+    AcquireTimeout,
+    BackendUnavailable,
+    Lease,
+    LeaseBusy,
+    LeaseConfigError,
+    LeaseError,
+    LeaseLost,
+    LeaseRecord,
+)
+from trio_lease.backends.memory import MemoryBackend
+
+from .conftest import World
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_acquire_release_check_lease_follow_the_seed_contract(world: World) -> None:
+    """§5.2: acquire True/False, check_lease only while held, release True then False."""
+    a, b = world.lease("a"), world.lease("b")
+    async with a, b:
+        assert not a.check_lease()
+        assert await a.acquire()
+        assert a.check_lease()
+        assert not await b.acquire()
+        assert not b.check_lease()
+        assert await a.release()
+        assert not a.check_lease()
+        assert not await a.release()  # we no longer hold it
+        assert await b.acquire()
+        assert b.check_lease()
+
+
+async def test_acquire_outside_a_host_scope_is_a_clear_error(world: World) -> None:
+    """§3: acquire() without `async with lease:` says how to host the heartbeat."""
+    with pytest.raises(LeaseError, match="async with lease"):
+        await world.lease("a").acquire()
+
+
+async def test_acquire_keeps_renewing_in_its_host(world: World) -> None:
+    """§5.2: the heartbeat of acquire() renews for as long as the host scope lives."""
+    lease = world.lease("a")
+    async with lease:
+        assert await lease.acquire()
+        await anyio.sleep(10 * world.settings.heartbeat_timeout)
+        assert lease.check_lease()
+
+
+async def test_on_lost_is_called_exactly_once_after_acquire(world: World) -> None:
+    """§5.2: on_lost(cause) fires once per grant when the lease is lost, and not on release."""
+    backend = world.backend()
+    causes: list[BaseException | None] = []
+    lease = world.lease("a")
+    async with lease:
+        assert await lease.acquire(on_lost=causes.append)
+        current = await backend.get("job")
+        assert current is not None
+        await backend.update(LeaseRecord(name="job", holder="thief_1", fencing_token=50), current.version)
+        await anyio.sleep(5 * world.settings.heartbeat_timeout)
+        assert not lease.check_lease()
+    assert len(causes) == 1
+    assert isinstance(causes[0], LeaseLost) and "thief_1" in str(causes[0])
+
+    released: list[BaseException | None] = []
+    other = world.lease("a", name="other")
+    async with other:
+        assert await other.acquire(on_lost=released.append)
+        assert await other.release()
+        await anyio.sleep(world.settings.heartbeat_timeout)
+    assert released == []
+
+
+async def test_async_on_lost_callback_is_awaited(world: World) -> None:
+    """§5.2: an async on_lost callback runs to completion."""
+    partitioned = world.faulty()
+    seen = anyio.Event()
+
+    async def on_lost(cause: BaseException | None) -> None:
+        await anyio.sleep(0.1)
+        seen.set()
+
+    lease = world.lease("a", backend=partitioned)
+    async with lease:
+        assert await lease.acquire(on_lost=on_lost)
+        partitioned.pause()
+        with anyio.fail_after(world.settings.deadline + 1):
+            await seen.wait()
+
+
+async def test_acquire_raises_backend_unavailable_when_unreachable(world: World) -> None:
+    """§5.2: an unreachable backend makes acquire() raise, not return False."""
+    broken = world.faulty(error_rate=1.0)
+    lease = world.lease("a", backend=broken)
+    async with lease:
+        with pytest.raises(BackendUnavailable):
+            await lease.acquire()
+
+
+async def test_acquire_with_lost_reply_adopts_the_landed_grant(world: World) -> None:
+    """§4.2: an acquire write that landed but whose reply was lost is resolved by a re-read."""
+    lossy = world.faulty()
+    lossy.lose_next_replies(1)
+    lease = world.lease("a", backend=lossy)
+    async with lease.held() as grant:
+        record = await world.backend().get("job")
+        assert record is not None and record.fencing_token == grant.fencing_token
+        assert record.holder == lease.identity
+
+
+async def test_cancelled_acquire_releases_a_write_that_landed(world: World) -> None:
+    """§5.1: cancelled while its grant write is in flight, held() releases it before unwinding."""
+    slow = world.faulty(reply_latency=0.4)
+    lease = world.lease("a", backend=slow)
+    # get: replies at 0.4; create: applied at 0.4, reply due at 0.8: cancel in between.
+    with anyio.move_on_after(0.6) as scope:
+        async with lease.held():
+            pytest.fail("the body must not run")
+    assert scope.cancelled_caught
+    record = await world.backend().get("job")
+    assert record is not None and record.holder == "" and record.fencing_token == 1
+    async with world.lease("b").held() as grant:  # acquirable at once
+        assert grant.fencing_token == 2
+
+
+async def test_try_held_raises_busy_with_holder_and_expiry(world: World) -> None:
+    """§3: try_held() raises LeaseBusy naming the holder and when it may expire."""
+    a, b = world.lease("a"), world.lease("b")
+    async with a.held():
+        with pytest.raises(LeaseBusy) as info:
+            async with b.try_held():
+                pytest.fail("must not run")
+    assert info.value.holder == a.identity
+    assert 0 < info.value.expires_in <= world.settings.heartbeat_timeout
+
+
+async def test_held_timeout_raises_acquire_timeout(world: World) -> None:
+    """§3: held(timeout=) raises AcquireTimeout, which is also a TimeoutError."""
+    a, b = world.lease("a"), world.lease("b")
+    async with a.held():
+        start = anyio.current_time()
+        with pytest.raises(TimeoutError) as info:
+            async with b.held(timeout=2.0):
+                pytest.fail("must not run")
+        assert isinstance(info.value, AcquireTimeout)
+        assert anyio.current_time() - start == pytest.approx(2.0)
+
+
+async def test_waiting_contender_wakes_on_release_without_polling(world: World) -> None:
+    """§5.3: with a watch, the waiter acquires right after the release, not a poll later."""
+    a, b = world.lease("a"), world.lease("b")
+    released_at: list[float] = []
+    acquired_at: list[float] = []
+
+    async def contender() -> None:
+        async with b.held():
+            acquired_at.append(anyio.current_time())
+
+    async with anyio.create_task_group() as tg:
+        async with a.held():
+            tg.start_soon(contender)
+            await anyio.sleep(30)
+        released_at.append(anyio.current_time())
+    assert acquired_at[0] - released_at[0] < 0.05 * world.settings.wait_interval
+
+
+async def test_polling_contender_acquires_within_a_poll_interval(world: World) -> None:
+    """§5.3: without a watch, the waiter re-reads on a jittered period and acquires."""
+    a = world.lease("a")
+    b = world.lease("b", backend=world.faulty(watch_enabled=False))
+    acquired_at: list[float] = []
+
+    async def contender() -> None:
+        async with b.held():
+            acquired_at.append(anyio.current_time())
+
+    async with anyio.create_task_group() as tg:
+        async with a.held():
+            tg.start_soon(contender)
+            await anyio.sleep(30)
+        released = anyio.current_time()
+    assert 0 < acquired_at[0] - released <= 1.2 * world.settings.wait_interval + 0.01
+
+
+async def test_holder_and_watch_holder_report_changes(world: World) -> None:
+    """§3: holder() is the holder as last read; watch_holder() yields each change."""
+    a, b = world.lease("a"), world.lease("b")
+    seen: list[str | None] = []
+
+    async def watch() -> None:
+        async for holder in b.watch_holder():
+            seen.append(holder)
+            if len(seen) == 3:
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        await anyio.sleep(0.1)
+        async with a.held():
+            await anyio.sleep(1)
+    assert seen == [None, a.identity, None]
+    assert b.holder() is None
+
+
+async def test_lost_after_body_finished_without_checkpoint_still_raises(world: World) -> None:
+    """§4.5: a loss seen at exit raises LeaseLost even if the body never hit a checkpoint."""
+    frozen = world.faulty()
+    lease = world.lease("a", backend=frozen, clock=lambda: anyio.current_time())
+    with pytest.raises(LeaseLost):
+        async with lease.held():
+            frozen.pause()
+            with anyio.CancelScope(shield=True):  # a body that ignores cancellation
+                await anyio.sleep(world.settings.deadline + 1)
+
+
+def test_bad_constructor_arguments_are_config_errors() -> None:
+    """§3: empty names or owners and non-backends are LeaseConfigError (a ValueError)."""
+    backend = MemoryBackend()
+    for args in (("", "a", backend), ("n", "", backend), ("n", "a", object())):
+        with pytest.raises(LeaseConfigError):
+            Lease(*args)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        Lease("n", "", backend)

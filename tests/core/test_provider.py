@@ -1,0 +1,115 @@
+"""LeaseProvider: leases by (name, config section, owner) from TOML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trio_lease import LeaseConfigError, LeaseProvider
+from trio_lease._provider import load_backend_class
+from trio_lease.backends.memory import MemoryBackend
+from trio_lease.backends.sqlite import SqliteBackend
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = """
+[app.leases.fast]
+lease-class = "memory"
+heartbeat-timeout = "15s"
+heartbeat-interval = "1.5s"
+lease-operation-timeout = "500ms"
+
+[app.leases.disk]
+lease-class = "sqlite"
+path = "{path}"
+busy-timeout = "2s"
+
+[app.leases.custom]
+lease-class = "trio_lease.backends.memory:MemoryBackend"
+"""
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "leases.toml"
+    path.write_text(CONFIG.format(path=tmp_path / "db.sqlite3"))
+    return path
+
+
+def test_same_triple_returns_same_instance(config_file: Path) -> None:
+    """The same (name, config_path, owner) gives the same Lease; others differ (seed)."""
+    provider = LeaseProvider(config_file)
+    first = provider.get_lease("report", "app.leases.fast", "w1")
+    assert provider.get_lease("report", "app.leases.fast", "w1") is first
+    assert provider.get_lease("report", "app.leases.fast", "w2") is not first
+    assert provider.get_lease("other", "app.leases.fast", "w1") is not first
+    assert provider.get_lease("other", "app.leases.fast", "w1").backend is first.backend
+
+
+def test_section_settings_and_backend_keys(config_file: Path) -> None:
+    """Kebab-case settings go to LeaseSettings, other keys to the backend."""
+    provider = LeaseProvider(config_file)
+    fast = provider.get_lease("r", "app.leases.fast", "w")
+    assert isinstance(fast.backend, MemoryBackend)
+    assert fast.settings.heartbeat_timeout == 15 and fast.settings.lease_operation_timeout == 0.5
+    disk = provider.get_lease("r", "app.leases.disk", "w")
+    assert isinstance(disk.backend, SqliteBackend)
+    assert disk.backend.path == config_file.parent / "db.sqlite3"
+    assert disk.backend.busy_timeout == 2
+    assert disk.settings.heartbeat_timeout == 120  # the seed's default
+    custom = provider.get_lease("r", "app.leases.custom", "w")
+    assert isinstance(custom.backend, MemoryBackend)
+
+
+def test_backends_come_from_the_entry_point_group() -> None:
+    """Registered names resolve through the trio_lease.backends entry points."""
+    assert load_backend_class("sqlite") is SqliteBackend
+    assert load_backend_class("memory") is MemoryBackend
+
+
+@pytest.mark.parametrize(
+    ("text", "section", "message"),
+    [
+        ("[a]\nlease-class = 'memory'\n", "a.b", r"no section \[a.b\]"),
+        ("[a]\nheartbeat-timeout = '15s'\n", "a", "lease-class must be set"),
+        ("[a]\nlease-class = 'nosuch'\n", "a", "unknown lease-class 'nosuch'; registered backends:"),
+        ("[a]\nlease-class = 'nosuch.module:X'\n", "a", "cannot import 'nosuch.module'"),
+        ("[a]\nlease-class = 'builtins:dict'\n", "a", "not a trio_lease.abc.LeaseBackend"),
+        ("[a]\nlease-class = 'memory'\nheartbeat-interval = '70s'\n", "a", "heartbeat_interval must be <"),
+        ("[a]\nlease-class = 'memory'\nheartbeat_timeout = '70s'\n", "a", "use kebab-case keys"),
+        ("[a]\nlease-class = 'sqlite'\ncolour = 'blue'\n", "a", "unknown sqlite backend key"),
+        ("[a]\nlease-class = 'memory'\ncolour = 'blue'\n", "a", "unknown key.*colour"),
+        ("[a\nbroken", "a", "is not valid TOML"),
+    ],
+)
+def test_bad_configuration_names_file_and_key(tmp_path: Path, text: str, section: str, message: str) -> None:
+    """Every configuration mistake is a LeaseConfigError naming the file, section and fix."""
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(LeaseConfigError, match=message) as info:
+        LeaseProvider(path).get_lease("n", section, "o")
+    assert str(path) in str(info.value)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    """A missing configuration file is reported with its path."""
+    with pytest.raises(LeaseConfigError, match="does not exist"):
+        LeaseProvider(tmp_path / "nope.toml")
+
+
+async def test_provider_hosts_acquire_heartbeats() -> None:
+    """`async with provider:` hosts acquire(); leaving it releases and closes backends."""
+    provider = LeaseProvider(
+        {"l": {"lease-class": "memory", "heartbeat-timeout": 15, "heartbeat-interval": 1.5,
+               "lease-operation-timeout": 0.5}}
+    )
+    lease = provider.get_lease("job", "l", "w1")
+    other = provider.get_lease("job", "l", "w2")
+    async with provider:
+        assert await lease.acquire()
+        assert not await other.acquire()
+        assert lease.check_lease()
+    assert not lease.check_lease()
+    record = await lease.backend.get("job")
+    assert record is not None and record.holder == ""

@@ -1,0 +1,79 @@
+"""LeaseSettings: defaults, duration parsing, and validation per DESIGN §6."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from trio_lease import LeaseConfigError, LeaseSettings
+from trio_lease._settings import parse_duration
+
+
+def test_defaults_are_the_seeds() -> None:
+    """The seed's reference defaults: 120 s timeout, 12 s interval, 5 s operation timeout."""
+    s = LeaseSettings()
+    assert (s.heartbeat_timeout, s.heartbeat_interval, s.lease_operation_timeout) == (120, 12, 5)
+    assert s.deadline == 80
+    assert s.safety_margin == pytest.approx(120 * 0.999 - 80 * 1.001)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [(3, 3.0), (1.5, 1.5), ("1.5s", 1.5), ("250ms", 0.25), ("2m", 120.0), ("1h", 3600.0),
+     ("1m30s", 90.0), (" 2 s ", 2.0), ("7", 7.0), (timedelta(milliseconds=1500), 1.5)],
+)
+def test_durations_in_every_form(text: object, seconds: float) -> None:
+    """Durations: seconds, timedelta, or strings with ms/s/m/h units."""
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bad", ["abc", "5 parsecs", "", True, None, float("nan"), "s", "1ms2"])
+def test_bad_durations_are_rejected(bad: object) -> None:
+    """A duration that is not a number of seconds fails with the accepted forms."""
+    with pytest.raises(ValueError):
+        parse_duration(bad)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "inequality"),
+    [
+        ({"heartbeat_timeout": 0}, "heartbeat_timeout must be positive"),
+        ({"heartbeat_interval": -1}, "heartbeat_interval must be positive"),
+        ({"heartbeat_interval": 60}, "heartbeat_interval must be < heartbeat_timeout / 2"),
+        ({"lease_operation_timeout": 12}, "lease_operation_timeout must be < heartbeat_interval"),
+        ({"holder_deadline": 21}, "two renewal attempts fit"),
+        ({"holder_deadline": 119.5}, "safety inequality"),
+        ({"stop_timeout": 40}, "safety inequality"),
+        ({"clock_rate_tolerance": 0.5}, "clock_rate_tolerance"),
+        ({"poll_interval": 0}, "poll_interval must be positive"),
+        ({"heartbeat_timeout": "soon"}, "cannot read 'soon' as a duration"),
+        ({"unknown_key": 1}, "unknown_key"),
+    ],
+)
+def test_invalid_settings_name_the_failed_inequality(kwargs: dict[str, object], inequality: str) -> None:
+    """Each invalid combination is a LeaseConfigError (a ValueError) naming what failed."""
+    with pytest.raises(LeaseConfigError, match=inequality) as info:
+        LeaseSettings(**kwargs)  # type: ignore[arg-type]
+    assert isinstance(info.value, ValueError)
+
+
+def test_failed_inequality_says_by_how_much() -> None:
+    """The message gives both sides and the shortfall."""
+    with pytest.raises(LeaseConfigError, match=r"70 s >= 60 s \(too large by 10 s\)"):
+        LeaseSettings(heartbeat_interval=70)
+
+
+def test_kebab_case_keys_and_strings() -> None:
+    """The seed's kebab-case keys and duration strings are accepted."""
+    s = LeaseSettings(**{"heartbeat-timeout": "15s", "heartbeat-interval": "1500ms", "lease-operation-timeout": "0.5s"})
+    assert (s.heartbeat_timeout, s.heartbeat_interval, s.lease_operation_timeout) == (15, 1.5, 0.5)
+    assert s.deadline == 10
+    assert s.wait_interval == 1.5
+
+
+def test_settings_are_frozen() -> None:
+    """Settings cannot change after validation."""
+    s = LeaseSettings()
+    with pytest.raises(Exception, match="frozen"):
+        s.heartbeat_timeout = 1  # type: ignore[misc]
