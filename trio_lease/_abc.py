@@ -97,7 +97,7 @@ class LeaseBackend(abc.ABC):
 
     @abc.abstractmethod
     async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
-        """Replace the record if its version is ``expected_version``, else :class:`ConflictError`."""
+        """Replace the record if at ``expected_version``, else raise :class:`ConflictError`."""
 
     def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
         """Yield the current record, then each change (optional; see ``supports_watch``)."""

@@ -61,7 +61,9 @@ class Write:
     expected_version: str | None
 
 
-def observe(previous: Observation | None, record: LeaseRecord | None, now: float) -> Observation | None:
+def observe(
+    previous: Observation | None, record: LeaseRecord | None, now: float
+) -> Observation | None:
     """The observation after a read of ``record`` that returned at local time ``now``.
 
     The countdown restarts only when the version changes; re-reading the same version keeps the
@@ -119,7 +121,9 @@ def decide_acquire(
     if record is None:
         return Write(_grant(name, identity, 0, settings, wall_now), None)
     if record.is_free or record.holder == identity:
-        return Write(_grant(name, identity, record.fencing_token, settings, wall_now), record.version)
+        return Write(
+            _grant(name, identity, record.fencing_token, settings, wall_now), record.version
+        )
     remaining = expires_in(record, observation, now, settings)
     if remaining > 0:
         return Busy(record.holder, remaining)

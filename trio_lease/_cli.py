@@ -126,10 +126,7 @@ async def _run(args: argparse.Namespace) -> int:
                 async def hold_and_run() -> None:
                     nonlocal code, error
                     try:
-                        if args.wait:
-                            scope = lease.held(timeout=args.timeout)
-                        else:
-                            scope = lease.try_held()
+                        scope = lease.held(timeout=args.timeout) if args.wait else lease.try_held()
                         reporter = anyio.CancelScope()
                         tg.start_soon(_report_waiting, lease, settings, reporter)
                         try:

@@ -74,6 +74,10 @@ class Holding:
 
     # -- state ---------------------------------------------------------------------------------
 
+    def is_active(self) -> bool:
+        """Neither lost nor ended (the deadline may still have passed)."""
+        return self.lost_cause is None and not self.ended
+
     def is_valid(self) -> bool:
         """True while the grant is neither lost nor ended and its deadline has not passed."""
         return not self.ended and self.lost_cause is None and self._clock() < self.deadline
@@ -123,11 +127,11 @@ class Holding:
         settings = self._settings
         retry_gap = max(settings.lease_operation_timeout / 4, 0.001)
         next_at = self.last_send + settings.heartbeat_interval
-        while self.lost_cause is None and not self.ended:
+        while self.is_active():
             delay = next_at - self._clock()
             if delay > 0:
                 await anyio.sleep(delay)
-            if self.lost_cause is not None or self.ended:
+            if not self.is_active():  # lost or ended while we slept
                 return
             started = self._clock()
             if await self._renew_once():

@@ -291,8 +291,9 @@ class Lease:
         With ``release``, a landed grant is released at once (cancellation-safe acquire).
         Shielded and bounded by T.
         """
-        with anyio.CancelScope(shield=True), anyio.move_on_after(
-            self.settings.lease_operation_timeout
+        with (
+            anyio.CancelScope(shield=True),
+            anyio.move_on_after(self.settings.lease_operation_timeout),
         ):
             try:
                 current = await self.backend.get(self.name)
@@ -440,9 +441,10 @@ class Lease:
     async def _release(self, holding: Holding, *, raise_unknown: bool) -> bool:
         """Write an empty holder if a fresh read still shows our grant (DESIGN §4.4)."""
         error: BaseException | None = None
-        with anyio.CancelScope(shield=True), anyio.move_on_after(
-            self.settings.lease_operation_timeout
-        ) as scope:
+        with (
+            anyio.CancelScope(shield=True),
+            anyio.move_on_after(self.settings.lease_operation_timeout) as scope,
+        ):
             try:
                 current = await self.backend.get(self.name)
                 self._observe(current)

@@ -67,9 +67,7 @@ def _import_target(target: str, where: str) -> type[LeaseBackend]:
         ) from None
     cls = getattr(module, attr, None)
     if not (isinstance(cls, type) and issubclass(cls, LeaseBackend)):
-        raise LeaseConfigError(
-            f"{where}: {target!r} is not a trio_lease.abc.LeaseBackend subclass"
-        )
+        raise LeaseConfigError(f"{where}: {target!r} is not a trio_lease.abc.LeaseBackend subclass")
     return cls
 
 
@@ -145,9 +143,11 @@ class LeaseProvider:
         for part in config_path.split("."):
             if not isinstance(node, Mapping) or part not in node:
                 here = ".".join(walked) or "the top level"
-                options = sorted(k for k, v in node.items() if isinstance(v, Mapping)) if (
-                    isinstance(node, Mapping)
-                ) else []
+                options = (
+                    sorted(k for k, v in node.items() if isinstance(v, Mapping))
+                    if (isinstance(node, Mapping))
+                    else []
+                )
                 raise LeaseConfigError(
                     f"{self._source}: no section [{config_path}] (no key {part!r} under {here}; "
                     f"sections there: {', '.join(options) or 'none'})"
@@ -166,7 +166,9 @@ class LeaseProvider:
         where = f"{self._source} [{config_path}]"
         lease_class = section.get("lease-class")
         if not isinstance(lease_class, str) or not lease_class:
-            raise LeaseConfigError(f"{where}: lease-class must be set (e.g. lease-class = \"sqlite\")")
+            raise LeaseConfigError(
+                f'{where}: lease-class must be set (e.g. lease-class = "sqlite")'
+            )
         settings_keys = {k: v for k, v in section.items() if k in _SETTINGS_KEYS}
         snake = [k for k in section if "_" in k and k.replace("_", "-") in _SETTINGS_KEYS]
         if snake:

@@ -35,8 +35,7 @@ class World:
         return backend
 
     def faulty(self, **faults: Any) -> FaultyBackend:
-        backend = FaultyBackend(self.backend(), **faults)
-        return backend
+        return FaultyBackend(self.backend(), **faults)
 
     def lease(
         self, owner: str, *, backend: LeaseBackend | None = None, name: str = "job", **kw: Any

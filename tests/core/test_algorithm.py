@@ -15,11 +15,17 @@ WALL = datetime(2026, 1, 1, tzinfo=UTC)
 ME = "me_1"
 
 
-def rec(holder: str = "", *, version: str = "v1", token: int = 3, duration: float = 15) -> LeaseRecord:
-    return LeaseRecord(name="job", holder=holder, lease_duration=duration, fencing_token=token, version=version)
+def rec(
+    holder: str = "", *, version: str = "v1", token: int = 3, duration: float = 15
+) -> LeaseRecord:
+    return LeaseRecord(
+        name="job", holder=holder, lease_duration=duration, fencing_token=token, version=version
+    )
 
 
-def decide(record: LeaseRecord | None, obs: algo.Observation | None, now: float) -> algo.Busy | algo.Write:
+def decide(
+    record: LeaseRecord | None, obs: algo.Observation | None, now: float
+) -> algo.Busy | algo.Write:
     return algo.decide_acquire(
         record, name="job", identity=ME, observation=obs, now=now, settings=S, wall_now=WALL
     )
@@ -37,11 +43,19 @@ def decide(record: LeaseRecord | None, obs: algo.Observation | None, now: float)
         (rec("other"), algo.Observation("v1", 100.0), 115.0, ("write", 4, "v1")),
         (rec("other"), algo.Observation("v0", 100.0), 115.0, ("busy", 15.0)),  # version moved
         (rec("other", duration=60), algo.Observation("v1", 100.0), 130.0, ("busy", 30.0)),
-        (rec("other", duration=5), algo.Observation("v1", 100.0), 110.0, ("busy", 5.0)),  # our L wins
+        (
+            rec("other", duration=5),
+            algo.Observation("v1", 100.0),
+            110.0,
+            ("busy", 5.0),
+        ),  # our L wins
     ],
 )
 def test_decide_acquire_table(
-    record: LeaseRecord | None, observation: algo.Observation | None, now: float, expected: tuple[object, ...]
+    record: LeaseRecord | None,
+    observation: algo.Observation | None,
+    now: float,
+    expected: tuple[object, ...],
 ) -> None:
     """decide_acquire: create when missing, new grant when free/ours/expired, else busy."""
     decision = decide(record, observation, now)
@@ -86,7 +100,12 @@ def test_renewal_keeps_token_and_release_keeps_history() -> None:
 
 @pytest.mark.parametrize(
     ("record", "token", "ours"),
-    [(rec(ME, token=3), 3, True), (rec(ME, token=4), 3, False), (rec("x", token=3), 3, False), (None, 3, False)],
+    [
+        (rec(ME, token=3), 3, True),
+        (rec(ME, token=4), 3, False),
+        (rec("x", token=3), 3, False),
+        (None, 3, False),
+    ],
 )
 def test_still_ours(record: LeaseRecord | None, token: int, ours: bool) -> None:
     """still_ours: our identity and our token, nothing less."""

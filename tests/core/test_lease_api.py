@@ -62,7 +62,9 @@ async def test_on_lost_is_called_exactly_once_after_acquire(world: World) -> Non
         assert await lease.acquire(on_lost=causes.append)
         current = await backend.get("job")
         assert current is not None
-        await backend.update(LeaseRecord(name="job", holder="thief_1", fencing_token=50), current.version)
+        await backend.update(
+            LeaseRecord(name="job", holder="thief_1", fencing_token=50), current.version
+        )
         await anyio.sleep(5 * world.settings.heartbeat_timeout)
         assert not lease.check_lease()
     assert len(causes) == 1

@@ -73,17 +73,27 @@ def test_backends_come_from_the_entry_point_group() -> None:
     [
         ("[a]\nlease-class = 'memory'\n", "a.b", r"no section \[a.b\]"),
         ("[a]\nheartbeat-timeout = '15s'\n", "a", "lease-class must be set"),
-        ("[a]\nlease-class = 'nosuch'\n", "a", "unknown lease-class 'nosuch'; registered backends:"),
+        (
+            "[a]\nlease-class = 'nosuch'\n",
+            "a",
+            "unknown lease-class 'nosuch'; registered backends:",
+        ),
         ("[a]\nlease-class = 'nosuch.module:X'\n", "a", "cannot import 'nosuch.module'"),
         ("[a]\nlease-class = 'builtins:dict'\n", "a", "not a trio_lease.abc.LeaseBackend"),
-        ("[a]\nlease-class = 'memory'\nheartbeat-interval = '70s'\n", "a", "heartbeat_interval must be <"),
+        (
+            "[a]\nlease-class = 'memory'\nheartbeat-interval = '70s'\n",
+            "a",
+            "heartbeat_interval must be <",
+        ),
         ("[a]\nlease-class = 'memory'\nheartbeat_timeout = '70s'\n", "a", "use kebab-case keys"),
         ("[a]\nlease-class = 'sqlite'\ncolour = 'blue'\n", "a", "unknown sqlite backend key"),
         ("[a]\nlease-class = 'memory'\ncolour = 'blue'\n", "a", "unknown key.*colour"),
         ("[a\nbroken", "a", "is not valid TOML"),
     ],
 )
-def test_bad_configuration_names_file_and_key(tmp_path: Path, text: str, section: str, message: str) -> None:
+def test_bad_configuration_names_file_and_key(
+    tmp_path: Path, text: str, section: str, message: str
+) -> None:
     """Every configuration mistake is a LeaseConfigError naming the file, section and fix."""
     path = tmp_path / "bad.toml"
     path.write_text(text)
@@ -101,8 +111,14 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 async def test_provider_hosts_acquire_heartbeats() -> None:
     """`async with provider:` hosts acquire(); leaving it releases and closes backends."""
     provider = LeaseProvider(
-        {"l": {"lease-class": "memory", "heartbeat-timeout": 15, "heartbeat-interval": 1.5,
-               "lease-operation-timeout": 0.5}}
+        {
+            "l": {
+                "lease-class": "memory",
+                "heartbeat-timeout": 15,
+                "heartbeat-interval": 1.5,
+                "lease-operation-timeout": 0.5,
+            }
+        }
     )
     lease = provider.get_lease("job", "l", "w1")
     other = provider.get_lease("job", "l", "w2")

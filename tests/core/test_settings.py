@@ -20,8 +20,18 @@ def test_defaults_are_the_seeds() -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [(3, 3.0), (1.5, 1.5), ("1.5s", 1.5), ("250ms", 0.25), ("2m", 120.0), ("1h", 3600.0),
-     ("1m30s", 90.0), (" 2 s ", 2.0), ("7", 7.0), (timedelta(milliseconds=1500), 1.5)],
+    [
+        (3, 3.0),
+        (1.5, 1.5),
+        ("1.5s", 1.5),
+        ("250ms", 0.25),
+        ("2m", 120.0),
+        ("1h", 3600.0),
+        ("1m30s", 90.0),
+        (" 2 s ", 2.0),
+        ("7", 7.0),
+        (timedelta(milliseconds=1500), 1.5),
+    ],
 )
 def test_durations_in_every_form(text: object, seconds: float) -> None:
     """Durations: seconds, timedelta, or strings with ms/s/m/h units."""
@@ -51,10 +61,12 @@ def test_bad_durations_are_rejected(bad: object) -> None:
         ({"unknown_key": 1}, "unknown_key"),
     ],
 )
-def test_invalid_settings_name_the_failed_inequality(kwargs: dict[str, object], inequality: str) -> None:
+def test_invalid_settings_name_the_failed_inequality(
+    kwargs: dict[str, object], inequality: str
+) -> None:
     """Each invalid combination is a LeaseConfigError (a ValueError) naming what failed."""
     with pytest.raises(LeaseConfigError, match=inequality) as info:
-        LeaseSettings(**kwargs)  # type: ignore[arg-type]
+        LeaseSettings(**kwargs)
     assert isinstance(info.value, ValueError)
 
 
@@ -66,7 +78,13 @@ def test_failed_inequality_says_by_how_much() -> None:
 
 def test_kebab_case_keys_and_strings() -> None:
     """The seed's kebab-case keys and duration strings are accepted."""
-    s = LeaseSettings(**{"heartbeat-timeout": "15s", "heartbeat-interval": "1500ms", "lease-operation-timeout": "0.5s"})
+    s = LeaseSettings(
+        **{
+            "heartbeat-timeout": "15s",
+            "heartbeat-interval": "1500ms",
+            "lease-operation-timeout": "0.5s",
+        }
+    )
     assert (s.heartbeat_timeout, s.heartbeat_interval, s.lease_operation_timeout) == (15, 1.5, 0.5)
     assert s.deadline == 10
     assert s.wait_interval == 1.5
@@ -76,4 +94,4 @@ def test_settings_are_frozen() -> None:
     """Settings cannot change after validation."""
     s = LeaseSettings()
     with pytest.raises(Exception, match="frozen"):
-        s.heartbeat_timeout = 1  # type: ignore[misc]
+        s.heartbeat_timeout = 1

@@ -79,8 +79,7 @@ class MemoryBackend(LeaseBackend):
             raise ConflictError(f"lease {record.name!r} does not exist")
         if current.version != expected_version:
             raise ConflictError(
-                f"lease {record.name!r} is at version {current.version}, "
-                f"not {expected_version}"
+                f"lease {record.name!r} is at version {current.version}, not {expected_version}"
             )
         return self.store._commit(record)
 

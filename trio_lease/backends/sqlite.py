@@ -153,9 +153,7 @@ class SqliteBackend(LeaseBackend):
 
     async def _run(self, action: Callable[[sqlite3.Connection], T]) -> T:
         try:
-            return await anyio.to_thread.run_sync(
-                self._with_conn, action, abandon_on_cancel=True
-            )
+            return await anyio.to_thread.run_sync(self._with_conn, action, abandon_on_cancel=True)
         except sqlite3.OperationalError as exc:
             # "database is locked" past busy_timeout, I/O errors: transient, outcome unknown.
             raise BackendUnavailable(f"SQLite at {self.path}: {exc}") from exc

@@ -127,7 +127,9 @@ async def check_backend(
         seen = {created.version}
         current = created
         for i in range(3):
-            new = dataclasses.replace(current, renewed_at=now, fencing_token=current.fencing_token + i)
+            new = dataclasses.replace(
+                current, renewed_at=now, fencing_token=current.fencing_token + i
+            )
             updated = await b.update(new, current.version)
             _require(updated.version not in seen, "every write produces a new version")
             _require(_same_payload(updated, new), "update stores every field of the record")
@@ -201,7 +203,9 @@ async def check_backend(
             await _check_watch(a, b, name("watch"), watch_timeout)
 
 
-async def _check_watch(watcher: LeaseBackend, writer: LeaseBackend, name: str, limit: float) -> None:
+async def _check_watch(
+    watcher: LeaseBackend, writer: LeaseBackend, name: str, limit: float
+) -> None:
     states: list[LeaseRecord | None] = []
     first_seen = anyio.Event()
     change_seen = anyio.Event()

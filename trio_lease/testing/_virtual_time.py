@@ -19,6 +19,7 @@ clock, like a task that is blocked, and time jumps past it. Use real time for th
 from __future__ import annotations
 
 import asyncio
+import math
 import selectors
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -32,7 +33,7 @@ class _AutojumpSelector(selectors.BaseSelector):
     def __init__(self, loop_time: Callable[[float], None], threshold: float) -> None:
         self._inner = selectors.DefaultSelector()
         self._advance = loop_time
-        self._threshold = threshold
+        self.threshold = threshold
 
     def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
         return self._inner.register(fileobj, events, data)
@@ -46,8 +47,11 @@ class _AutojumpSelector(selectors.BaseSelector):
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         if timeout is not None and timeout <= 0:
             return self._inner.select(0)
+        if math.isinf(self.threshold):
+            # Frozen: time moves only when something else advances it; wait for real I/O.
+            return self._inner.select(None)
         # Give real I/O (and wake-ups from worker threads) `threshold` real seconds to show up.
-        wait = self._threshold if timeout is None else min(self._threshold, timeout)
+        wait = self.threshold if timeout is None else min(self.threshold, timeout)
         events = self._inner.select(wait)
         if events:
             return events
@@ -69,10 +73,21 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
 
     def __init__(self, autojump_threshold: float = 0.0) -> None:
         self._virtual_now = 0.0
-        super().__init__(_AutojumpSelector(self._advance, autojump_threshold))
+        self._autojump = _AutojumpSelector(self._advance, autojump_threshold)
+        super().__init__(self._autojump)
 
     def _advance(self, seconds: float) -> None:
         self._virtual_now += seconds
+
+    @property
+    def autojump_threshold(self) -> float:
+        """Real seconds all tasks must be blocked before time jumps; ``math.inf`` freezes time
+        (as with trio's ``MockClock.autojump_threshold``)."""
+        return self._autojump.threshold
+
+    @autojump_threshold.setter
+    def autojump_threshold(self, value: float) -> None:
+        self._autojump.threshold = value
 
     def time(self) -> float:
         return self._virtual_now

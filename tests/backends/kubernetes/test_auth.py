@@ -1,0 +1,113 @@
+"""Authentication flows: token files re-read, 401 retried once, impersonation, no leaks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from trio_lease import BackendAuthError
+from trio_lease.backends.kubernetes import Credentials
+from trio_lease.backends.kubernetes._auth import FileTokenSource, KubeAuth, StaticTokenSource
+
+pytestmark = pytest.mark.anyio
+
+
+class Server:
+    """A MockTransport handler accepting one token at a time, recording what it saw."""
+
+    def __init__(self, valid: str) -> None:
+        self.valid = valid
+        self.also_valid: set[str] = set()
+        self.seen: list[str | None] = []
+        self.headers: list[httpx.Headers] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.headers.append(request.headers)
+        auth = request.headers.get("Authorization")
+        self.seen.append(auth)
+        if auth not in {f"Bearer {t}" for t in {self.valid, *self.also_valid}}:
+            return httpx.Response(401, json={"kind": "Status", "code": 401,
+                                             "reason": "Unauthorized", "message": "Unauthorized"})
+        return httpx.Response(200, json={"ok": True})
+
+
+def _client(server: Server, auth: httpx.Auth) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.MockTransport(server), auth=auth,
+                             base_url="https://kube.test")
+
+
+async def test_token_file_is_reread_after_the_refresh_interval(tmp_path: Path) -> None:
+    """A rotated token file is picked up within the refresh interval without any 401."""
+    token = tmp_path / "token"
+    token.write_text("one\n")
+    server = Server("one")
+    source = FileTokenSource(token, refresh_interval=60)
+    async with _client(server, KubeAuth(source, Credentials())) as client:
+        assert (await client.get("/")).status_code == 200
+        token.write_text("two")
+        server.also_valid.add("two")  # the old token keeps working: no 401 forces a re-read
+        await anyio.sleep(30)
+        await client.get("/")
+        assert server.seen[-1] == "Bearer one"  # cached for up to a minute
+        await anyio.sleep(31)
+        await client.get("/")
+        assert server.seen[-1] == "Bearer two"
+
+
+async def test_401_rereads_the_token_file_and_retries_once(tmp_path: Path) -> None:
+    """After a 401 the token file is re-read at once and the request retried once."""
+    token = tmp_path / "token"
+    token.write_text("old")
+    server = Server("old")
+    async with _client(server, KubeAuth(FileTokenSource(token), Credentials())) as client:
+        await client.get("/")
+        token.write_text("new")
+        server.valid = "new"
+        response = await client.get("/")
+        assert response.status_code == 200
+        assert server.seen[-2:] == ["Bearer old", "Bearer new"]
+        server.valid = "other"
+        response = await client.get("/")
+        assert response.status_code == 401  # a second 401 is returned, not retried forever
+        assert server.seen[-2:] == ["Bearer new", "Bearer new"]
+
+
+async def test_unreadable_token_file_keeps_the_old_token(tmp_path: Path) -> None:
+    """A token file that is briefly missing or empty does not drop the cached token."""
+    token = tmp_path / "token"
+    token.write_text("kept")
+    source = FileTokenSource(token, refresh_interval=1)
+    assert await source.token() == "kept"
+    token.write_text("")
+    await anyio.sleep(2)
+    assert await source.token() == "kept"
+    token.unlink()
+    assert await source.token(refresh=True) == "kept"
+
+
+async def test_missing_token_file_is_an_auth_error_without_the_token(tmp_path: Path) -> None:
+    """No token at all is a BackendAuthError naming the file."""
+    source = FileTokenSource(tmp_path / "absent")
+    with pytest.raises(BackendAuthError, match="absent"):
+        await source.token()
+
+
+async def test_impersonation_headers_are_sent() -> None:
+    """as / as-groups become Impersonate-User and one Impersonate-Group per group."""
+    server = Server("t")
+    creds = Credentials(impersonate_user="alice", impersonate_groups=("g1", "g2"))
+    async with _client(server, KubeAuth(StaticTokenSource("t"), creds)) as client:
+        await client.get("/")
+    headers = server.headers[-1]
+    assert headers["Impersonate-User"] == "alice"
+    assert headers.get_list("Impersonate-Group") == ["g1", "g2"]
+
+
+async def test_token_is_not_in_reprs() -> None:
+    """Token sources and the auth flow never show the token in their repr."""
+    auth = KubeAuth(StaticTokenSource("sekret-value"), Credentials(token="sekret-value"))
+    assert "sekret-value" not in repr(auth)
+    assert "sekret-value" not in repr(auth.source)

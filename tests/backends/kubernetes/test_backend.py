@@ -1,0 +1,282 @@
+"""KubernetesBackend on the in-process emulator: the SPI, the protocol and its costs."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+import anyio
+import httpx
+import pytest
+
+from trio_lease import ConflictError, Lease, LeaseConfigError, LeaseRecord, LeaseSettings
+from trio_lease.backends.kubernetes import KEY_ANNOTATION, lease_name_for
+from trio_lease.backends.kubernetes._client import pool_size
+from trio_lease.testing import check_backend
+from trio_lease.testing.kube import KubeEmulator
+
+from ._helpers import CountingTransport, emulator_with_crd, make_backend
+
+pytestmark = pytest.mark.anyio
+
+
+def _delete(emulator: KubeEmulator, name: str) -> None:
+    rt = emulator.resource_type("coordination.k8s.io/v1", "leases")
+    assert rt is not None
+    emulator.store.delete(rt, "default", name, {})
+KINDS = ["coordination.k8s.io/v1", "akka.io/v1"]
+NOW = datetime(2026, 3, 1, 10, 0, 0, 5, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_conformance(kind: str) -> None:
+    """check_backend passes against the emulator for both lease kinds."""
+    emulator = emulator_with_crd()
+    await check_backend(lambda: make_backend(emulator.transport(), kind=kind))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_steady_state_renewal_is_one_put(kind: str) -> None:
+    """A renewal with the cached version costs exactly one HTTP request: the PUT."""
+    transport = CountingTransport(emulator_with_crd().transport())
+    async with make_backend(transport, kind=kind) as backend:
+        record = await backend.create(LeaseRecord("job", holder="me", lease_duration=15,
+                                                  fencing_token=1, renewed_at=NOW))
+        for _ in range(3):
+            transport.requests.clear()
+            record = await backend.update(dataclasses.replace(record, renewed_at=NOW),
+                                          record.version)
+            assert transport.methods() == ["PUT"]
+
+
+async def test_requests_carry_a_server_timeout_and_never_rv_zero() -> None:
+    """Every request sends ?timeout=Ns (whole seconds >= 1); reads never use resourceVersion=0."""
+    transport = CountingTransport(emulator_with_crd().transport())
+    async with make_backend(transport, request_timeout=3.5) as backend:
+        await backend.get("job")
+        created = await backend.create(LeaseRecord("job", holder="me", lease_duration=15))
+        await backend.get("job")
+        await backend.update(created, created.version)
+    for method, _, query in transport.requests:
+        assert query["timeout"] == "3s", method
+        assert "resourceVersion" not in query
+
+
+async def test_update_without_cached_object_reads_first_and_sends_uid() -> None:
+    """An update at a version we have not seen GETs first, then PUTs with uid and version."""
+    emulator = emulator_with_crd()
+    async with make_backend(emulator.transport()) as writer:
+        created = await writer.create(LeaseRecord("job", holder="a", lease_duration=15))
+    transport = CountingTransport(emulator.transport())
+    async with make_backend(transport) as other:
+        updated = await other.update(dataclasses.replace(created, holder="b"), created.version)
+    assert transport.methods() == ["GET", "PUT"]
+    assert updated.holder == "b"
+
+
+async def test_renewal_after_delete_is_lost_not_recreated() -> None:
+    """A renewal of a deleted lease fails (uid precondition) and does not re-create it."""
+    emulator = emulator_with_crd()
+    async with make_backend(emulator.transport()) as backend:
+        record = await backend.create(LeaseRecord("job", holder="me", lease_duration=15))
+        _delete(emulator, "job")
+        with pytest.raises(ConflictError):
+            await backend.update(record, record.version)
+    assert emulator.get_lease("job") is None
+
+
+async def test_renewal_after_recreate_is_lost() -> None:
+    """A renewal against a deleted-and-recreated lease is a conflict (uid or version)."""
+    emulator = emulator_with_crd()
+    async with make_backend(emulator.transport()) as a, make_backend(emulator.transport()) as b:
+        record = await a.create(LeaseRecord("job", holder="me", lease_duration=15))
+        _delete(emulator, "job")
+        await b.create(LeaseRecord("job", holder="other", lease_duration=15))
+        with pytest.raises(ConflictError):
+            await a.update(record, record.version)
+    lease = emulator.get_lease("job")
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == "other"
+
+
+async def test_writes_preserve_fields_we_do_not_model() -> None:
+    """strategy, preferredHolder, labels, annotations survive our PUTs; MicroTime has 6 digits."""
+    emulator = emulator_with_crd()
+    emulator.apply({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "job", "namespace": "default", "labels": {"team": "x"},
+                     "annotations": {"note": "keep"}},
+        "spec": {"holderIdentity": "", "strategy": "OldestEmulationVersion",
+                 "preferredHolder": "pod-b", "leaseTransitions": 4},
+    })
+    async with make_backend(emulator.transport()) as backend:
+        current = await backend.get("job")
+        assert current is not None
+        assert getattr(current, "preferred_holder", "") == "pod-b"
+        new = dataclasses.replace(current, holder="pod-a", lease_duration=15, fencing_token=5,
+                                  acquired_at=NOW.replace(microsecond=0), renewed_at=NOW)
+        await backend.update(new, current.version)
+    lease = emulator.get_lease("job")
+    assert lease is not None
+    assert lease["spec"]["strategy"] == "OldestEmulationVersion"
+    assert lease["spec"]["preferredHolder"] == "pod-b"
+    assert lease["metadata"]["labels"] == {"team": "x"}
+    assert lease["metadata"]["annotations"] == {"note": "keep"}
+    assert lease["spec"]["leaseTransitions"] == 5
+    assert lease["spec"]["acquireTime"] == "2026-03-01T10:00:00.000000Z"
+    assert lease["spec"]["renewTime"] == "2026-03-01T10:00:00.000005Z"
+
+
+async def test_release_is_one_put_keeping_transitions() -> None:
+    """The core's release (holder "", 1 s) is a PUT that keeps leaseTransitions."""
+    emulator = emulator_with_crd()
+    transport = CountingTransport(emulator.transport())
+    async with make_backend(transport) as backend:
+        record = await backend.create(LeaseRecord("job", holder="me", lease_duration=15,
+                                                  fencing_token=7))
+        fresh = await backend.get("job")
+        assert fresh is not None
+        transport.requests.clear()
+        await backend.update(dataclasses.replace(fresh, holder="", lease_duration=1.0),
+                             record.version)
+    assert transport.methods() == ["PUT"]
+    lease = emulator.get_lease("job")
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == ""
+    assert lease["spec"]["leaseDurationSeconds"] == 1
+    assert lease["spec"]["leaseTransitions"] == 7
+
+
+async def test_invalid_keys_are_mapped_and_annotated() -> None:
+    """A key that is not a valid name is stored under lease_name_for(key) with the key annotated."""
+    emulator = emulator_with_crd()
+    async with make_backend(emulator.transport()) as backend:
+        created = await backend.create(LeaseRecord("Nightly Report/EU", holder="me",
+                                                   lease_duration=15))
+        assert created.name == "Nightly Report/EU"
+        read = await backend.get("Nightly Report/EU")
+        assert read is not None
+        assert read.holder == "me"
+    lease = emulator.get_lease(lease_name_for("Nightly Report/EU"))
+    assert lease is not None
+    assert lease["metadata"]["annotations"][KEY_ANNOTATION] == "Nightly Report/EU"
+
+
+async def test_name_collisions_are_detected_on_read() -> None:
+    """Reading an object whose key annotation names another key is a LeaseConfigError."""
+    emulator = emulator_with_crd()
+    name = lease_name_for("Other Key")
+    emulator.apply({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": name, "namespace": "default",
+                                 "annotations": {KEY_ANNOTATION: "Someone Else"}}, "spec": {}})
+    async with make_backend(emulator.transport()) as backend:
+        with pytest.raises(LeaseConfigError, match="collision"):
+            await backend.get("Other Key")
+
+
+async def test_strict_names_reject_invalid_keys() -> None:
+    """With map_names=False an invalid key is rejected locally, before any request."""
+    transport = CountingTransport(emulator_with_crd().transport())
+    async with make_backend(transport, map_names=False) as backend:
+        with pytest.raises(LeaseConfigError, match="lease_name_for"):
+            await backend.get("My_Lock")
+    assert transport.requests == []
+
+
+def test_validate_settings_rejects_fractional_lease_durations() -> None:
+    """Kubernetes Leases need a whole number of seconds >= 1 as heartbeat_timeout (DESIGN §6)."""
+    backend = make_backend(emulator_with_crd().transport())
+    with pytest.raises(LeaseConfigError, match="whole number"):
+        backend.validate_settings(LeaseSettings(heartbeat_timeout=30.5, heartbeat_interval=3,
+                                                lease_operation_timeout=1))
+    backend.validate_settings(LeaseSettings(heartbeat_timeout=30, heartbeat_interval=3,
+                                            lease_operation_timeout=1))
+
+
+def test_validate_settings_for_akka_checks_the_wall_clock_rule() -> None:
+    """For akka.io/v1 the holder deadline must end before Akka's takeover point (L - 2R) - R."""
+    backend = make_backend(emulator_with_crd().transport(), kind="akka.io/v1")
+    backend.validate_settings(LeaseSettings())  # the defaults: D = 80 s <= 120 - 36
+    with pytest.raises(LeaseConfigError, match="wall-clock"):
+        backend.validate_settings(LeaseSettings(heartbeat_timeout=60, heartbeat_interval=12,
+                                                lease_operation_timeout=5, holder_deadline=40))
+
+
+async def test_backends_share_one_client_per_server_and_loop() -> None:
+    """Backends on the same server, credentials and loop share one AsyncClient."""
+    emulator = emulator_with_crd()
+    emulator.add_token("different", "admin", groups=("system:masters",))
+    transport = emulator.transport()
+    before = pool_size()
+    a, b = make_backend(transport), make_backend(transport)
+    await a.get("x")
+    await b.get("x")
+    assert a._client() is b._client()
+    assert pool_size() == before + 1
+    other = make_backend(transport, token="different")
+    await other.get("x")
+    assert other._client() is not a._client()
+    await a.aclose()
+    assert not b._client().is_closed
+    await b.aclose()
+    await other.aclose()
+    assert pool_size() == before
+
+
+async def test_held_lease_renews_with_one_put_per_interval() -> None:
+    """Under held(), each steady-state renewal is exactly one request: a PUT, no GET."""
+    transport = CountingTransport(emulator_with_crd().transport())
+    settings = LeaseSettings(heartbeat_timeout=15, heartbeat_interval=1.5,
+                             lease_operation_timeout=0.5)
+    async with make_backend(transport) as backend:
+        lease = Lease("job", "me", backend, settings)
+        async with lease.held():
+            await anyio.sleep(2)  # past acquisition
+            transport.requests.clear()
+            await anyio.sleep(30)
+            during = transport.methods()
+    assert set(during) == {"PUT"}
+    assert len(during) == pytest.approx(30 / 1.5, abs=1)
+
+
+def test_clients_are_never_shared_across_event_loops() -> None:
+    """Runs on asyncio then trio get their own clients, each closed with its last backend."""
+    transport = emulator_with_crd().transport()
+    clients: list[httpx.AsyncClient] = []
+
+    async def use() -> None:
+        async with make_backend(transport) as a, make_backend(transport) as b:
+            await a.get("x")
+            await b.get("x")
+            assert a._client() is b._client()
+            clients.append(a._client())
+
+    anyio.run(use, backend="asyncio")
+    anyio.run(use, backend="trio")
+    assert clients[0] is not clients[1]
+    assert all(client.is_closed for client in clients)
+
+
+class CreatedOnPut(httpx.AsyncBaseTransport):
+    """A server that answers a PUT with 201 (a Lease re-created by the update)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.armed = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if self.armed and request.method == "PUT":
+            await response.aread()
+            return httpx.Response(201, content=response.content, headers=response.headers)
+        return response
+
+
+async def test_201_on_a_renewal_means_the_lease_is_lost() -> None:
+    """A PUT answered 201 (the lease had been deleted and was re-created) is a ConflictError."""
+    transport = CreatedOnPut(emulator_with_crd().transport())
+    async with make_backend(transport) as backend:
+        record = await backend.create(LeaseRecord("job", holder="me", lease_duration=15))
+        transport.armed = True
+        with pytest.raises(ConflictError, match="lost"):
+            await backend.update(record, record.version)

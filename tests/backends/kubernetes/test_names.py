@@ -1,0 +1,61 @@
+"""Lease names: validation and the key → name mapping."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trio_lease import LeaseConfigError
+from trio_lease.backends.kubernetes import lease_name_for, validate_lease_name
+from trio_lease.backends.kubernetes._names import is_valid_name, validate_namespace
+
+
+@pytest.mark.parametrize("name", ["a", "nightly-report", "a.b-c.d9", "x" * 253])
+def test_valid_names_pass(name: str) -> None:
+    """Valid DNS-1123 subdomains are accepted unchanged."""
+    assert validate_lease_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "My_Lock", "-a", "a-", "a..b", "a/b", "x" * 254, ".", ".."])
+def test_invalid_names_are_config_errors_with_the_rule(name: str) -> None:
+    """An invalid name is a LeaseConfigError that states the rule and names lease_name_for."""
+    with pytest.raises(LeaseConfigError, match="RFC 1123 subdomain") as info:
+        validate_lease_name(name)
+    assert "lease_name_for" in str(info.value)
+
+
+@pytest.mark.parametrize("namespace", ["", "A", "a.b", "x" * 64])
+def test_invalid_namespaces_are_rejected(namespace: str) -> None:
+    """Namespaces must be DNS-1123 labels (no dots, at most 63)."""
+    with pytest.raises(LeaseConfigError, match="namespace"):
+        validate_namespace(namespace)
+
+
+def test_valid_key_maps_to_itself() -> None:
+    """A key that already is a valid name is used as is (no hash)."""
+    assert lease_name_for("nightly-report") == "nightly-report"
+
+
+def test_sanitised_keys_get_distinct_hash_suffixes() -> None:
+    """Keys that sanitise to the same text still get different names (Akka's collision bug)."""
+    names = {lease_name_for(k) for k in ["A.b", "a_b", "a-b ", "a/b", "A_B"]}
+    assert len(names) == 5
+    assert lease_name_for("My_Lock").startswith("my-lock-")
+
+
+def test_long_keys_are_hashed_not_truncated() -> None:
+    """Two long keys sharing a 253-character prefix map to different valid names."""
+    a, b = "x" * 300 + "a", "x" * 300 + "b"
+    assert lease_name_for(a) != lease_name_for(b)
+    assert all(len(lease_name_for(k)) <= 253 for k in (a, b))
+
+
+@given(st.text(max_size=400))
+def test_every_key_maps_to_a_valid_stable_name(key: str) -> None:
+    """lease_name_for always returns a valid name, the same one for the same key."""
+    name = lease_name_for(key)
+    assert is_valid_name(name)
+    assert lease_name_for(key) == name
+    if name != key:
+        assert len(name) >= 10  # a hash suffix was added

@@ -1,0 +1,193 @@
+"""Real sockets and processes: TLS options on the HTTPS emulator and exec credential plugins."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import anyio
+import pytest
+import trustme
+
+from trio_lease import BackendAuthError, BackendUnavailable, LeaseConfigError, LeaseRecord
+from trio_lease.backends.kubernetes import (
+    ClusterConfig,
+    Credentials,
+    ExecConfig,
+    KubernetesBackend,
+    load_kubeconfig,
+)
+from trio_lease.backends.kubernetes._auth import ExecTokenSource, ssl_context
+from trio_lease.testing.kube import KubeEmulator
+
+pytestmark = pytest.mark.anyio
+
+PLUGIN = """
+import json, os, sys
+info = json.loads(os.environ["KUBERNETES_EXEC_INFO"])
+count_file = sys.argv[1]
+n = int(open(count_file).read()) + 1 if os.path.exists(count_file) else 1
+open(count_file, "w").write(str(n))
+print(json.dumps({"apiVersion": info["apiVersion"], "kind": "ExecCredential",
+                  "status": {"token": f"exec-token-{n}", "expirationTimestamp": sys.argv[2]}}))
+"""
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Real time: real sockets and subprocesses."""
+    backend: str = request.param
+    return backend
+
+
+async def test_https_with_ca_data_and_tls_server_name(tmp_path: Path) -> None:
+    """kubeconfig CA data works; tls-server-name is the name verified; a wrong one fails."""
+    emulator = KubeEmulator()
+    async with emulator.serve() as server:
+        document = server.kubeconfig()
+        document["clusters"][0]["cluster"]["tls-server-name"] = "localhost"
+        path = tmp_path / "config"
+        path.write_text(json.dumps(document))  # JSON is YAML
+        async with KubernetesBackend(load_kubeconfig([path])) as backend:
+            await backend.create(LeaseRecord("tls", holder="me", lease_duration=15))
+        document["clusters"][0]["cluster"]["tls-server-name"] = "wrong.example"
+        path.write_text(json.dumps(document))
+        async with KubernetesBackend(load_kubeconfig([path])) as backend:
+            with pytest.raises(BackendUnavailable, match="TLS certificate"):
+                await backend.get("tls")
+
+
+async def test_https_with_an_unknown_ca_fails_with_a_tls_hint() -> None:
+    """A server whose CA we do not trust gives BackendUnavailable naming TLS verification."""
+    emulator = KubeEmulator()
+    async with emulator.serve() as server:
+        other_ca = trustme.CA().cert_pem.bytes()
+        config = ClusterConfig(server=server.url, ca_data=other_ca)
+        async with KubernetesBackend(config) as backend:
+            with pytest.raises(BackendUnavailable, match="TLS certificate"):
+                await backend.get("x")
+
+
+async def test_exec_plugin_token_is_cached_until_expiry_and_rerun_on_401(tmp_path: Path) -> None:
+    """The exec plugin runs once, is cached, and runs again after a 401."""
+    script = tmp_path / "plugin.py"
+    script.write_text(PLUGIN)
+    count = tmp_path / "count"
+    config = ExecConfig(command=sys.executable, args=(str(script), str(count),
+                        "2099-01-01T00:00:00Z"))
+    emulator = KubeEmulator(require_auth=True)
+    emulator.add_token("exec-token-1", "u", groups=("system:masters",))
+    async with emulator.serve(tls=False) as server:
+        cluster = ClusterConfig(server=server.url, credentials=Credentials(exec=config))
+        async with KubernetesBackend(cluster) as backend:
+            await backend.get("x")
+            await backend.get("x")
+            assert count.read_text() == "1"
+            emulator.add_token("exec-token-2", "u", groups=("system:masters",))
+            emulator.expire_token("exec-token-1")
+            await backend.get("x")
+            assert count.read_text() == "2"
+
+
+async def test_exec_plugin_expired_token_is_refreshed_before_use(tmp_path: Path) -> None:
+    """A token whose expirationTimestamp has passed is not reused: the plugin runs again."""
+    script = tmp_path / "plugin.py"
+    script.write_text(PLUGIN)
+    count = tmp_path / "count"
+    source = ExecTokenSource(ExecConfig(command=sys.executable, args=(
+        str(script), str(count), "2000-01-01T00:00:00Z")))
+    assert await source.token() == "exec-token-1"
+    assert await source.token() == "exec-token-2"
+    assert "exec-token" not in repr(source)
+
+
+async def test_exec_plugin_failures_are_reported(tmp_path: Path) -> None:
+    """A missing plugin names its install hint; a failing one is an auth error."""
+    missing = ExecTokenSource(ExecConfig(command=str(tmp_path / "nope"), install_hint="brew it"))
+    with pytest.raises(LeaseConfigError, match="brew it"):
+        await missing.token()
+    failing = ExecTokenSource(ExecConfig(command=sys.executable, args=("-c", "exit(3)")))
+    with pytest.raises(BackendAuthError, match="status 3"):
+        await failing.token()
+
+
+def test_client_certificate_data_loads_without_leaving_files(tmp_path: Path) -> None:
+    """Client cert/key data are loaded through a private temp dir that is removed at once."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("client")
+    config = ClusterConfig(
+        server="https://127.0.0.1:1",
+        ca_data=ca.cert_pem.bytes(),
+        credentials=Credentials(client_cert_data=cert.cert_chain_pems[0].bytes(),
+                                client_key_data=cert.private_key_pem.bytes()),
+    )
+    context = ssl_context(config)
+    assert context.verify_mode.name == "CERT_REQUIRED"
+    bad = ClusterConfig(server="https://127.0.0.1:1", credentials=Credentials(
+        client_cert_data=b"junk", client_key_data=base64.b64encode(b"junk")))
+    with pytest.raises(LeaseConfigError, match="client certificate"):
+        ssl_context(bad)
+    _ = anyio  # real-time module; the sync test needs no loop
+
+
+async def test_exec_plugin_gets_cluster_info_when_asked(tmp_path: Path) -> None:
+    """provideClusterInfo passes the server and CA in KUBERNETES_EXEC_INFO; Always is refused."""
+    dump = tmp_path / "info.json"
+    script = tmp_path / "plugin.py"
+    script.write_text(
+        "import json, os, sys\n"
+        f"open({str(dump)!r}, 'w').write(os.environ['KUBERNETES_EXEC_INFO'])\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', "
+        "'kind': 'ExecCredential', 'status': {'token': 'tok'}}))\n"
+    )
+    exec_config = ExecConfig(command=sys.executable, args=(str(script),),
+                             provide_cluster_info=True)
+    cluster = ClusterConfig(server="https://127.0.0.1:6443", ca_data=b"PEM")
+    assert await ExecTokenSource(exec_config, cluster).token() == "tok"
+    info = json.loads(dump.read_text())
+    assert info["spec"]["interactive"] is False
+    assert info["spec"]["cluster"]["server"] == "https://127.0.0.1:6443"
+    assert base64.b64decode(info["spec"]["cluster"]["certificate-authority-data"]) == b"PEM"
+    always = ExecConfig(command=sys.executable, interactive_mode="Always")
+    with pytest.raises(LeaseConfigError, match="interactiveMode"):
+        await ExecTokenSource(always).token()
+
+
+async def test_insecure_skip_tls_verify_connects_without_a_ca() -> None:
+    """insecure-skip-tls-verify talks to a server whose CA is unknown (explicitly unsafe)."""
+    emulator = KubeEmulator()
+    async with emulator.serve() as server:
+        config = ClusterConfig(server=server.url, insecure_skip_tls_verify=True)
+        async with KubernetesBackend(config) as backend:
+            assert await backend.get("x") is None
+
+
+async def test_ipv6_loopback_server(tmp_path: Path) -> None:
+    """A bracketed IPv6 server URL works (the in-cluster form for IPv6 service hosts)."""
+    emulator = KubeEmulator()
+    async with AsyncExitStack() as stack:
+        try:
+            server = await stack.enter_async_context(emulator.serve(host="::1"))
+        except OSError:
+            pytest.skip("no IPv6 loopback here")
+        assert server.url.startswith("https://[::1]:")
+        config = ClusterConfig(server=server.url, ca_data=server.ca_pem)
+        async with KubernetesBackend(config) as backend:
+            assert await backend.get("x") is None
+
+
+async def test_rotated_ca_file_is_reread_after_a_verification_failure(tmp_path: Path) -> None:
+    """When TLS verification fails, the CA file is read again (rotation) and the call retried."""
+    emulator = KubeEmulator()
+    async with emulator.serve() as server:
+        ca_file = tmp_path / "ca.crt"
+        ca_file.write_bytes(trustme.CA().cert_pem.bytes())  # the old, now wrong, CA
+        config = ClusterConfig(server=server.url, ca_file=ca_file)
+        async with KubernetesBackend(config) as backend:
+            with pytest.raises(BackendUnavailable, match="TLS certificate"):
+                await backend.get("x")
+            ca_file.write_bytes(server.ca_pem)  # the kubelet rotated ca.crt
+            assert await backend.get("x") is None

@@ -1,0 +1,104 @@
+"""SQLite across real OS processes: exclusion, and failover after kill -9 (real time)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .lease_worker import SETTINGS
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def spawn(path: Path, owner: str, rounds: int, work: float, backend: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.multiprocess.lease_worker",
+            str(path),
+            owner,
+            str(rounds),
+            str(work),
+            backend,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def events(process: subprocess.Popen[str]) -> Iterator[dict[str, Any]]:
+    assert process.stdout is not None
+    for line in process.stdout:
+        yield json.loads(line)
+
+
+def wait_for(process: subprocess.Popen[str], event: str, limit: float) -> dict[str, Any]:
+    deadline = time.monotonic() + limit
+    for item in events(process):
+        if item["event"] == event:
+            return item
+        assert time.monotonic() < deadline, f"no {event!r} within {limit} s"
+    raise AssertionError(f"process ended before {event!r}")
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_two_processes_never_hold_at_once(tmp_path: Path, backend: str) -> None:
+    """Two processes contending on one SQLite file never have overlapping guarded intervals."""
+    db = tmp_path / "leases.sqlite3"
+    procs = [spawn(db, f"p{i}", rounds=6, work=0.15, backend=backend) for i in range(2)]
+    logs = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        logs.append([json.loads(line) for line in out.splitlines()])
+    intervals = []
+    for log in logs:
+        starts = [e for e in log if e["event"] == "start"]
+        ends = [e for e in log if e["event"] == "end"]
+        assert len(starts) == len(ends) == 6
+        intervals += [(s["t"], e["t"], s["token"]) for s, e in zip(starts, ends, strict=True)]
+    intervals.sort()
+    for (_, end, _), (start, _, _) in itertools.pairwise(intervals):
+        assert end <= start, "two processes held the lease at once"
+    tokens = [token for _, _, token in intervals]
+    assert tokens == sorted(set(tokens)) and len(tokens) == 12
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_kill_9_of_holder_fails_over_after_the_timeout(tmp_path: Path, backend: str) -> None:
+    """After kill -9 of the holder, the other process acquires once the heartbeat timeout has
+    passed since the holder's last renewal, and not before."""
+    db = tmp_path / "leases.sqlite3"
+    holder = spawn(db, "holder", rounds=0, work=0, backend=backend)
+    wait_for(holder, "start", 30)
+    contender = spawn(db, "contender", rounds=1, work=0.1, backend=backend)
+    try:
+        wait_for(contender, "ready", 30)
+        time.sleep(2 * SETTINGS.heartbeat_interval)  # the contender is now waiting
+        killed_at = time.monotonic()
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        started = wait_for(contender, "start", 60)
+        waited = started["t"] - killed_at
+        # The holder's last renewal was at most R before the kill; contenders wait L after it.
+        assert waited >= SETTINGS.heartbeat_timeout - SETTINGS.heartbeat_interval
+        assert started["token"] == 2
+        contender.wait(timeout=30)
+    finally:
+        for proc in (holder, contender):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

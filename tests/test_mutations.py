@@ -1,0 +1,227 @@
+"""Each DESIGN §4 guarantee, broken on purpose, makes its named test fail.
+
+Every mutation below edits one spot of a temporary copy of the package (the edit must apply
+exactly once) and runs the guarantee's test there; the test must fail. This keeps the guarantee
+tests honest: a test that still passes with its guarantee broken would be caught here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GUARANTEES = "tests/core/test_guarantees.py"
+API = "tests/core/test_lease_api.py"
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    guarantee: str
+    file: str
+    old: str
+    new: str
+    test: str
+    also: tuple[tuple[str, str], ...] = ()  # further (old, new) edits in the same file
+
+    @property
+    def id(self) -> str:
+        return self.test.rpartition("::")[2]
+
+
+MUTATIONS = [
+    Mutation(
+        "4.1 contenders count L on their own clock",
+        "trio_lease/_algorithm.py",
+        "wait = max(settings.heartbeat_timeout, record.lease_duration)",
+        "wait = max(settings.heartbeat_timeout, record.lease_duration) / 2",
+        f"{GUARANTEES}::test_g1_contender_waits_full_timeout_on_its_own_clock",
+    ),
+    Mutation(
+        "4.1 wall-clock timestamps are never trusted",
+        "trio_lease/_algorithm.py",
+        "    if record.is_free:\n        return 0.0\n",
+        "    if record.is_free or (record.renewed_at is not None and "
+        "(datetime.now(record.renewed_at.tzinfo) - record.renewed_at).total_seconds() > 60):\n"
+        "        return 0.0\n",
+        f"{GUARANTEES}::test_g1_wall_clock_timestamps_are_never_trusted",
+    ),
+    Mutation(
+        "4.1 the record's own duration if larger",
+        "trio_lease/_algorithm.py",
+        "wait = max(settings.heartbeat_timeout, record.lease_duration)",
+        "wait = settings.heartbeat_timeout",
+        f"{GUARANTEES}::test_g1_contender_honours_a_longer_record_duration",
+    ),
+    Mutation(
+        "4.1 the countdown restarts on every new version",
+        "trio_lease/_algorithm.py",
+        "if previous is not None and previous.version == record.version:",
+        "if previous is not None:",
+        f"{GUARANTEES}::test_g1_each_renewal_restarts_the_contenders_countdown",
+        also=(
+            (
+                "if observation is None or observation.version != record.version:",
+                "if observation is None:",
+            ),
+        ),
+    ),
+    Mutation(
+        "4.2 the deadline is anchored at send time",
+        "trio_lease/_lease.py",
+        "            send_time=send,\n",
+        "            send_time=self._clock(),\n",
+        f"{GUARANTEES}::test_g2_deadline_is_anchored_at_send_time_not_reply",
+    ),
+    Mutation(
+        "4.2 the holder stops before L",
+        "trio_lease/_algorithm.py",
+        "return send_time + settings.deadline",
+        "return send_time + settings.heartbeat_timeout + 2 * settings.stop_timeout",
+        f"{GUARANTEES}::test_g2_holder_cancels_body_before_any_contender_takes_over",
+    ),
+    Mutation(
+        "4.2 every request is bounded by min(T, time left)",
+        "trio_lease/_algorithm.py",
+        "return min(settings.lease_operation_timeout, deadline - now)",
+        "return 1000 * settings.heartbeat_timeout",
+        f"{GUARANTEES}::test_g2_every_request_is_bounded_by_operation_timeout",
+    ),
+    Mutation(
+        "4.2 an unknown outcome counts as not renewed",
+        "trio_lease/_heartbeat.py",
+        "        self._needs_read = True\n        self._last_error = \"timed out\"",
+        "        self.deadline = self._clock() + self._settings.deadline\n"
+        "        self._needs_read = True\n        self._last_error = \"timed out\"",
+        f"{GUARANTEES}::test_g2_unknown_outcome_counts_as_not_renewed",
+    ),
+    Mutation(
+        "4.3 every new grant bumps the fencing token",
+        "trio_lease/_algorithm.py",
+        "fencing_token=previous_token + 1,",
+        "fencing_token=max(previous_token, 1),",
+        f"{GUARANTEES}::test_g3_fencing_token_increases_on_every_new_grant",
+    ),
+    Mutation(
+        "4.4 release only if a fresh read still shows us",
+        "trio_lease/_lease.py",
+        "                if not algo.still_ours(current, holding.identity, holding.token):\n"
+        "                    return False",
+        "                if current is None:\n                    return False",
+        f"{GUARANTEES}::test_g4_release_never_clobbers_a_new_holder",
+    ),
+    Mutation(
+        "4.4 a released lease is acquirable at once",
+        "trio_lease/_lease.py",
+        "        return await self._release(holding, raise_unknown=raise_unknown)",
+        "        return False",
+        f"{GUARANTEES}::test_g4_released_lease_is_acquirable_at_once",
+    ),
+    Mutation(
+        "4.4 release is shielded",
+        "trio_lease/_lease.py",
+        "            anyio.CancelScope(shield=True),\n"
+        "            anyio.move_on_after(self.settings.lease_operation_timeout) as scope,",
+        "            anyio.CancelScope(),\n"
+        "            anyio.move_on_after(self.settings.lease_operation_timeout) as scope,",
+        f"{GUARANTEES}::test_g4_release_is_shielded_and_bounded",
+    ),
+    Mutation(
+        "4.5 a bare LeaseLost, never an ExceptionGroup",
+        "trio_lease/_lease.py",
+        "                if holding.lost_cause is not None:\n                    body.cancel()",
+        "                if holding.lost_cause is not None:\n                    body.cancel()\n"
+        "                    raise LeaseLost(self.name, holding.lost_cause)",
+        f"{GUARANTEES}::test_g5_loss_cancels_body_and_raises_bare_lease_lost",
+    ),
+    Mutation(
+        "4.5 renewals continue while the body cleans up",
+        "trio_lease/_lease.py",
+        "heartbeat_scope = anyio.CancelScope(shield=True)",
+        "heartbeat_scope = anyio.CancelScope()",
+        f"{GUARANTEES}::test_g5_renewals_continue_while_body_cleans_up",
+    ),
+    Mutation(
+        "4.6 reentrant per owner",
+        "trio_lease/_lease.py",
+        "            if holding is not None:  # reentrant: share the live grant",
+        "            if False:  # reentrancy removed",
+        f"{GUARANTEES}::test_g6_same_owner_reenters_and_shares_the_grant",
+    ),
+    Mutation(
+        "4.7 identity includes a per-process incarnation",
+        "trio_lease/_lease.py",
+        'self.identity = f"{owner}_{incarnation()}"',
+        "self.identity = owner",
+        f"{GUARANTEES}::test_g7_identity_is_owner_plus_incarnation",
+    ),
+    Mutation(
+        "5.1 a cancelled acquire releases what landed",
+        "trio_lease/_lease.py",
+        "release=cancelled)",
+        "release=False)",
+        f"{API}::test_cancelled_acquire_releases_a_write_that_landed",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the package and its tests, mutated per test in a fresh copy."""
+    base = tmp_path_factory.mktemp("pristine")
+    ignore = shutil.ignore_patterns("__pycache__", ".mypy_cache", ".pytest_cache", ".hypothesis")
+    shutil.copytree(ROOT / "trio_lease", base / "trio_lease", ignore=ignore)
+    shutil.copytree(ROOT / "tests" / "core", base / "tests" / "core", ignore=ignore)
+    for name in ("__init__.py", "conftest.py"):
+        shutil.copy(ROOT / "tests" / name, base / "tests" / name)
+    shutil.copy(ROOT / "pyproject.toml", base / "pyproject.toml")
+    return base
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.id)
+def test_breaking_the_guarantee_fails_its_test(
+    mutation: Mutation, pristine: Path, tmp_path: Path
+) -> None:
+    """With the guarantee broken in a copy of the package, its named test fails."""
+    tree = tmp_path / "tree"
+    shutil.copytree(pristine, tree)
+    target = tree / mutation.file
+    source = target.read_text()
+    for old, new in ((mutation.old, mutation.new), *mutation.also):
+        assert source.count(old) == 1, f"the mutation for {mutation.guarantee} is stale"
+        source = source.replace(old, new)
+    target.write_text(source)
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", mutation.test],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert str(tree) in _imported_from(tree, env), "the copy, not the original, was tested"
+    assert result.returncode == 1, (
+        f"{mutation.guarantee}: {mutation.test} did not fail with the guarantee broken\n"
+        f"{result.stdout[-2000:]}"
+    )
+    assert " failed" in result.stdout.splitlines()[-1]
+
+
+def _imported_from(tree: Path, env: dict[str, str]) -> str:
+    return subprocess.run(
+        [sys.executable, "-c", "import trio_lease; print(trio_lease.__file__)"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout

@@ -1,0 +1,91 @@
+"""``trio-lease check``: run :func:`check` from the command line.
+
+Exit status: 0 when everything needed works, 1 when a problem was found (each is printed with
+its fix), 78 for a configuration that cannot even be loaded (from the main command's handler).
+
+The backend comes from ``--config FILE --section PATH`` (a LeaseProvider TOML section with
+``lease-class = "kubernetes"``), or from the options below (``--server``, ``--kubeconfig``,
+``--context``, ``--namespace``, ``--lease-kind``, ``--token-file``), or, with neither, from the
+usual precedence (KUBECONFIG, in-cluster, ~/.kube/config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..._exceptions import LeaseConfigError
+
+__all__ = ["add_check_command", "run_check"]
+
+_OPTIONS = ("server", "kubeconfig", "context", "namespace", "lease-kind", "token-file", "ca-file")
+
+
+def add_check_command(subparsers: Any) -> None:
+    """Register ``check`` on the ``trio-lease`` command's subparsers."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "check",
+        help="check the Kubernetes backend: server, credentials, RBAC, CRD",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument("--config", help="LeaseProvider TOML file")
+    parser.add_argument("--section", help="section path in --config (e.g. leases.nightly)")
+    for option in _OPTIONS:
+        parser.add_argument(f"--{option}", dest=option.replace("-", "_"), default=None)
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(func=run_check)
+
+
+def _section(args: argparse.Namespace) -> dict[str, Any]:
+    if args.config:
+        if not args.section:
+            raise LeaseConfigError("--config needs --section (the TOML section of the lease)")
+        try:
+            data: Any = tomllib.loads(Path(args.config).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise LeaseConfigError(f"cannot read {args.config}: {exc}") from None
+        for part in args.section.split("."):
+            if not isinstance(data, dict) or part not in data:
+                raise LeaseConfigError(f"{args.config} has no section [{args.section}]")
+            data = data[part]
+        if not isinstance(data, dict):
+            raise LeaseConfigError(f"[{args.section}] in {args.config} is not a table")
+        section = dict(data)
+    else:
+        section = {}
+    for option in _OPTIONS:
+        value = getattr(args, option.replace("-", "_"), None)
+        if value is not None:
+            section[option] = value
+    return section
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Build the backend, run the check, print the report; 0 if fine, 1 if not."""
+    from ._backend import KubernetesBackend
+
+    section = _section(args)
+
+    async def main() -> int:
+        async with KubernetesBackend.from_config(section) as backend:
+            report = await backend.check()
+        if args.json:
+            print(json.dumps({
+                "ok": report.ok,
+                "server": report.server,
+                "namespace": report.namespace,
+                "lease_kind": report.lease_kind,
+                "source": report.source,
+                "problems": [{"what": p.what, "fix": p.fix} for p in report.problems],
+                "notes": report.notes,
+            }, indent=2))
+        else:
+            print(report)
+        return 0 if report.ok else 1
+
+    return anyio.run(main)

@@ -1,0 +1,301 @@
+"""The request handler shared by the in-process transport and the network server.
+
+Routing follows the apiserver's URL layout: ``/api/v1/...`` for the core group,
+``/apis/{group}/{version}/...`` otherwise, ``namespaces/{ns}/{plural}[/{name}]`` for
+namespaced objects and ``{plural}[/{name}]`` for cluster-scoped objects or lists across all
+namespaces. An unknown group, version or resource is the generic 404 ("the server could not
+find the requested resource", empty details): that is what a client sees before a CRD is
+applied. ``?timeout=`` (a Go duration such as ``5s``; default and maximum 60 s, the server's
+request timeout) bounds every non-watch request and ends in 504 ``Timeout``; the emulator
+cancels the request's work at that moment, so a write delayed past it does not commit (use
+``faults.fail(504, after_commit=True)`` for "committed, but the client saw 504").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import anyio
+
+from ._collection import list_objects, start_watch
+from ._discovery import discovery
+from ._faults import Fault
+from ._http import DropReply, RecordedRequest, Request, Response
+from ._openapi import openapi_v3
+from ._rbac import forbidden_reason, is_allowed
+from ._resources import ResourceType
+from ._status import ApiError, status_body
+
+if TYPE_CHECKING:
+    from ._emulator import KubeEmulator
+
+__all__ = ["handle", "parse_duration"]
+
+JSON = dict[str, Any]
+DEFAULT_TIMEOUT = 60.0
+_DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+
+
+def parse_duration(text: str) -> float:
+    """A Go duration (``5s``, ``1m30s``, ``250ms``) in seconds; 400 if malformed."""
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ApiError.bad_request(f'time: invalid duration "{text}"')
+    return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def _json(code: int, body: JSON | str, headers: list[tuple[str, str]] | None = None) -> Response:
+    extra = list(headers or [])
+    if isinstance(body, str):
+        if not any(k.lower() == "content-type" for k, _ in extra):
+            extra.append(("Content-Type", "text/plain; charset=utf-8"))
+        return Response(code, extra, body.encode())
+    data = json.dumps(body, separators=(",", ":")).encode()
+    return Response(code, [("Content-Type", "application/json"), *extra], data)
+
+
+async def handle(emulator: KubeEmulator, request: Request) -> Response:
+    """Answer ``request``; :class:`DropReply` means "close the connection instead"."""
+    response: Response | None = None
+    try:
+        try:
+            response = await _handle(emulator, request)
+        except ApiError as error:
+            response = _json(error.code, error.body, error.headers)
+        return response
+    finally:
+        headers = {k: v for k, v in request.headers.items() if k != "authorization"}
+        status = 0 if response is None else response.status
+        emulator.requests.append(
+            RecordedRequest(request.method, request.path, dict(request.query), headers, status)
+        )
+
+
+@dataclasses.dataclass
+class _Target:
+    rt: ResourceType
+    namespace: str
+    name: str
+    verb: str
+
+
+def _route(emulator: KubeEmulator, request: Request) -> _Target:
+    parts = [unquote(p) for p in request.path.strip("/").split("/") if p]
+    if parts[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        raise ApiError.no_route()
+    namespace = ""
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 2:
+        raise ApiError.no_route()
+    rt = emulator.types.get((group, version, rest[0]))
+    if rt is None or (namespace and not rt.namespaced):
+        raise ApiError.no_route()
+    name = rest[1] if len(rest) == 2 else ""
+    if rt.namespaced and name and not namespace:
+        raise ApiError.no_route()
+    watching = request.query.get("watch", "") in ("1", "true")
+    verbs = {
+        ("GET", True): "get", ("GET", False): "watch" if watching else "list",
+        ("POST", False): "create", ("PUT", True): "update", ("PATCH", True): "patch",
+        ("DELETE", True): "delete",
+    }
+    verb = verbs.get((request.method, bool(name)))
+    if verb is None:
+        raise ApiError.method_not_allowed(request.method)
+    return _Target(rt, namespace, name, verb)
+
+
+async def _handle(emulator: KubeEmulator, request: Request) -> Response:
+    token = request.token
+    await emulator.faults.wait_partition(token)
+    parts = [p for p in request.path.strip("/").split("/") if p]
+    document = None
+    if request.method == "GET":
+        document = discovery(emulator, parts)
+        if document is None and parts[:2] == ["openapi", "v3"]:
+            document = openapi_v3(emulator, parts)
+    if document is not None:
+        emulator.authenticate(token, anyio.current_time())
+        return _json(200, document)
+    target = _route(emulator, request)
+    user = emulator.authenticate(token, anyio.current_time())
+    rt, name, verb = target.rt, target.name, target.verb
+    if target.verb == "watch":
+        forced = emulator.faults.take("error", False, token, verb, name)
+        if forced and forced[0].status != 410:
+            first = forced[0]
+            raise _injected(first, rt, name)
+        _authorize(emulator, user, target)
+        return start_watch(
+            emulator, rt, target.namespace, request, force_expired=bool(forced)
+        )
+    timeout = DEFAULT_TIMEOUT
+    if "timeout" in request.query:
+        timeout = min(parse_duration(request.query["timeout"]), DEFAULT_TIMEOUT)
+    with anyio.move_on_after(timeout) as scope:
+        await emulator.faults.wait_pause()
+        _check_faults_before(emulator, token, verb, name, rt)
+        _authorize(emulator, user, target)
+        for fault in emulator.faults.take("delay", False, token, verb, name):
+            await anyio.sleep(fault.seconds)
+        emulator.store.warnings = []
+        emulator.store.strict = request.query.get("fieldValidation") == "Strict"
+        try:
+            code, body = _operate(emulator, target, request)
+        finally:
+            emulator.store.strict = False
+        warnings = [("Warning", _warning(w)) for w in emulator.store.warnings]
+        for fault in emulator.faults.take("delay", True, token, verb, name):
+            await anyio.sleep(fault.seconds)
+        for fault in emulator.faults.take("error", True, token, verb, name):
+            raise _injected(fault, rt, name)
+        if emulator.faults.take("drop", True, token, verb, name):
+            raise DropReply
+        return _json(code, body, warnings)
+    assert scope.cancelled_caught
+    raise ApiError.timeout()
+
+
+def _warning(text: str) -> str:
+    """A ``Warning`` header value as the apiserver writes it (RFC 7234, quotes escaped)."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{escaped}"'
+
+
+def _check_faults_before(
+    emulator: KubeEmulator, token: str | None, verb: str, name: str, rt: ResourceType
+) -> None:
+    for fault in emulator.faults.take("error", False, token, verb, name):
+        raise _injected(fault, rt, name)
+
+
+def _injected(fault: Fault, rt: ResourceType, name: str) -> ApiError:
+    from ._store import MODIFIED_MSG
+
+    status, retry_after = fault.status, fault.retry_after
+    if fault.html:
+        page = f"<html><head><title>{status}</title></head><body><h1>{status}</h1></body></html>\n"
+        return ApiError(status, page, [("Content-Type", "text/html")])
+    if status == 409:
+        return ApiError.conflict(rt.plural, rt.group, name, MODIFIED_MSG)
+    if status == 429:
+        if fault.status_shaped:
+            return ApiError.too_many_requests_status(retry_after)
+        return ApiError.too_many_requests_text(retry_after)
+    if status == 500:
+        return ApiError.internal("injected fault: etcdserver: request timed out")
+    if status == 410:
+        return ApiError.expired("too old resource version")
+    if status == 503:
+        return ApiError.service_unavailable("the server is currently unable to handle the request")
+    return ApiError.timeout()
+
+
+def _authorize(emulator: KubeEmulator, user: Any, target: _Target) -> None:
+    rt = target.rt
+    if not is_allowed(
+        user, target.verb, rt.group, rt.plural, target.namespace, target.name,
+        emulator.rbac_objects,
+    ):
+        reason = forbidden_reason(user, target.verb, rt.group, rt.plural, target.namespace)
+        raise ApiError.forbidden(rt.plural, rt.group, target.name, reason)
+
+
+def _decode(request: Request) -> JSON:
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError as exc:
+        raise ApiError.bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError.bad_request("couldn't get version/kind; json parse error: not an object")
+    return body
+
+
+def _check_kind(rt: ResourceType, body: JSON) -> None:
+    api_version, kind = body.get("apiVersion"), body.get("kind")
+    if api_version and api_version != rt.api_version:
+        raise ApiError.bad_request(
+            f"the API version in the data ({api_version}) does not match the expected API "
+            f"version ({rt.api_version})"
+        )
+    if kind and kind != rt.kind:
+        raise ApiError.bad_request(
+            f"the object provided is unrecognized (must be of type {rt.kind}): "
+            f"got kind {kind}"
+        )
+
+
+def _check_namespace(emulator: KubeEmulator, rt: ResourceType, namespace: str, body: JSON) -> None:
+    given = (body.get("metadata") or {}).get("namespace")
+    if rt.namespaced and given and given != namespace:
+        raise ApiError.bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request"
+        )
+    if rt.namespaced and emulator.store.find(
+        emulator.types[("", "v1", "namespaces")], "", namespace
+    ) is None:
+        raise ApiError.not_found("namespaces", "", namespace)
+
+
+def _operate(emulator: KubeEmulator, target: _Target, request: Request) -> tuple[int, JSON]:
+    store, rt, namespace, name = emulator.store, target.rt, target.namespace, target.name
+    if target.verb == "get":
+        return 200, store.get(rt, namespace, name)
+    if target.verb == "list":
+        return 200, list_objects(emulator, rt, namespace, request)
+    if target.verb == "create":
+        body = _decode(request)
+        _check_kind(rt, body)
+        _check_namespace(emulator, rt, namespace, body)
+        meta = body.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + format(store.revision * 7919 % 46656, "05x")
+        obj = store.create(rt, namespace, body)
+        _after_write(emulator, rt, obj, deleted=False)
+        return 201, obj
+    if target.verb == "update":
+        body = _decode(request)
+        _check_kind(rt, body)
+        body_name = (body.get("metadata") or {}).get("name", "")
+        if body_name != name:
+            raise ApiError.bad_request(
+                f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )
+        if store.find(rt, namespace, name) is None and rt.create_on_update:
+            _check_namespace(emulator, rt, namespace, body)
+        code, obj = store.update(rt, namespace, name, body)
+        _after_write(emulator, rt, obj, deleted=False)
+        return code, obj
+    if target.verb == "patch":
+        content_type = request.headers.get("content-type", "").split(";")[0].strip()
+        if content_type not in _MERGE_TYPES:
+            raise ApiError.unsupported_media_type(content_type)
+        obj = store.patch(rt, namespace, name, _decode(request))
+        _after_write(emulator, rt, obj, deleted=False)
+        return 200, obj
+    options = _decode(request) if request.body else {}
+    obj = store.delete(rt, namespace, name, options)
+    _after_write(emulator, rt, obj, deleted=True)
+    if rt.plural == "namespaces" and not rt.group:
+        obj["status"] = {"phase": "Terminating"}
+        return 200, obj
+    details = {"name": name, "group": rt.group, "kind": rt.plural, "uid": obj["metadata"]["uid"]}
+    return 200, status_body(200, "", "", {k: v for k, v in details.items() if v}, success=True)
+
+
+def _after_write(emulator: KubeEmulator, rt: ResourceType, obj: JSON, *, deleted: bool) -> None:
+    if rt.plural == "customresourcedefinitions":
+        emulator.crd_changed(obj, deleted)
+    elif rt.plural == "namespaces" and not rt.group and deleted:
+        emulator.namespace_deleted(obj["metadata"]["name"])

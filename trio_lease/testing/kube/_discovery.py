@@ -1,0 +1,92 @@
+"""Discovery documents (``/api``, ``/apis``, ``/apis/{group}/{version}``, ``/version``).
+
+kubectl reads these to map ``kubectl get leases`` to a URL and to learn that a CRD's kind is
+served. The shapes are the aggregated-discovery-free legacy ones (``APIVersions``,
+``APIGroupList``, ``APIGroup``, ``APIResourceList``), which every client still accepts when the
+server does not offer ``application/json;g=apidiscovery.k8s.io``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._emulator import KubeEmulator
+
+__all__ = ["discovery"]
+
+JSON = dict[str, Any]
+
+VERSION_INFO: JSON = {
+    "major": "1",
+    "minor": "32",
+    "emulationMajor": "1",
+    "emulationMinor": "32",
+    "gitVersion": "v1.32.0-trio-lease-emulator",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "go1.23.0",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+
+#: Built-in groups come first, in the apiserver's priority order; CRD groups follow, sorted.
+#: kubectl resolves an ambiguous plural (``leases``) to the first group that serves it, so
+#: ``kubectl get leases`` means coordination.k8s.io even when akka.io leases exist.
+_BUILTIN_ORDER = ("rbac.authorization.k8s.io", "apiextensions.k8s.io", "coordination.k8s.io")
+
+
+def _group_key(group: str) -> tuple[int, str]:
+    if group in _BUILTIN_ORDER:
+        return (_BUILTIN_ORDER.index(group), "")
+    return (len(_BUILTIN_ORDER), group)
+
+
+def _group_entry(group: str, versions: list[str]) -> JSON:
+    listed = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    return {"name": group, "versions": listed, "preferredVersion": listed[0]}
+
+
+def discovery(emulator: KubeEmulator, parts: list[str]) -> JSON | None:
+    """The discovery document at ``parts`` (the path split on ``/``), or None."""
+    groups: dict[str, list[str]] = {}
+    for group, version, _ in emulator.types:
+        if group and version not in groups.setdefault(group, []):
+            groups[group].append(version)
+    if parts == ["version"]:
+        return VERSION_INFO
+    if parts == ["api"]:
+        return {
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}],
+        }
+    if parts == ["apis"]:
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [
+                _group_entry(g, groups[g]) for g in sorted(groups, key=_group_key)
+            ],
+        }
+    if len(parts) == 2 and parts[0] == "apis" and parts[1] in groups:
+        entry = _group_entry(parts[1], groups[parts[1]])
+        return {"kind": "APIGroup", "apiVersion": "v1", **entry}
+    if parts == ["api", "v1"] or (len(parts) == 3 and parts[0] == "apis"):
+        group, version = ("", "v1") if parts[0] == "api" else (parts[1], parts[2])
+        resources = [
+            rt.discovery()
+            for (g, v, _), rt in sorted(emulator.types.items())
+            if (g, v) == (group, version)
+        ]
+        if not resources:
+            return None
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": resources,
+        }
+    return None

@@ -1,0 +1,319 @@
+"""KubeEmulator: the public face of the API server emulator."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from ._faults import Faults
+from ._rbac import ADMIN, User, service_account_user
+from ._resources import BUILTIN_TYPES, ResourceType, types_from_crd
+from ._status import ApiError
+from ._store import Event, Store
+from ._watch import WatchStream
+
+if TYPE_CHECKING:
+    from ._http import RecordedRequest, Request, Response
+    from ._server import KubeServer
+    from ._transport import KubeTransport
+
+__all__ = ["KubeEmulator"]
+
+JSON = dict[str, Any]
+
+
+class KubeEmulator:
+    """An in-memory kube-apiserver for namespaces, Leases, CRDs, custom resources and RBAC.
+
+    Serve it in-process with :meth:`transport` (an ``httpx.AsyncBaseTransport``: no sockets,
+    works under virtual time) or on a loopback port with :meth:`serve` (HTTPS with a fresh CA,
+    or plain HTTP). Both paths run the same request handler, so they behave identically.
+
+    Args:
+        namespaces: namespaces that exist from the start.
+        require_auth: if true, a request without a bearer token is 401; if false (default),
+            it acts as a cluster admin. Registered tokens are always checked either way.
+        history: how many events watches can resume from; older resourceVersions are 410.
+        bookmark_interval: seconds of quiet between BOOKMARK events on watches that allow them.
+        watch_expired_status: answer a too-old watch with HTTP 410 instead of an in-stream
+            ERROR event (the watch cache's behaviour, the default).
+        wall_clock: the clock for creationTimestamp (UTC ``datetime``); defaults to the system
+            clock. Nothing in the emulator *decides* by it.
+    """
+
+    def __init__(
+        self,
+        *,
+        namespaces: Iterable[str] = ("default",),
+        require_auth: bool = False,
+        history: int = 1000,
+        bookmark_interval: float = 60.0,
+        watch_expired_status: bool = False,
+        wall_clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.require_auth = require_auth
+        self.bookmark_interval = bookmark_interval
+        self.watch_expired_status = watch_expired_status
+        self.faults = Faults()
+        self.store = Store(wall_clock or (lambda: datetime.now(UTC)), history, self._dispatch)
+        self.types: dict[tuple[str, str, str], ResourceType] = {}
+        for rt in BUILTIN_TYPES:
+            self._register(rt)
+        self._tokens: dict[str, User] = {}
+        self.watches: list[WatchStream] = []
+        #: Every request received, oldest first, without its Authorization header: assert on
+        #: User-Agent, Content-Type, ``?timeout=`` or how many requests a client made.
+        self.requests: list[RecordedRequest] = []
+        for name in namespaces:
+            self.create_namespace(name)
+
+    # --- types -----------------------------------------------------------------------------
+
+    def _register(self, rt: ResourceType) -> None:
+        self.types[(rt.group, rt.version, rt.plural)] = rt
+
+    def resource_type(self, api_version: str, plural: str) -> ResourceType | None:
+        """The served type at ``api_version`` (``coordination.k8s.io/v1``, ``v1``) and plural."""
+        group, _, version = api_version.rpartition("/")
+        return self.types.get((group, version, plural))
+
+    def _type_for_kind(self, api_version: str, kind: str) -> ResourceType:
+        group, _, version = api_version.rpartition("/")
+        for rt in self.types.values():
+            if (rt.group, rt.version, rt.kind) == (group, version, kind):
+                return rt
+        raise ValueError(f"no resource type for apiVersion {api_version!r} kind {kind!r}")
+
+    def crd_changed(self, crd: JSON, deleted: bool) -> None:
+        """Keep served types in step with CustomResourceDefinitions (called by the handler)."""
+        spec = crd.get("spec") or {}
+        group, plural = spec.get("group", ""), (spec.get("names") or {}).get("plural", "")
+        for key in [k for k in self.types if k[0] == group and k[2] == plural]:
+            del self.types[key]
+        if deleted:
+            self.store.drop_bucket((group, plural))
+            for watch in [w for w in self.watches if w.rt.storage_key == (group, plural)]:
+                watch.cut(abrupt=False)
+            return
+        for rt in types_from_crd(crd):
+            self._register(rt)
+
+    def namespace_deleted(self, namespace: str) -> None:
+        """Delete everything in a deleted namespace (the namespace controller's job)."""
+        for rt in {rt.storage_key: rt for rt in self.types.values() if rt.namespaced}.values():
+            for obj in self.store.items(rt, namespace):
+                self.store.delete(rt, namespace, obj["metadata"]["name"], {})
+
+    # --- objects ---------------------------------------------------------------------------
+
+    def create_namespace(self, name: str) -> None:
+        """Create a namespace if it does not exist."""
+        rt = self.types[("", "v1", "namespaces")]
+        if self.store.find(rt, "", name) is None:
+            self.store.create(rt, "", {"metadata": {"name": name}})
+
+    def apply(self, manifest: str | JSON | Iterable[JSON]) -> list[JSON]:
+        """Create or replace the objects of a manifest (YAML text, one object or a list).
+
+        This is the administrator's path: no authentication, no faults. Applying a
+        CustomResourceDefinition starts serving its resource; applying ``lease.yml`` enables
+        ``akka.io/v1`` leases and its Role and RoleBinding.
+        """
+        if isinstance(manifest, str):
+            docs: list[JSON] = [d for d in yaml.safe_load_all(manifest) if d]
+        elif isinstance(manifest, dict):
+            docs = [manifest]
+        else:
+            docs = list(manifest)
+        applied = []
+        for doc in docs:
+            rt = self._type_for_kind(doc.get("apiVersion", ""), doc.get("kind", ""))
+            meta = doc.get("metadata") or {}
+            namespace = (meta.get("namespace") or "default") if rt.namespaced else ""
+            if rt.namespaced:
+                self.create_namespace(namespace)
+            existing = self.store.find(rt, namespace, meta.get("name", ""))
+            body = copy.deepcopy(doc)
+            if existing is None:
+                obj = self.store.create(rt, namespace, body)
+            else:
+                body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+                obj = self.store.update(rt, namespace, meta["name"], body)[1]
+            if rt.plural == "customresourcedefinitions":
+                self.crd_changed(obj, deleted=False)
+            applied.append(obj)
+        return applied
+
+    def get(self, api_version: str, plural: str, name: str, namespace: str = "") -> JSON | None:
+        """The stored object (a copy), or None: for assertions in tests."""
+        rt = self.resource_type(api_version, plural)
+        if rt is None:
+            return None
+        obj = self.store.find(rt, namespace if rt.namespaced else "", name)
+        return None if obj is None else self.store.present(rt, obj)
+
+    def delete(self, api_version: str, plural: str, name: str, namespace: str = "") -> bool:
+        """Delete an object as an administrator would (watchers see DELETED); False if absent.
+
+        This is "someone deleted the lease behind the holder's back" in tests.
+        """
+        rt = self.resource_type(api_version, plural)
+        scope = namespace if rt is not None and rt.namespaced else ""
+        if rt is None or self.store.find(rt, scope, name) is None:
+            return False
+        self.store.delete(rt, scope, name, {})
+        return True
+
+    def get_lease(self, name: str, namespace: str = "default") -> JSON | None:
+        """The ``coordination.k8s.io/v1`` Lease ``namespace/name``, or None."""
+        return self.get("coordination.k8s.io/v1", "leases", name, namespace)
+
+    @property
+    def resource_version(self) -> str:
+        """The latest revision (what a list would report)."""
+        return str(self.store.revision)
+
+    # --- authentication and RBAC -----------------------------------------------------------
+
+    def add_token(
+        self,
+        token: str,
+        user: str | User,
+        groups: Iterable[str] = (),
+        *,
+        expires_at: float | None = None,
+    ) -> User:
+        """Accept ``token`` as ``user``; ``expires_at`` is on :func:`anyio.current_time`'s clock.
+
+        ``groups=("system:masters",)`` makes the user a cluster admin.
+        """
+        if isinstance(user, str):
+            user = User(user, (*groups, "system:authenticated"))
+        if expires_at is not None:
+            user = User(user.name, user.groups, expires_at)
+        self._tokens[token] = user
+        return user
+
+    def add_service_account_token(
+        self, token: str, namespace: str, name: str, *, expires_at: float | None = None
+    ) -> User:
+        """Accept ``token`` as ``system:serviceaccount:<namespace>:<name>``."""
+        return self.add_token(token, service_account_user(namespace, name), expires_at=expires_at)
+
+    def expire_token(self, token: str) -> None:
+        """Make ``token`` answer 401 from now on (token rotation: add the new one first)."""
+        user = self._tokens.get(token)
+        if user is not None:
+            self._tokens[token] = User(user.name, user.groups, float("-inf"))
+
+    def authenticate(self, token: str | None, now: float) -> User:
+        """The user behind a request's token; :class:`ApiError` 401 if unknown or expired."""
+        if token is None:
+            if self.require_auth:
+                raise ApiError.unauthorized()
+            return ADMIN
+        user = self._tokens.get(token)
+        if user is None or (user.expires_at is not None and now >= user.expires_at):
+            raise ApiError.unauthorized()
+        return user
+
+    def grant(
+        self,
+        subject: str,
+        verbs: Iterable[str],
+        *,
+        resources: Iterable[str] = ("leases",),
+        api_groups: Iterable[str] = ("coordination.k8s.io",),
+        namespace: str = "default",
+        resource_names: Iterable[str] = (),
+    ) -> None:
+        """Create a Role and a RoleBinding giving user ``subject`` ``verbs`` on ``resources``.
+
+        ``subject`` may be a service-account user name (``system:serviceaccount:ns:name``).
+        """
+        role_name = f"emulator-grant-{len(self.store.items(self.types[_ROLES], namespace))}"
+        rule: JSON = {"apiGroups": list(api_groups), "resources": list(resources),
+                      "verbs": list(verbs)}
+        if resource_names:
+            rule["resourceNames"] = list(resource_names)
+        meta = {"name": role_name, "namespace": namespace}
+        self.apply([
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
+             "rules": [rule]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
+             "subjects": [{"kind": "User", "name": subject}],
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                         "name": role_name}},
+        ])
+
+    def rbac_objects(self, plural: str, namespace: str) -> list[JSON]:
+        return self.store.items(self.types[("rbac.authorization.k8s.io", "v1", plural)], namespace)
+
+    # --- watches ---------------------------------------------------------------------------
+
+    def _dispatch(self, event: Event) -> None:
+        self.watches = [w for w in self.watches if not w.closed]
+        for watch in self.watches:
+            if watch.matches(event.storage_key, event.namespace, event.name):
+                watch.offer(event.type, json.loads(json.dumps(event.obj)))
+
+    def _targets(self, token: str | None) -> list[WatchStream]:
+        self.watches = [w for w in self.watches if not w.closed]
+        return [w for w in self.watches if token is None or w.token == token]
+
+    def cut_watches(self, token: str | None = None, *, abrupt: bool = True) -> int:
+        """Cut open watches (one client's, or all); returns how many were cut."""
+        targets = self._targets(token)
+        for watch in targets:
+            watch.cut(abrupt=abrupt)
+        return len(targets)
+
+    def expire_watches(self, token: str | None = None) -> int:
+        """Send a 410 Expired ERROR event to open watches and forget all history."""
+        self.store.compact()
+        targets = self._targets(token)
+        for watch in targets:
+            watch.expire(f"too old resource version: {watch.last_rv} ({self.store.compacted})")
+        return len(targets)
+
+    def compact(self) -> None:
+        """Forget all history: watches from an earlier resourceVersion get 410 Expired."""
+        self.store.compact()
+
+    def send_bookmarks(self) -> None:
+        """Send a BOOKMARK now on every open watch that allows them."""
+        for watch in self._targets(None):
+            watch.bookmark()
+
+    # --- serving ---------------------------------------------------------------------------
+
+    async def handle(self, request: Request) -> Response:
+        """Answer one HTTP request (used by both the transport and the server)."""
+        from ._api import handle
+
+        return await handle(self, request)
+
+    def transport(self) -> KubeTransport:
+        """An httpx transport that serves requests in-process (no sockets, virtual-time safe)."""
+        from ._transport import KubeTransport
+
+        return KubeTransport(self)
+
+    @asynccontextmanager
+    async def serve(
+        self, host: str = "127.0.0.1", port: int = 0, *, tls: bool = True
+    ) -> AsyncIterator[KubeServer]:
+        """Serve on ``host:port`` (0 picks a free port) until the block exits."""
+        from ._server import serve
+
+        async with serve(self, host, port, tls=tls) as server:
+            yield server
+
+
+_ROLES = ("rbac.authorization.k8s.io", "v1", "roles")

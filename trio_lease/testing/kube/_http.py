@@ -1,0 +1,54 @@
+"""The request and response shapes shared by the handler, the transport and the server."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ._watch import WatchStream
+
+__all__ = ["DropReply", "RecordedRequest", "Request", "Response"]
+
+
+class DropReply(Exception):
+    """The operation ran; the connection must now be closed without a response."""
+
+
+@dataclasses.dataclass
+class Request:
+    """One HTTP request: ``path`` without the query; ``headers`` with lower-case names."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: bytes = b""
+
+    @property
+    def token(self) -> str | None:
+        auth = self.headers.get("authorization", "")
+        return auth[7:].strip() if auth[:7].lower() == "bearer " else None
+
+
+@dataclasses.dataclass
+class Response:
+    """Status, headers and either a body or a watch stream."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes = b""
+    stream: WatchStream | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedRequest:
+    """One request as :attr:`KubeEmulator.requests` keeps it (without its credentials).
+
+    ``status`` is the answer's code, or 0 when no answer was sent (dropped reply, timeout,
+    cancelled).
+    """
+
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    status: int

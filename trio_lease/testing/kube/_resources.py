@@ -1,0 +1,130 @@
+"""The resource types the emulator serves: built-ins and those registered by a CRD.
+
+A :class:`ResourceType` carries what the generic registry needs to know about a type: where it
+lives (group, version, plural), whether it is namespaced, and the two strategy flags that make
+Leases special (``pkg/registry/coordination/lease/strategy.go``): ``AllowCreateOnUpdate`` is
+true for Leases (a PUT to a missing Lease creates it) and false for custom resources (a PUT to a
+missing custom resource is 404). ``AllowUnconditionalUpdate`` is false for both, so a PUT must
+carry ``metadata.resourceVersion``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ._status import ApiError, FieldError
+
+__all__ = ["BUILTIN_TYPES", "ResourceType", "types_from_crd"]
+
+JSON = dict[str, Any]
+
+ALL_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourceType:
+    """One served resource: ``/apis/{group}/{version}/[namespaces/{ns}/]{plural}``."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    create_on_update: bool = False
+    custom: bool = False
+    schema: JSON | None = None
+    lease: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def storage_key(self) -> tuple[str, str]:
+        """Objects are stored once per (group, plural), whatever version is asked for."""
+        return (self.group, self.plural)
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    def discovery(self) -> JSON:
+        """The entry of this type in an ``APIResourceList``."""
+        entry: JSON = {
+            "name": self.plural,
+            "singularName": self.singular or self.kind.lower(),
+            "namespaced": self.namespaced,
+            "kind": self.kind,
+            "verbs": list(ALL_VERBS),
+        }
+        if self.short_names:
+            entry["shortNames"] = list(self.short_names)
+        return entry
+
+
+BUILTIN_TYPES: tuple[ResourceType, ...] = (
+    ResourceType("", "v1", "namespaces", "Namespace", False, short_names=("ns",)),
+    ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, short_names=("sa",)),
+    ResourceType(
+        "coordination.k8s.io", "v1", "leases", "Lease", True, create_on_update=True, lease=True
+    ),
+    ResourceType(
+        "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
+        False, short_names=("crd", "crds"),
+    ),
+    ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
+    ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
+    ResourceType(
+        "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False
+    ),
+)
+
+
+def types_from_crd(crd: JSON) -> list[ResourceType]:
+    """The served versions of a CustomResourceDefinition; 422 if the CRD is malformed.
+
+    Checks what matters for serving: ``metadata.name`` must be ``<plural>.<group>`` (the
+    apiextensions validation message), names and at least one served version must exist.
+    """
+    name = crd.get("metadata", {}).get("name", "")
+    spec = crd.get("spec") or {}
+    group = spec.get("group", "")
+    names = spec.get("names") or {}
+    plural = names.get("plural", "")
+    errors = []
+    if not group:
+        errors.append(FieldError("spec.group", "Required", ""))
+    if not plural:
+        errors.append(FieldError("spec.names.plural", "Required", ""))
+    if not names.get("kind"):
+        errors.append(FieldError("spec.names.kind", "Required", ""))
+    if plural and group and name != f"{plural}.{group}":
+        errors.append(
+            FieldError(
+                "metadata.name", "Invalid", 'must be spec.names.plural+"."+spec.group', name
+            )
+        )
+    versions = [v for v in spec.get("versions") or [] if v.get("served", True)]
+    if not versions:
+        errors.append(FieldError("spec.versions", "Required", "must have at least one version"))
+    if errors:
+        raise ApiError.invalid("CustomResourceDefinition", "apiextensions.k8s.io", name, errors)
+    scope = spec.get("scope", "Namespaced")
+    return [
+        ResourceType(
+            group,
+            version["name"],
+            plural,
+            names["kind"],
+            scope == "Namespaced",
+            singular=names.get("singular", ""),
+            short_names=tuple(names.get("shortNames") or ()),
+            custom=True,
+            schema=(version.get("schema") or {}).get("openAPIV3Schema"),
+        )
+        for version in versions
+    ]

@@ -1,0 +1,217 @@
+"""The emulator on a real socket: HTTP/1.1 (h11) over TLS (anyio), for multi-process tests.
+
+Each connection is served by one task: keep-alive, ``Content-Length`` bodies, and chunked
+transfer encoding for watch streams. TLS uses a CA made by ``trustme`` when the server starts
+(the server certificate covers ``127.0.0.1``, ``::1`` and ``localhost``); plain HTTP on request.
+:meth:`KubeServer.write_kubeconfig` writes a kubeconfig (mode 0600, since it holds the token)
+that kubectl, the official Python client and our backend can use.
+
+A dropped reply closes the connection without answering; a cut watch closes it without the
+final chunk, as a network failure does. Only loopback use is intended.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import logging
+import os
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from http import HTTPStatus
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
+
+import anyio
+import h11
+import yaml
+from anyio.abc import ByteStream, SocketAttribute
+from anyio.streams.tls import TLSListener
+
+from ..._exceptions import LeaseConfigError
+from ._api import handle
+from ._http import DropReply, Request, Response
+from ._watch import WatchCut
+
+if TYPE_CHECKING:
+    from ._emulator import KubeEmulator
+
+__all__ = ["KubeServer", "serve"]
+
+logger = logging.getLogger(__name__)
+
+_MAX_BODY = 3 * 1024 * 1024  # the apiserver's request size limit
+
+
+@dataclasses.dataclass
+class KubeServer:
+    """A running emulator server: its URL and CA, and a kubeconfig writer."""
+
+    host: str
+    port: int
+    tls: bool
+    ca_pem: bytes
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+    def kubeconfig(self, token: str | None = None, namespace: str = "default") -> dict[str, Any]:
+        """A kubeconfig document (as a dict) for this server."""
+        name = "trio-lease-emulator"
+        cluster: dict[str, Any] = {"server": self.url}
+        if self.tls:
+            cluster["certificate-authority-data"] = base64.b64encode(self.ca_pem).decode()
+        user: dict[str, Any] = {"token": token} if token else {}
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": name, "cluster": cluster}],
+            "users": [{"name": name, "user": user}],
+            "contexts": [
+                {"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}
+            ],
+            "current-context": name,
+        }
+
+    def write_kubeconfig(
+        self, path: str | os.PathLike[str], token: str | None = None, namespace: str = "default"
+    ) -> Path:
+        """Write :meth:`kubeconfig` to ``path`` with mode 0600."""
+        target = Path(path)
+        text = yaml.safe_dump(self.kubeconfig(token, namespace), sort_keys=False)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle_:
+            handle_.write(text)
+        return target
+
+
+def _phrase(response: Response) -> bytes:
+    try:
+        return HTTPStatus(response.status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+class _Closed(Exception):
+    pass
+
+
+async def _send(conn: h11.Connection, stream: ByteStream, event: Any) -> None:
+    data = conn.send(event)
+    if data:
+        await stream.send(data)
+
+
+async def _next_request(conn: h11.Connection, stream: ByteStream) -> Request | None:
+    head: h11.Request | None = None
+    body = bytearray()
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            try:
+                data = await stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                data = b""
+            conn.receive_data(data)
+        elif isinstance(event, h11.Request):
+            head = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+            if len(body) > _MAX_BODY:
+                raise _Closed
+        elif isinstance(event, h11.EndOfMessage):
+            assert head is not None
+            target = head.target.decode("latin-1")
+            path, _, query = target.partition("?")
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in head.headers}
+            return Request(
+                head.method.decode(), path, dict(parse_qsl(query, keep_blank_values=True)),
+                headers, bytes(body),
+            )
+        elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+            return None
+
+
+async def _serve_connection(emulator: KubeEmulator, stream: ByteStream) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+    async with stream:
+        try:
+            while True:
+                request = await _next_request(conn, stream)
+                if request is None:
+                    return
+                try:
+                    response = await handle(emulator, request)
+                except DropReply:
+                    return
+                except Exception:
+                    # A bug in the emulator must not take the whole server down: log it and
+                    # drop this connection, so the test that hit it sees a failure.
+                    logger.exception("emulator request handler failed")
+                    return
+                headers = [(k.encode(), v.encode()) for k, v in response.headers]
+                if response.stream is None:
+                    headers.append((b"Content-Length", str(len(response.body)).encode()))
+                    head = h11.Response(
+                        status_code=response.status, headers=headers, reason=_phrase(response)
+                    )
+                    await _send(conn, stream, head)
+                    await _send(conn, stream, h11.Data(data=response.body))
+                else:
+                    headers.append((b"Transfer-Encoding", b"chunked"))
+                    head = h11.Response(
+                        status_code=response.status, headers=headers, reason=_phrase(response)
+                    )
+                    await _send(conn, stream, head)
+                    try:
+                        async for chunk in response.stream:
+                            await _send(conn, stream, h11.Data(data=chunk))
+                    except WatchCut:
+                        return
+                    finally:
+                        await response.stream.aclose()
+                await _send(conn, stream, h11.EndOfMessage())
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+        except (_Closed, h11.ProtocolError, anyio.BrokenResourceError, anyio.ClosedResourceError,
+                anyio.EndOfStream, ssl.SSLError, OSError):
+            return
+
+
+@asynccontextmanager
+async def serve(
+    emulator: KubeEmulator, host: str = "127.0.0.1", port: int = 0, *, tls: bool = True
+) -> AsyncIterator[KubeServer]:
+    """Listen on ``host:port`` and serve ``emulator`` until the block exits."""
+    try:
+        import trustme  # the emulator's CA; an optional dependency
+    except ImportError:
+        raise LeaseConfigError(
+            "serving the Kubernetes emulator needs the 'trustme' package: "
+            "pip install 'trio_lease[emulator]'"
+        ) from None
+    ca = trustme.CA()
+    listener: Any = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    bound_port = listener.extra(SocketAttribute.local_port)
+    if tls:
+        cert = ca.issue_cert("127.0.0.1", "::1", "localhost")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        cert.configure_cert(context)
+        context.set_alpn_protocols(["http/1.1"])
+        listener = TLSListener(listener, context, standard_compatible=False)
+
+    async def on_connection(stream: ByteStream) -> None:
+        await _serve_connection(emulator, stream)
+
+    server = KubeServer(host, bound_port, tls, ca.cert_pem.bytes())
+    async with listener, anyio.create_task_group() as group:
+        group.start_soon(listener.serve, on_connection)
+        try:
+            yield server
+        finally:
+            group.cancel_scope.cancel()

@@ -1,0 +1,272 @@
+"""The object store: etcd plus the generic registry (``apiserver/pkg/registry/generic``).
+
+One global revision counter gives every write a new ``resourceVersion`` (like etcd's revision),
+shared by all types. A write that changes nothing (same spec, labels, annotations) is not
+written and keeps its resourceVersion, as ``GuaranteedUpdate`` skips identical bytes. Every
+write is also an event in a bounded history that watches resume from; a resourceVersion older
+than the history is "too old" (410 Expired).
+
+Update order, as in ``Store.Update``: the uid precondition (from ``metadata.uid`` in the body)
+is checked first, against the existing object or, for a missing Lease, against an empty one,
+so it fails with ``Precondition failed: UID in precondition: <uid>, UID in object meta: `` as
+409 Conflict. Then a missing object is created (Leases, ``AllowCreateOnUpdate``: 201, the
+stale resourceVersion dropped) or is 404 (custom resources). Then a missing
+``resourceVersion`` is 422 (``Invalid value: 0x0: must be specified for an update``), a stale
+one 409 Conflict, and the new object is validated.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections import deque
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from ._resources import ResourceType
+from ._status import GO_UINT64_ZERO, ApiError, FieldError
+from ._validation import decode_lease, validate_lease_spec, validate_name, validate_schema
+
+__all__ = ["Event", "Store"]
+
+JSON = dict[str, Any]
+Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
+
+MODIFIED_MSG = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
+
+
+_META_ORDER = (
+    "name", "generateName", "namespace", "uid", "resourceVersion", "generation",
+    "creationTimestamp", "labels", "annotations", "ownerReferences", "finalizers",
+)
+
+
+class Event:
+    """One committed change: ``type`` is ADDED, MODIFIED or DELETED."""
+
+    __slots__ = ("name", "namespace", "obj", "rv", "storage_key", "type")
+
+    def __init__(self, rv: int, type_: str, storage_key: tuple[str, str], obj: JSON) -> None:
+        self.rv = rv
+        self.type = type_
+        self.storage_key = storage_key
+        self.obj = obj
+        self.namespace: str = obj["metadata"].get("namespace", "")
+        self.name: str = obj["metadata"]["name"]
+
+
+class Store:
+    """Objects by type, a revision counter and the recent event history."""
+
+    def __init__(
+        self,
+        wall_clock: Callable[[], datetime],
+        history: int,
+        on_event: Callable[[Event], None],
+    ) -> None:
+        self._wall_clock = wall_clock
+        self._objects: dict[tuple[str, str], dict[Key, JSON]] = {}
+        self.revision = 1
+        self.history: deque[Event] = deque()
+        self.history_size = history
+        self.compacted = 0  # every event with rv > compacted is still in history
+        self._on_event = on_event
+        self.warnings: list[str] = []
+        self.strict = False  # fieldValidation=Strict: unknown fields are 400, not warnings
+
+    # --- plumbing --------------------------------------------------------------------------
+
+    def bucket(self, rt: ResourceType) -> dict[Key, JSON]:
+        return self._objects.setdefault(rt.storage_key, {})
+
+    def drop_bucket(self, storage_key: tuple[str, str]) -> None:
+        self._objects.pop(storage_key, None)
+
+    def _commit(self, rt: ResourceType, type_: str, obj: JSON) -> None:
+        self.revision += 1
+        obj["metadata"]["resourceVersion"] = str(self.revision)
+        event = Event(self.revision, type_, rt.storage_key, self.present(rt, obj))
+        self.history.append(event)
+        while len(self.history) > self.history_size:
+            self.compacted = self.history.popleft().rv
+        self._on_event(event)
+
+    def compact(self) -> None:
+        """Forget all history: a watch from any earlier resourceVersion gets 410 Expired."""
+        self.history.clear()
+        self.compacted = self.revision
+
+    def _timestamp(self) -> str:
+        return self._wall_clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    @staticmethod
+    def present(rt: ResourceType, obj: JSON) -> JSON:
+        """A copy of a stored object as served in ``rt``'s version, metadata in Go order."""
+        out = copy.deepcopy(obj)
+        out["apiVersion"] = rt.api_version
+        meta = out["metadata"]
+        out["metadata"] = {k: meta[k] for k in _META_ORDER if k in meta}
+        return out
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def get(self, rt: ResourceType, namespace: str, name: str) -> JSON:
+        obj = self.bucket(rt).get((namespace, name))
+        if obj is None:
+            raise ApiError.not_found(rt.plural, rt.group, name)
+        return self.present(rt, obj)
+
+    def find(self, rt: ResourceType, namespace: str, name: str) -> JSON | None:
+        return self.bucket(rt).get((namespace, name))
+
+    def items(self, rt: ResourceType, namespace: str | None) -> list[JSON]:
+        """Objects of ``rt`` (in one namespace, or all with ``None``), sorted like etcd keys."""
+        found = [
+            obj for (ns, _), obj in sorted(self.bucket(rt).items())
+            if namespace is None or ns == namespace
+        ]
+        return [self.present(rt, obj) for obj in found]
+
+    # --- writes ----------------------------------------------------------------------------
+
+    def _prepare(self, rt: ResourceType, body: JSON, namespace: str) -> JSON:
+        """Decode and validate a new object (400 / 422) and return what will be stored."""
+        metadata = body.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise ApiError.bad_request("metadata must be an object")
+        name = metadata.get("name") or ""
+        out: JSON = {"kind": rt.kind, "apiVersion": rt.api_version}
+        meta: JSON = {"name": name}
+        if rt.namespaced:
+            meta["namespace"] = namespace
+        for key in ("labels", "annotations", "finalizers", "ownerReferences"):
+            if metadata.get(key):
+                meta[key] = copy.deepcopy(metadata[key])
+        out["metadata"] = meta
+        errors = validate_name(name, label=rt.plural == "namespaces" and not rt.group)
+        if rt.lease:
+            spec = decode_lease(body, self.warnings)
+            if self.strict and self.warnings:
+                raise ApiError.bad_request("strict decoding error: " + ", ".join(self.warnings))
+            errors += validate_lease_spec(spec)
+            out["spec"] = spec
+        elif rt.custom:
+            content = {k: v for k, v in body.items() if k not in ("kind", "apiVersion", "metadata")}
+            schema = copy.deepcopy(rt.schema or {"type": "object"})
+            schema.setdefault("properties", {})
+            if schema["properties"]:
+                content = validate_schema(content, schema, "", errors)
+            out.update(content)
+        else:
+            out.update(
+                {k: copy.deepcopy(v) for k, v in body.items()
+                 if k not in ("kind", "apiVersion", "metadata")}
+            )
+            if rt.plural == "namespaces":
+                meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+                out["spec"] = {"finalizers": ["kubernetes"]}
+                out["status"] = {"phase": "Active"}
+        if errors:
+            raise ApiError.invalid(rt.kind, rt.group, name, errors)
+        return out
+
+    def create(self, rt: ResourceType, namespace: str, body: JSON) -> JSON:
+        """POST: 201 + the object; 409 AlreadyExists; 422 Invalid."""
+        obj = self._prepare(rt, body, namespace)
+        name = obj["metadata"]["name"]
+        if (namespace, name) in self.bucket(rt):
+            raise ApiError.already_exists(rt.plural, rt.group, name)
+        meta = obj["metadata"]
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = self._timestamp()
+        if rt.custom:
+            meta["generation"] = 1
+        self.bucket(rt)[(namespace, name)] = obj
+        self._commit(rt, "ADDED", obj)
+        return self.present(rt, obj)
+
+    def update(self, rt: ResourceType, namespace: str, name: str, body: JSON) -> tuple[int, JSON]:
+        """PUT: (200, object) or (201, object) for a Lease created on update; see the module."""
+        metadata = body.get("metadata") or {}
+        uid = metadata.get("uid") or ""
+        rv = metadata.get("resourceVersion") or ""
+        existing = self.bucket(rt).get((namespace, name))
+        missing_lease = existing is None and rt.create_on_update
+        if uid and (missing_lease or (existing is not None and existing["metadata"]["uid"] != uid)):
+            actual = "" if existing is None else existing["metadata"]["uid"]
+            raise ApiError.conflict(
+                rt.plural, rt.group, name,
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}",
+            )
+        if existing is None:
+            if not rt.create_on_update:
+                raise ApiError.not_found(rt.plural, rt.group, name)
+            return 201, self.create(rt, namespace, body)
+        if not rv:
+            raise ApiError.invalid(
+                rt.plural, rt.group, name,
+                [FieldError("metadata.resourceVersion", "Invalid", "must be specified for an update", GO_UINT64_ZERO)],  # noqa: E501
+            )
+        if rv != existing["metadata"]["resourceVersion"]:
+            raise ApiError.conflict(rt.plural, rt.group, name, MODIFIED_MSG)
+        new = self._prepare(rt, body, namespace)
+        for key in ("uid", "creationTimestamp", "resourceVersion", "generation"):
+            if key in existing["metadata"]:
+                new["metadata"][key] = existing["metadata"][key]
+        if new == existing:
+            return 200, self.present(rt, existing)
+        if rt.custom and new.get("spec") != existing.get("spec"):
+            new["metadata"]["generation"] = existing["metadata"].get("generation", 1) + 1
+        self.bucket(rt)[(namespace, name)] = new
+        self._commit(rt, "MODIFIED", new)
+        return 200, self.present(rt, new)
+
+    def patch(self, rt: ResourceType, namespace: str, name: str, patch: JSON) -> JSON:
+        """Merge PATCH (RFC 7386); a ``metadata.resourceVersion`` in the patch is a precondition."""
+        existing = self.bucket(rt).get((namespace, name))
+        if existing is None:
+            raise ApiError.not_found(rt.plural, rt.group, name)
+        merged = merge_patch(copy.deepcopy(existing), patch)
+        if not isinstance(merged, dict):
+            raise ApiError.bad_request("the patch did not produce an object")
+        rv = (merged.get("metadata") or {}).get("resourceVersion")
+        if rv != existing["metadata"]["resourceVersion"]:
+            raise ApiError.conflict(rt.plural, rt.group, name, MODIFIED_MSG)
+        merged.setdefault("metadata", {})["name"] = name
+        return self.update(rt, namespace, name, merged)[1]
+
+    def delete(self, rt: ResourceType, namespace: str, name: str, options: JSON) -> JSON:
+        """DELETE with optional uid / resourceVersion preconditions; returns the deleted object."""
+        existing = self.bucket(rt).get((namespace, name))
+        if existing is None:
+            raise ApiError.not_found(rt.plural, rt.group, name)
+        preconditions = options.get("preconditions") or {}
+        meta = existing["metadata"]
+        for key, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+            wanted = preconditions.get(key)
+            if wanted is not None and wanted != meta[key]:
+                raise ApiError.conflict(
+                    rt.plural, rt.group, name,
+                    f"Precondition failed: {label} in precondition: {wanted}, {label} in object "
+                    f"meta: {meta[key]}",
+                )
+        del self.bucket(rt)[(namespace, name)]
+        self._commit(rt, "DELETED", existing)
+        return self.present(rt, existing)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge recursively, ``null`` deletes, rest replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    if not isinstance(target, dict):
+        target = {}
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = merge_patch(target.get(key), value)
+    return target

@@ -1,0 +1,254 @@
+"""Decoding and validation, following the Kubernetes sources.
+
+- Names (``apimachinery/pkg/util/validation``): object names are DNS-1123 subdomains (at most
+  253 characters), namespaces DNS-1123 labels (at most 63). Errors are 422 ``Invalid`` with
+  the exact apimachinery messages.
+- Lease spec (``pkg/apis/coordination/validation.ValidateLeaseSpec``): ``leaseDurationSeconds``
+  must be > 0, ``leaseTransitions`` >= 0, ``preferredHolder`` is Forbidden without
+  ``strategy``, a ``strategy`` without ``/`` must be ``OldestEmulationVersion`` (the real code
+  appends ``strategy`` to the path twice, so the field reads ``spec.strategy.strategy``; we copy
+  that). ``holderIdentity`` is not validated.
+- Decoding: a wrong JSON type or a MicroTime that is not ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (Go's
+  fixed-width ``.000000`` layout requires exactly six digits; ``Z`` or ``±hh:mm``) fails in the
+  decoder, before validation: that is a 400 ``BadRequest`` ("Lease in version "v1" cannot be
+  handled as a Lease: ..."), not a 422. Times are stored re-serialized in UTC with ``Z``.
+  Unknown fields are dropped (the server's default ``fieldValidation=Warn`` prunes them and
+  adds a ``Warning`` header, which we also send).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ._status import ApiError, FieldError
+
+__all__ = [
+    "decode_lease",
+    "format_micro_time",
+    "validate_name",
+    "validate_namespace_name",
+    "validate_schema",
+]
+
+JSON = dict[str, Any]
+
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN_RE = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
+_LABEL_RE = re.compile(rf"^{_LABEL}$")
+_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+    "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
+    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+_MICRO_RE = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{6})(Z|[+-]\d{2}:\d{2})$"
+)
+_INT32_MAX = 2**31 - 1
+
+
+def validate_name(name: str, *, label: bool = False) -> list[FieldError]:
+    """``metadata.name`` errors for an object (subdomain) or a namespace (``label=True``)."""
+    if not name:
+        return [FieldError("metadata.name", "Required", "name or generateName is required")]
+    limit, pattern, message = (63, _LABEL_RE, _LABEL_MSG) if label else (
+        253, _SUBDOMAIN_RE, _SUBDOMAIN_MSG
+    )
+    errors = []
+    if len(name) > limit:
+        errors.append(
+            FieldError("metadata.name", "Invalid", f"must be no more than {limit} characters", name)
+        )
+    if not pattern.match(name):
+        errors.append(FieldError("metadata.name", "Invalid", message, name))
+    return errors
+
+
+def validate_namespace_name(name: str) -> list[FieldError]:
+    """A namespace name is a DNS-1123 label."""
+    return validate_name(name, label=True)
+
+
+def format_micro_time(moment: datetime) -> str:
+    """MicroTime as the server writes it: UTC, six fraction digits, ``Z``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _cannot_handle(kind: str, version: str, detail: str) -> ApiError:
+    return ApiError.bad_request(
+        f'{kind} in version "{version}" cannot be handled as a {kind}: {detail}'
+    )
+
+
+def _parse_micro_time(text: str, kind: str) -> str:
+    match = _MICRO_RE.match(text)
+    if match is None:
+        raise _cannot_handle(
+            kind,
+            "v1",
+            f'parsing time "{text}" as "2006-01-02T15:04:05.000000Z07:00": cannot parse '
+            f'"{text[19:]}" as ".000000"',
+        )
+    year, month, day, hour, minute, second, micro, zone = match.groups()
+    offset = timedelta(0)
+    if zone != "Z":
+        sign = 1 if zone[0] == "+" else -1
+        offset = sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
+    try:
+        moment = datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), int(micro),
+            tzinfo=UTC,
+        )
+    except ValueError as exc:
+        raise _cannot_handle(kind, "v1", f'parsing time "{text}": {exc}') from None
+    return format_micro_time(moment - offset)
+
+
+_LEASE_SPEC_TYPES = {
+    "holderIdentity": "string",
+    "leaseDurationSeconds": "int32",
+    "acquireTime": "MicroTime",
+    "renewTime": "MicroTime",
+    "leaseTransitions": "int32",
+    "strategy": "string",
+    "preferredHolder": "string",
+}
+
+
+def decode_lease(obj: JSON, warnings: list[str]) -> JSON:
+    """Type-check and normalize a Lease body's spec (400 on a decode error); returns the spec."""
+    spec = obj.get("spec")
+    if spec is None:
+        return {}
+    if not isinstance(spec, dict):
+        raise _cannot_handle(
+            "Lease", "v1", "json: cannot unmarshal into Go struct field Lease.spec of type "
+            "v1.LeaseSpec",
+        )
+    clean: JSON = {}
+    for key, value in spec.items():
+        expected = _LEASE_SPEC_TYPES.get(key)
+        if expected is None:
+            warnings.append(f'unknown field "spec.{key}"')
+            continue
+        if value is None:
+            continue
+        if expected == "string" and not isinstance(value, str):
+            raise _go_type_error(key, "string")
+        if expected == "int32":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _go_type_error(key, "int32")
+            if not -(2**31) <= value <= _INT32_MAX:
+                raise _cannot_handle(
+                    "Lease", "v1", f"json: cannot unmarshal number {value} into Go struct "
+                    f"field LeaseSpec.spec.{key} of type int32",
+                )
+        if expected == "MicroTime":
+            if not isinstance(value, str):
+                raise _go_type_error(key, "string")
+            value = _parse_micro_time(value, "Lease")
+        clean[key] = value
+    return {key: clean[key] for key in _LEASE_SPEC_TYPES if key in clean}
+
+
+def _go_type_error(key: str, go_type: str) -> ApiError:
+    return _cannot_handle(
+        "Lease", "v1", f"json: cannot unmarshal into Go struct field LeaseSpec.spec.{key} of "
+        f"type {go_type}",
+    )
+
+
+def validate_lease_spec(spec: JSON) -> list[FieldError]:
+    """``ValidateLeaseSpec``, field by field, in the order the Go code checks them."""
+    errors = []
+    duration = spec.get("leaseDurationSeconds")
+    if duration is not None and duration <= 0:
+        errors.append(
+            FieldError("spec.leaseDurationSeconds", "Invalid", "must be greater than 0", duration)
+        )
+    transitions = spec.get("leaseTransitions")
+    if transitions is not None and transitions < 0:
+        errors.append(
+            FieldError(
+                "spec.leaseTransitions", "Invalid", "must be greater than or equal to 0",
+                transitions,
+            )
+        )
+    strategy = spec.get("strategy")
+    if strategy is not None and "/" not in strategy and strategy != "OldestEmulationVersion":
+        errors.append(
+            FieldError(
+                "spec.strategy.strategy", "NotSupported",
+                'supported values: "OldestEmulationVersion"', strategy,
+            )
+        )
+    if spec.get("preferredHolder") and not strategy:
+        errors.append(
+            FieldError(
+                "spec.preferredHolder", "Forbidden",
+                "may only be specified if `strategy` is defined",
+            )
+        )
+    return errors
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+}
+
+
+def validate_schema(value: Any, schema: JSON, path: str, errors: list[FieldError]) -> Any:
+    """A small structural-schema check for custom resources: types, ``required``, pruning.
+
+    Returns the value with unknown object fields pruned (as the apiserver prunes them unless
+    ``x-kubernetes-preserve-unknown-fields`` is set). Errors read like the apiextensions
+    validator's: ``spec.time: Invalid value: "string": spec.time in body must be of type
+    integer: "string"``.
+    """
+    expected = schema.get("type")
+    if expected in _JSON_TYPES and value is not None:
+        ok = isinstance(value, _JSON_TYPES[expected]) and not (
+            expected in ("integer", "number") and isinstance(value, bool)
+        )
+        if not ok:
+            got = _json_type_name(value)
+            errors.append(
+                FieldError(path, "Invalid", f"{path} in body must be of type {expected}: "
+                           f'"{got}"', got)
+            )
+            return value
+    if isinstance(value, dict) and expected == "object":
+        properties: JSON = schema.get("properties", {})
+        for required in schema.get("required", []):
+            if required not in value:
+                errors.append(FieldError(f"{path}.{required}" if path else required, "Required"))
+        keep = schema.get("x-kubernetes-preserve-unknown-fields", False) or not properties
+        pruned: JSON = {}
+        for key, item in value.items():
+            if key in properties:
+                child = f"{path}.{key}" if path else key
+                pruned[key] = validate_schema(item, properties[key], child, errors)
+            elif keep:
+                pruned[key] = item
+        return pruned
+    return value
+
+
+def _json_type_name(value: Any) -> str:
+    for name, types in _JSON_TYPES.items():
+        if (isinstance(value, types) and not isinstance(value, bool)) or (
+            name == "boolean" and isinstance(value, bool)
+        ):
+            return name
+    return "null"
