@@ -47,3 +47,21 @@ def test_custom_backend_example() -> None:
     """A user-written backend passes check_backend and holds a lease."""
     out = run_example("custom_backend.py")
     assert out.splitlines() == ["DictBackend passes check_backend", "held with fencing token 1"]
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_fenced_writes_example_rejects_the_stale_holders_write(backend: str) -> None:
+    """The partitioned holder is cancelled before the takeover, and its delayed write, carrying
+    the old fencing token, is rejected by the store after the new holder's write."""
+    out = run_example("fenced_writes.py", backend)
+    assert out.splitlines() == [
+        "node-a: holds 'report' with fencing token 1",
+        "store: accepted 'draft by node-a' (token 1)",
+        "node-a: partitioned; its next write is stuck in the network",
+        "node-a: lease lost, guarded work cancelled",
+        "node-b: holds 'report' with fencing token 2",
+        "store: accepted 'final by node-b' (token 2)",
+        "network: partition healed, delivering node-a's delayed write",
+        "store: rejected 'final by node-a' (token 1 < 2)",
+        "store: report = 'final by node-b'",
+    ]

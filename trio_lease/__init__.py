@@ -17,6 +17,14 @@ __version__ = "0.1.0"
 from ._lease import Grant as Grant
 from ._lease import Lease as Lease
 from ._provider import LeaseProvider as LeaseProvider
+from ._singleton import Following as Following
+from ._singleton import Leading as Leading
+from ._singleton import Singleton as Singleton
+from ._singleton import SingletonContext as SingletonContext
+from ._singleton import SingletonState as SingletonState
+from ._singleton import Stopped as Stopped
+from ._singleton import Stopping as Stopping
+from ._singleton import run_singleton as run_singleton
 
 __all__ = [
     "AcquireTimeout",
@@ -24,6 +32,7 @@ __all__ = [
     "BackendError",
     "BackendUnavailable",
     "ConflictError",
+    "Following",
     "Grant",
     "Lease",
     "LeaseBackend",
@@ -34,4 +43,11 @@ __all__ = [
     "LeaseProvider",
     "LeaseRecord",
     "LeaseSettings",
+    "Leading",
+    "Singleton",
+    "SingletonContext",
+    "SingletonState",
+    "Stopped",
+    "Stopping",
+    "run_singleton",
 ]

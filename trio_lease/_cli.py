@@ -3,7 +3,9 @@
 ``trio-lease run NAME -- CMD...`` runs CMD only while this process holds the lease NAME. The
 child gets ``TRIO_LEASE_NAME``, ``TRIO_LEASE_OWNER`` and ``TRIO_LEASE_FENCING_TOKEN`` in its
 environment. If the lease is lost, the child gets SIGTERM, then SIGKILL after the stop timeout
-(the settings' ``stop_timeout``, which the safety inequality accounts for).
+(the settings' ``stop_timeout``, which the safety inequality accounts for). On Linux the child
+is also SIGKILLed by the kernel if ``trio-lease`` itself dies (``kill -9``), so it can never
+outlive the lease it ran under.
 
 Exit codes: the child's own code (128+N if killed by signal N); 75 busy (``--no-wait`` while
 another owner holds it); 124 timed out waiting (``--timeout``); 125 lease lost (child stopped);
@@ -11,16 +13,22 @@ another owner holds it); 124 timed out waiting (``--timeout``); 125 lease lost (
 
 Backend selection, in order: ``--config FILE --section PATH`` (a LeaseProvider TOML section),
 else ``--backend NAME`` (default ``sqlite`` at the per-user path, see
-``trio_lease.backends.sqlite.default_path``). Every option can also come from an environment
-variable ``TRIO_LEASE_<OPTION>`` (for example ``TRIO_LEASE_SQLITE_PATH``,
-``TRIO_LEASE_OWNER``, ``TRIO_LEASE_HEARTBEAT_TIMEOUT``).
+``trio_lease.backends.sqlite.default_path``). Timings: the command line, else the environment,
+else the ``--config`` section (as LeaseProvider reads it), else, without ``--config``, the CLI
+defaults (:data:`CLI_DEFAULTS`). Every option but
+``release --force`` can also come from an environment variable ``TRIO_LEASE_<OPTION>`` (for
+example ``TRIO_LEASE_SQLITE_PATH``, ``TRIO_LEASE_OWNER``, ``TRIO_LEASE_HEARTBEAT_TIMEOUT``,
+``TRIO_LEASE_NO_WAIT=1``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -30,18 +38,21 @@ from typing import Any
 
 import anyio
 
+from . import _algorithm as algo
 from ._abc import LeaseBackend, LeaseRecord
 from ._exceptions import (
     AcquireTimeout,
     BackendAuthError,
+    BackendError,
     BackendUnavailable,
+    ConflictError,
     LeaseBusy,
     LeaseConfigError,
     LeaseLost,
 )
 from ._lease import Lease
 from ._provider import LeaseProvider, build_backend, load_backend_class
-from ._settings import LeaseSettings
+from ._settings import LeaseSettings, parse_duration
 
 __all__ = ["main"]
 
@@ -51,6 +62,7 @@ EXIT_LOST = 125
 EXIT_CONFIG = 78
 EXIT_UNAVAILABLE = 69
 
+#: Timings when neither the command line, the environment nor a --config section sets them.
 CLI_DEFAULTS = {
     "heartbeat_timeout": "15s",
     "heartbeat_interval": "2s",
@@ -58,9 +70,49 @@ CLI_DEFAULTS = {
     "stop_timeout": "2s",
 }
 
+# Runs in the child, between fork and exec of CMD (Linux only). It asks the kernel to SIGKILL
+# the child when trio-lease dies: otherwise `kill -9` of trio-lease orphans CMD, which keeps
+# running after another owner takes the lease over. SIGKILL, because nobody is left to escalate
+# a SIGTERM. The getppid() check closes the race of trio-lease dying before prctl ran. Python
+# ignores SIGPIPE and SIGXFSZ at startup; ignored signals survive exec, so restore them.
+_LAUNCHER = """\
+import ctypes, os, signal, sys
+if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0) != 0:
+    print("trio-lease: prctl(PR_SET_PDEATHSIG):", os.strerror(ctypes.get_errno()), file=sys.stderr)
+    os._exit(126)
+if os.getppid() != int(sys.argv[1]):
+    os._exit(128 + signal.SIGKILL)
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+except OSError as exc:
+    print(f"trio-lease: cannot run {sys.argv[2]!r}: {exc}", file=sys.stderr)
+    os._exit(127)
+"""
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
 
 def _env(name: str, default: str | None = None) -> str | None:
-    return os.environ.get(f"TRIO_LEASE_{name.upper().replace('-', '_')}", default)
+    return os.environ.get(_env_name(name), default)
+
+
+def _env_name(name: str) -> str:
+    return f"TRIO_LEASE_{name.upper().replace('-', '_')}"
+
+
+def _env_flag(name: str) -> bool | None:
+    """A boolean option from the environment (1/true/yes/on, 0/false/no/off), None if unset."""
+    value = _env(name)
+    if value is None:
+        return None
+    if value.strip().lower() in _TRUE:
+        return True
+    if value.strip().lower() in _FALSE:
+        return False
+    raise LeaseConfigError(f"{_env_name(name)}={value!r}: use 1/true/yes/on or 0/false/no/off")
 
 
 def default_owner() -> str:
@@ -81,13 +133,23 @@ def _add_backend_options(parser: argparse.ArgumentParser) -> None:
         "--sqlite-path", default=_env("sqlite_path"), help="SQLite file (default: per-user path)"
     )
     timing = parser.add_argument_group("timing (seconds or '1.5s', '250ms', '2m')")
-    for option in CLI_DEFAULTS:
+    for option, default in CLI_DEFAULTS.items():
         flag = option.replace("_", "-")
-        timing.add_argument(f"--{flag}", dest=option, default=_env(option, CLI_DEFAULTS[option]))
+        # None means "not given": the --config section, else CLI_DEFAULTS, decides.
+        timing.add_argument(
+            f"--{flag}", dest=option, default=_env(option), help=f"default: {default}"
+        )
 
 
-def _settings(args: argparse.Namespace) -> LeaseSettings:
-    return LeaseSettings(**{option: getattr(args, option) for option in CLI_DEFAULTS})
+def _settings(args: argparse.Namespace, base: LeaseSettings | None) -> LeaseSettings:
+    """Timings given on the command line or in the environment, over ``base`` (a section)."""
+    given = {option: getattr(args, option) for option in CLI_DEFAULTS}
+    given = {option: value for option, value in given.items() if value is not None}
+    if base is None:
+        return LeaseSettings(**(CLI_DEFAULTS | given))
+    if not given:
+        return base
+    return LeaseSettings(**(base.model_dump(exclude_unset=True) | given))
 
 
 def _open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]:
@@ -95,18 +157,32 @@ def _open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings
         if not args.section:
             raise LeaseConfigError("--config needs --section (the TOML section of the lease)")
         provider = LeaseProvider(args.config)
-        return provider._backend_for(args.section)
+        backend, section_settings = provider._backend_for(args.section)
+        return backend, _settings(args, section_settings)
+    settings = _settings(args, None)  # validate before opening anything
     config: dict[str, Any] = {}
     if args.backend == "sqlite" and args.sqlite_path:
         config["path"] = args.sqlite_path
     cls = load_backend_class(args.backend, "--backend")
-    return build_backend(cls, config, "--backend"), _settings(args)
+    return build_backend(cls, config, "--backend"), settings
+
+
+def _check_command(command: list[str]) -> None:
+    """Fail before acquiring anything if CMD cannot be started (exit 78, not a held lease)."""
+    program = command[0]
+    if os.sep in program:
+        found = os.path.isfile(program) and os.access(program, os.X_OK)
+    else:
+        found = shutil.which(program) is not None
+    if not found:
+        raise LeaseConfigError(f"cannot start {program!r}: no such executable")
 
 
 async def _run(args: argparse.Namespace) -> int:
+    command: list[str] = args.command
+    _check_command(command)
     backend, settings = _open_backend(args)
     lease = Lease(args.name, args.owner, backend, settings)
-    command: list[str] = args.command
     grace = settings.stop_timeout
     code = 0
     error: Exception | None = None
@@ -168,6 +244,13 @@ async def _report_loop(lease: Lease, settings: LeaseSettings) -> None:
         await anyio.sleep(settings.heartbeat_timeout / 2)
 
 
+def _child_argv(command: list[str]) -> list[str]:
+    """CMD, wrapped on Linux so that the kernel kills it if trio-lease dies (see _LAUNCHER)."""
+    if not sys.platform.startswith("linux") or not sys.executable:
+        return command
+    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), *command]
+
+
 async def _run_child(command: list[str], lease: Lease, token: int, grace: float) -> int:
     env = dict(os.environ)
     env.update(
@@ -176,7 +259,9 @@ async def _run_child(command: list[str], lease: Lease, token: int, grace: float)
         TRIO_LEASE_FENCING_TOKEN=str(token),
     )
     try:
-        process = await anyio.open_process(command, stdin=None, stdout=None, stderr=None, env=env)
+        process = await anyio.open_process(
+            _child_argv(command), stdin=None, stdout=None, stderr=None, env=env
+        )
     except OSError as exc:
         raise LeaseConfigError(f"cannot start {command[0]!r}: {exc}") from None
     try:
@@ -185,11 +270,13 @@ async def _run_child(command: list[str], lease: Lease, token: int, grace: float)
         if process.returncode is None:
             # Lost the lease or asked to stop: SIGTERM, then SIGKILL after the grace period.
             with anyio.CancelScope(shield=True):
-                process.terminate()
+                with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
+                    process.terminate()
                 with anyio.move_on_after(grace):
                     await process.wait()
                 if process.returncode is None:
-                    process.kill()
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
                     await process.wait()
     return 128 - returncode if returncode < 0 else returncode
 
@@ -256,26 +343,30 @@ async def _release(args: argparse.Namespace) -> int:
         return 2
     backend, _ = _open_backend(args)
     async with backend:
-        record = await backend.get(args.name)
-        if record is None or record.is_free:
-            print(f"trio-lease: {args.name!r} is not held")
+        for _attempt in range(5):
+            record = await backend.get(args.name)
+            if record is None or record.is_free:
+                print(f"trio-lease: {args.name!r} is not held")
+                return 0
+            try:
+                # The same record a holder's own release writes: no holder, the token kept.
+                await backend.update(algo.release_record(record, datetime.now(UTC)), record.version)
+            except ConflictError:
+                continue  # renewed or taken over meanwhile: read again
+            print(f"trio-lease: released {args.name!r} (was held by {record.holder!r})")
             return 0
-        await backend.update(
-            LeaseRecord(
-                name=record.name,
-                holder="",
-                lease_duration=1.0,
-                fencing_token=record.fencing_token,
-                acquired_at=record.acquired_at,
-                renewed_at=datetime.now(UTC),
-            ),
-            record.version,
-        )
-        print(f"trio-lease: released {args.name!r} (was held by {record.holder!r})")
-    return 0
+    raise BackendUnavailable(f"lease {args.name!r} kept changing while releasing it; try again")
+
+
+def _duration(value: str) -> float:
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; option defaults come from ``TRIO_LEASE_*`` environment variables."""
     parser = argparse.ArgumentParser(
         prog="trio-lease", description="Distributed leases: run commands while holding one."
     )
@@ -285,21 +376,30 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("name", help="lease name")
     run.add_argument("--owner", default=default_owner(), help="owner name (default: hostname)")
     wait = run.add_mutually_exclusive_group()
-    wait.add_argument("--wait", dest="wait", action="store_true", default=True)
+    no_wait, env_wait = _env_flag("no_wait"), _env_flag("wait")
+    waits = not no_wait if no_wait is not None else (env_wait if env_wait is not None else True)
+    wait.add_argument("--wait", dest="wait", action="store_true", default=waits)
     wait.add_argument("--no-wait", dest="wait", action="store_false", help="exit 75 if busy")
-    run.add_argument("--timeout", type=float, default=None, help="give up waiting after S (124)")
+    env_timeout = _env("timeout")
+    run.add_argument(
+        "--timeout",
+        type=_duration,
+        default=None if env_timeout is None else _duration(env_timeout),
+        help="give up waiting after this long (exit 124)",
+    )
     run.add_argument("command", nargs="*", help="-- CMD [ARGS...]")
     _add_backend_options(run)
     run.set_defaults(func=_run)
 
     status = commands.add_parser("status", help="show holder, token, age, expiry")
     status.add_argument("names", nargs="*")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", default=bool(_env_flag("json")))
     _add_backend_options(status)
     status.set_defaults(func=_status)
 
     release = commands.add_parser("release", help="break-glass: free a lease (unsafe)")
     release.add_argument("name")
+    # Deliberately not from the environment: breaking a lease must be asked for each time.
     release.add_argument("--force", action="store_true")
     _add_backend_options(release)
     release.set_defaults(func=_release)
@@ -324,7 +424,12 @@ def _add_optional_commands(commands: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trio-lease`` console script."""
-    parser = build_parser()
+    logging.basicConfig(level=logging.WARNING, format="trio-lease: %(message)s")
+    try:
+        parser = build_parser()
+    except (LeaseConfigError, argparse.ArgumentTypeError) as exc:  # a bad TRIO_LEASE_* value
+        print(f"trio-lease: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     argv = list(sys.argv[1:] if argv is None else argv)
     command: list[str] = []
     if "--" in argv:  # everything after the first -- is the command, never our options
@@ -354,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LeaseConfigError, BackendAuthError) as exc:
         print(f"trio-lease: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except BackendUnavailable as exc:
+    except BackendError as exc:  # unavailable, or a conflict that did not resolve
         print(f"trio-lease: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     return result

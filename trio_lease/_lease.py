@@ -89,6 +89,13 @@ class Grant:
         """When this holder stops believing it holds the lease, unless renewed (monotonic)."""
         return self._holding.deadline
 
+    @property
+    def lost(self) -> bool:
+        """True once this grant was lost (taken over, deleted, or its deadline passed)."""
+        return self._holding.lost_cause is not None or (
+            not self._holding.ended and self._clock() >= self._holding.deadline
+        )
+
     def remaining(self) -> float:
         """Seconds left before the deadline (0 once it has passed or the grant was lost)."""
         if not self._holding.is_valid():

@@ -27,6 +27,10 @@ class World:
     name: str
     settings: LeaseSettings
     new_backend: Callable[[], LeaseBackend]
+    #: Slack (seconds) that timing assertions allow for scheduling jitter and request latency:
+    #: 0 on virtual time, where every assertion is exact; a small margin on real time (a real
+    #: server). Guarantee tests use it only where real time can add to what virtual time does.
+    tolerance: float = 0.0
     opened: list[LeaseBackend] = dataclasses.field(default_factory=list)
 
     def backend(self) -> LeaseBackend:
