@@ -58,9 +58,10 @@ def process_alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie, dead but not reaped, counts as dead)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or going while we read
         return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+    fields = stat.rpartition(")")[2].split()  # the state follows the "(command)" field
+    return bool(fields) and fields[0] not in ("Z", "X")
 
 
 @dataclasses.dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any
 
 import anyio
@@ -93,7 +94,7 @@ async def test_runners_never_overlap_through_loss_failover_stop_and_crash(world:
     assert len(leaders) >= 4, leaders
     tokens = [run[1] for run in tracker.runs]
     assert tokens == sorted(set(tokens))
-    for (_, _, _, end), (_, _, start, _) in zip(tracker.runs, tracker.runs[1:], strict=False):
+    for (_, _, _, end), (_, _, start, _) in itertools.pairwise(tracker.runs):
         assert end is not None and end <= start
 
 
@@ -115,8 +116,12 @@ async def test_fn_is_cancelled_at_once_on_loss_and_restarts_after_retry_interval
         current = await backend.get("job")
         assert current is not None
         stolen = await backend.update(
-            LeaseRecord(name="job", holder="thief_1", fencing_token=current.fencing_token + 1,
-                        lease_duration=1.0),
+            LeaseRecord(
+                name="job",
+                holder="thief_1",
+                fencing_token=current.fencing_token + 1,
+                lease_duration=1.0,
+            ),
             current.version,
         )
         await anyio.sleep(world.settings.heartbeat_interval + 0.5)
@@ -169,7 +174,7 @@ async def test_fn_returning_releases_and_competes_again_or_stops(world: World) -
     with anyio.move_on_after(20):
         await run_singleton(lease, short, retry_interval=4)
     assert len(runs) >= 4
-    gaps = [b - a for a, b in zip(runs[1:], runs[2:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(runs[1:])]
     assert all(gap >= 1 + 4 * 0.8 for gap in gaps)
 
 

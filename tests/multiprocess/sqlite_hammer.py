@@ -1,0 +1,36 @@
+"""Writes to one SQLite lease record as fast as it can, until killed (for the crash test).
+
+python -m tests.multiprocess.sqlite_hammer PATH
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import anyio
+
+from trio_lease import ConflictError, LeaseRecord
+from trio_lease.backends.sqlite import SqliteBackend
+
+
+async def main(path: str) -> None:
+    async with SqliteBackend(path) as backend:
+        record = await backend.get("job")
+        if record is None:
+            record = await backend.create(LeaseRecord(name="job", holder="hammer", fencing_token=1))
+        print("writing", flush=True)
+        while True:
+            try:
+                record = await backend.update(
+                    dataclasses.replace(record, fencing_token=record.fencing_token + 1),
+                    record.version,
+                )
+            except ConflictError:
+                current = await backend.get("job")
+                assert current is not None
+                record = current
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1])
