@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from types import TracebackType
+from typing import TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -57,6 +58,7 @@ def incarnation() -> str:
 
 
 LostCallback = Callable[[BaseException | None], object]
+T = TypeVar("T")
 
 
 class Grant:
@@ -211,11 +213,12 @@ class Lease:
         """
         last: object = object()
         if self.backend.supports_watch:
-            async for record in self.backend.watch(self.name):
-                self._observe(record)
-                if self.holder() != last:
-                    last = self.holder()
-                    yield self.holder()
+            async with _closing(self.backend.watch(self.name)) as stream:
+                async for record in stream:
+                    self._observe(record)
+                    if self.holder() != last:
+                        last = self.holder()
+                        yield self.holder()
         else:
             while True:
                 try:
@@ -367,11 +370,12 @@ class Lease:
         while True:
             try:
                 first = True
-                async for record in self.backend.watch(self.name):
-                    self._observe(record)
-                    if not first:
-                        wakeup.set()
-                    first = False
+                async with _closing(self.backend.watch(self.name)) as stream:
+                    async for record in stream:
+                        self._observe(record)
+                        if not first:
+                            wakeup.set()
+                        first = False
             except Exception as exc:
                 logger.info("lease %r: watch failed (%s); polling meanwhile", self.name, exc)
             await anyio.sleep(self.settings.wait_interval)
@@ -583,6 +587,18 @@ class _AkkaHold:
         self.on_lost = on_lost
         self.scope = anyio.CancelScope()
         self.dropped = False
+
+
+@asynccontextmanager
+async def _closing(stream: AsyncIterator[T]) -> AsyncIterator[AsyncIterator[T]]:
+    """Close a backend's watch stream (an async generator) as soon as we stop reading it."""
+    try:
+        yield stream
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await aclose()
 
 
 def _utc_now() -> datetime:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
 import anyio
 import pytest
 
@@ -229,3 +232,25 @@ def test_bad_constructor_arguments_are_config_errors() -> None:
             Lease(*args)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         Lease("n", "", backend)
+
+
+async def test_leaving_watch_holder_closes_the_backend_stream(world: World) -> None:
+    """Closing watch_holder() closes the backend's watch stream at once, not at GC."""
+    closed: list[bool] = []
+
+    class Recording(MemoryBackend):
+        async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
+            try:
+                async for state in super().watch(name):
+                    yield state
+            finally:
+                closed.append(True)
+
+    backend = world.backend()
+    assert isinstance(backend, MemoryBackend)
+    lease = world.lease("a", backend=Recording(backend.store))
+    async with aclosing(lease.watch_holder()) as holders:  # type: ignore[type-var]
+        async for holder in holders:
+            assert holder is None
+            break
+    assert closed == [True]
