@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 from anyio.abc import TaskStatus
 
-from trio_lease import Lease, LeaseSettings, SingletonContext, run_singleton
+from trio_lease import Grant, Lease, LeaseSettings, SingletonContext, run_singleton
 from trio_lease.backends.sqlite import SqliteBackend
 
 SETTINGS = LeaseSettings(
@@ -45,16 +45,16 @@ async def main(path: str) -> None:
     async with SqliteBackend(path, watch_interval=0.02) as backend:
         node_scopes = {name: anyio.CancelScope() for name in ("node-a", "node-b")}
 
-        async def node(name: str, *, task_status: TaskStatus[None]) -> None:
+        async def node(
+            name: str, *, task_status: TaskStatus[Grant] = anyio.TASK_STATUS_IGNORED
+        ) -> None:
             lease = Lease("job-scheduler", name, backend, SETTINGS)
             with node_scopes[name]:
-                task_status.started()
-                await run_singleton(lease, scheduler(name), stop_grace=1.0)
+                await run_singleton(lease, scheduler(name), stop_grace=1.0, task_status=task_status)
 
         async with anyio.create_task_group() as tg:
-            await tg.start(node, "node-a")
-            await anyio.sleep(0.1)  # node-a leads; node-b will follow
-            await tg.start(node, "node-b")
+            await tg.start(node, "node-a")  # returns once node-a leads
+            tg.start_soon(node, "node-b")  # follows until node-a leaves
             await anyio.sleep(0.5)
             print("shutting node-a down")
             node_scopes["node-a"].cancel()  # graceful: node-a finishes, releases
