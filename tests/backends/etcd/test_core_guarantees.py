@@ -7,8 +7,8 @@ real time with settings scaled down (L = 1.2 s instead of 15 s) and ``world.tole
 slack for scheduling jitter and loopback latency. Each test is bounded by :data:`TEST_LIMIT`,
 so a hang fails with a message instead of stalling the run.
 
-Excluded (reported as skipped, with the reason): tests that never touch the backend, listed in
-:data:`EXCLUDED`.
+Excluded (reported as skipped, with the reason, see :data:`EXCLUDED`): a test that never
+touches the backend, and one whose timing window only virtual time can hit reliably.
 """
 
 from __future__ import annotations
@@ -26,21 +26,29 @@ from trio_lease.backends.etcd import EtcdBackend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-#: L = 1.2 s, R = 0.3 s, T = 0.2 s, T_stop = 0.1 s, so D = 0.8 s and the holder stops about
-#: 0.3 s before any contender may take over. T is well above etcd's loopback latency (a few ms),
-#: and the retry gap after an unknown outcome (T/4 = 50 ms) well above scheduling jitter.
+#: L = 1.2 s, R = 0.3 s, T = 0.2 s, T_stop = 0.1 s, so D = 0.8 s: a cut-off holder is cancelled
+#: 0.4 s before any contender may take over, 0.3 s more than T_stop. T is well above etcd's
+#: usual loopback latency (a few ms); a request in its tail times out and is retried, as in
+#: production. The whole module takes about 80 s for both anyio backends.
 SETTINGS = LeaseSettings(
     heartbeat_timeout=1.2, heartbeat_interval=0.3, lease_operation_timeout=0.2, stop_timeout=0.1
 )
 
-#: Slack for "at about" and "within" assertions on real time (seconds).
-TOLERANCE = 0.05
+#: Slack for "at about" and "within" assertions on real time (seconds): a linearizable etcd
+#: request usually takes a few ms, but its tail (fsync, a new connection) reaches tens of ms.
+TOLERANCE = 0.1
 
 #: Upper bound of one test in real seconds (the longest, 10 L of renewals, takes about 12 s).
 TEST_LIMIT = 60.0
 
 #: Guarantee tests not re-run here, and why.
 EXCLUDED = {
+    "test_g2_unknown_outcome_counts_as_not_renewed": (
+        "needs virtual time: its first check must fall between a lost renewal reply and the "
+        "retry's confirmation, a window of T/4 (50 ms here) narrower than etcd's write-latency "
+        "tail (fsync: tens of ms, ~0.2 s seen under CPU load). Timed-out renewals counting as not "
+        "renewed still run here (test_g2_every_request_is_bounded_by_operation_timeout)"
+    ),
     "test_g7_forked_child_gets_a_new_incarnation": (
         "process-local: forks and compares incarnation ids without any world or backend; "
         "it runs once in tests/core"
