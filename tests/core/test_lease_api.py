@@ -254,3 +254,29 @@ async def test_leaving_watch_holder_closes_the_backend_stream(world: World) -> N
             assert holder is None
             break
     assert closed == [True]
+
+
+async def test_release_between_first_read_and_watch_start_wakes_the_waiter(world: World) -> None:
+    """A release landing after the waiter's first read but before its watch starts still
+    wakes it at once (not a poll interval later)."""
+    a = world.lease("a")
+    backend = world.backend()
+    released_at: list[float] = []
+
+    class ReleaseBeforeWatch(MemoryBackend):
+        async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
+            if not released_at:
+                await a._end_akka(raise_unknown=True)  # a releases just before the watch opens
+                released_at.append(anyio.current_time())
+            async for state in super().watch(name):
+                yield state
+
+    assert isinstance(backend, MemoryBackend)
+    b = world.lease("b", backend=ReleaseBeforeWatch(backend.store))
+    async with a:
+        assert await a.acquire()
+        start = anyio.current_time()
+        async with b.held():
+            acquired = anyio.current_time()
+    assert released_at
+    assert acquired - start < 0.1 * world.settings.wait_interval

@@ -221,6 +221,8 @@ class KubernetesBackend(LeaseBackend):
     ) -> httpx.Response:
         """One request within the budget; 429s retried after Retry-After while it fits."""
         client = self._client()
+        assert self._client_lease is not None
+        slots = self._client_lease.slots
         now, deadline = self._budget()
         reloaded_ca = False
         extensions = {}
@@ -232,9 +234,18 @@ class KubernetesBackend(LeaseBackend):
             query["timeout"] = f"{max(1, math.floor(left))}s"
             try:
                 with anyio.fail_after(left):
-                    response = await client.request(
-                        method, path, params=query, json=body, extensions=extensions
-                    )
+                    try:
+                        # Uncontended: take the slot without the extra scheduling round trip
+                        # of ``acquire()`` (the request itself is the checkpoint).
+                        slots.acquire_nowait()
+                    except anyio.WouldBlock:
+                        await slots.acquire()
+                    try:
+                        response = await client.request(
+                            method, path, params=query, json=body, extensions=extensions
+                        )
+                    finally:
+                        slots.release()
             except (httpx.HTTPError, TimeoutError, OSError) as exc:
                 reload = self.config.ca_file is not None and not reloaded_ca
                 if reload and tls_verification_failed(exc):
@@ -242,6 +253,8 @@ class KubernetesBackend(LeaseBackend):
                     # was sent (the handshake failed), so retrying is safe.
                     reloaded_ca = True
                     client = await self._replace_client()
+                    assert self._client_lease is not None
+                    slots = self._client_lease.slots
                     now = anyio.current_time()
                     continue
                 raise map_transport_error(exc, ctx) from None

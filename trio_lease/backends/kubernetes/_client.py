@@ -20,6 +20,16 @@ old client closes when its last user lets go.
 
 The credential identity is a hash of the credential (never the credential itself), so two
 configurations with different tokens never share a client.
+
+Connection limits (measured in ``benchmarks/``): httpcore hands a free connection to waiting
+requests by scanning every queued request against every connection, so when more requests are
+in flight than the pool has connections (a thousand leases acquiring or renewing at once), each
+completion costs O(queued x connections) and the process spends its CPU in that scan until
+renewals time out; and each request checks every pooled connection (``has_expired``: two
+system calls each). Each pooled client therefore carries a semaphore of ``MAX_IN_FLIGHT``
+slots that plain requests take before they reach httpx, so httpcore's own queue stays short
+(only long-running watch streams use connections without a slot), and a small pool whose
+connections are all kept alive, so bursts do not close and re-open connections.
 """
 
 from __future__ import annotations
@@ -40,10 +50,24 @@ __all__ = ["USER_AGENT", "ClientLease", "acquire_client"]
 USER_AGENT = f"trio-lease/{__version__} (python; httpx)"
 
 
+#: Requests in flight per pooled client (a semaphore) and idle connections kept alive. A
+#: renewal holds a connection for about a millisecond, so a few connections carry thousands of
+#: leases, and every idle pooled connection costs each request system calls in httpcore's
+#: ``has_expired`` check. The figures behind 4 are in benchmarks/README.md ("pool").
+MAX_IN_FLIGHT = 4
+MAX_KEEPALIVE = 4
+#: No cap on connections: each waiting contender's watch stream holds one for minutes, and a
+#: cap would let enough watchers starve the renewals (requests are capped by the semaphore).
+MAX_CONNECTIONS: int | None = None
+
+
 @dataclasses.dataclass
 class _Entry:
     client: httpx.AsyncClient
     users: int
+    slots: anyio.Semaphore = dataclasses.field(
+        default_factory=lambda: anyio.Semaphore(MAX_IN_FLIGHT)
+    )
 
 
 _POOL: dict[Hashable, _Entry] = {}
@@ -101,6 +125,9 @@ def _build(config: ClusterConfig, transport: httpx.AsyncBaseTransport | None) ->
         verify=ssl_context(config) if config.server_url.startswith("https:") else True,
         proxy=config.proxy_url,
         trust_env=False,
+        limits=httpx.Limits(
+            max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_KEEPALIVE
+        ),
     )
 
 
@@ -111,6 +138,8 @@ class ClientLease:
         self.key = key
         self._entry = entry
         self.client = entry.client
+        #: Take one before each request that is not a watch stream (see the module docstring).
+        self.slots = entry.slots
         self._released = False
 
     def evict(self) -> None:

@@ -1,0 +1,54 @@
+"""Helpers shared by the benchmark workers and the runner: events on stdout, percentiles."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+__all__ = ["emit", "now", "summary", "wait_for_line"]
+
+
+def now() -> float:
+    """CLOCK_MONOTONIC in seconds: one clock shared by every process on the machine."""
+    return time.monotonic()
+
+
+def emit(event: str, **fields: Any) -> None:
+    """Print one JSON event line for the runner."""
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+async def wait_for_line() -> str:
+    """Block (in a worker thread) until the runner writes a line to our stdin."""
+    line: str = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+    return line.strip()
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation; NaN for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """n, p50, p90, p99, max and mean of ``values``."""
+    return {
+        "n": len(values),
+        "p50": percentile(values, 50),
+        "p90": percentile(values, 90),
+        "p99": percentile(values, 99),
+        "max": max(values) if values else math.nan,
+        "mean": sum(values) / len(values) if values else math.nan,
+    }

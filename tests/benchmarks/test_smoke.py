@@ -1,0 +1,82 @@
+"""The benchmark programs run end to end (smoke size) and write well-formed results."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def _finite_or_nan(value: Any) -> bool:
+    return isinstance(value, (int, float)) and (math.isfinite(value) or math.isnan(value))
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Run ``python -m benchmarks --smoke`` once and load what it wrote."""
+    out = tmp_path_factory.mktemp("bench")
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    document: dict[str, Any] = json.loads((out / "smoke.json").read_text())
+    document["_markdown"] = (out / "smoke.md").read_text()
+    return document
+
+
+def test_smoke_run_records_machine_and_parameters(smoke: dict[str, Any]) -> None:
+    """The results name the machine, versions, load and the plan they ran."""
+    machine = smoke["machine"]
+    assert machine["mode"] == "smoke"
+    assert machine["cores"] >= 1
+    assert len(machine["loadavg_start"]) == 3 and len(machine["loadavg_end"]) == 3
+    assert {"trio_lease", "httpx", "kubernetes_asyncio"} <= set(machine["versions"])
+    assert smoke["plan"]["steady"]["L"] > 0
+
+
+def test_smoke_run_has_every_benchmark_for_both_libraries(smoke: dict[str, Any]) -> None:
+    """Steady, capacity, pool, handover, cold, loss and failover each have both libraries."""
+    results = smoke["results"]
+    assert {"steady", "capacity", "pool", "handover", "cold", "loss", "failover"} <= set(results)
+    for key in ("steady", "handover", "cold", "loss", "failover"):
+        assert {"ours", "theirs"} <= set(results[key]), key
+
+
+def test_smoke_steady_figures_are_well_formed(smoke: dict[str, Any]) -> None:
+    """Each steady run reports held leases, renewals, CPU per renewal and request counts."""
+    for lib, step in smoke["results"]["steady"].items():
+        assert step["held"] == step["params"]["n"], lib
+        assert step["renewals"] > 0, lib
+        assert _finite_or_nan(step["client_cpu_us_per_renewal"]), lib
+        if lib != "ours-sqlite":
+            assert step["requests_per_renewal"] >= 1.0, lib
+
+
+def test_smoke_latencies_are_summaries(smoke: dict[str, Any]) -> None:
+    """Every latency has n, p50, p90, p99, max and mean, with n matching the raw samples."""
+    fields = {"handover": "handover_ms", "cold": "cold_ms", "loss": "inject_to_cancel_ms",
+              "failover": "excess_over_L_ms"}
+    for key, field in fields.items():
+        for lib, result in smoke["results"][key].items():
+            summary = result[field]
+            assert set(summary) == {"n", "p50", "p90", "p99", "max", "mean"}, (key, lib)
+            assert summary["n"] > 0, (key, lib)
+            assert all(_finite_or_nan(v) for v in summary.values()), (key, lib)
+
+
+def test_smoke_markdown_has_the_headline_table(smoke: dict[str, Any]) -> None:
+    """The Markdown report starts with the ratio table against kubernetes_asyncio."""
+    markdown = smoke["_markdown"]
+    header = "| metric | trio_lease | kubernetes_asyncio | ratio (> 1: trio_lease better) |"
+    assert header in markdown
+    assert "requests per renewal" in markdown
