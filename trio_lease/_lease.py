@@ -13,7 +13,7 @@ import logging
 import os
 import random
 import uuid
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from types import TracebackType
@@ -507,9 +507,7 @@ class Lease:
         """Open the task group that hosts the heartbeat of :meth:`acquire`."""
         if self._host is not None:
             raise LeaseError(f"lease {self.name!r} is already entered")
-        stack = AsyncExitStack()
-        self._host = await stack.enter_async_context(anyio.create_task_group())
-        self._host_stack = stack
+        self._host_stack, self._host = await open_host()
         return self
 
     async def __aexit__(
@@ -519,18 +517,15 @@ class Lease:
         tb: TracebackType | None,
     ) -> bool | None:
         stack, self._host_stack = self._host_stack, None
-        try:
+
+        async def end_hold() -> None:
             if self._akka is not None:
                 await self._end_akka(raise_unknown=False)
-        except BaseException:
-            if stack is not None:
-                await stack.aclose()
-            raise
+
+        try:
+            return await close_host(stack, end_hold, exc_type, exc, tb)
         finally:
             self._host = None
-        if stack is None:
-            return None
-        return await stack.__aexit__(exc_type, exc, tb)
 
     def attach_host(self, host: TaskGroup | None) -> None:
         """Host :meth:`acquire`'s heartbeat in ``host`` (used by :class:`LeaseProvider`)."""
@@ -607,6 +602,31 @@ class _AkkaHold:
         self.on_lost = on_lost
         self.scope = anyio.CancelScope()
         self.dropped = False
+
+
+async def open_host() -> tuple[AsyncExitStack, TaskGroup]:
+    """Open a task group by hand, to host heartbeats between ``__aenter__`` and ``__aexit__``."""
+    stack = AsyncExitStack()
+    return stack, await stack.enter_async_context(anyio.create_task_group())
+
+
+async def close_host(
+    stack: AsyncExitStack | None,
+    cleanup: Callable[[], Awaitable[None]],
+    exc_type: type[BaseException] | None,
+    exc: BaseException | None,
+    tb: TracebackType | None,
+) -> bool | None:
+    """Run ``cleanup`` (ending the hosted holds), then exit the task group from open_host."""
+    try:
+        await cleanup()
+    except BaseException:
+        if stack is not None:
+            await stack.aclose()
+        raise
+    if stack is None:
+        return None
+    return await stack.__aexit__(exc_type, exc, tb)
 
 
 @asynccontextmanager

@@ -36,7 +36,7 @@ import anyio
 
 from ._abc import LeaseBackend
 from ._exceptions import LeaseConfigError
-from ._lease import Lease
+from ._lease import Lease, close_host, open_host
 from ._settings import LeaseSettings
 
 __all__ = ["LeaseProvider", "load_backend_class"]
@@ -199,9 +199,7 @@ class LeaseProvider:
         return lease
 
     async def __aenter__(self) -> LeaseProvider:
-        stack = AsyncExitStack()
-        self._host = await stack.enter_async_context(anyio.create_task_group())
-        self._stack = stack
+        self._stack, self._host = await open_host()
         for lease in self._leases.values():
             lease.attach_host(self._host)
         return self
@@ -213,7 +211,8 @@ class LeaseProvider:
         tb: TracebackType | None,
     ) -> bool | None:
         stack, self._stack = self._stack, None
-        try:
+
+        async def end_holds_and_close_backends() -> None:
             with anyio.CancelScope(shield=True):
                 for lease in self._leases.values():
                     if lease._akka is not None:
@@ -222,8 +221,8 @@ class LeaseProvider:
                 for backend, _ in self._backends.values():
                     with anyio.move_on_after(5):
                         await backend.aclose()
+
+        try:
+            return await close_host(stack, end_holds_and_close_backends, exc_type, exc, tb)
         finally:
             self._host = None
-        if stack is None:
-            return None
-        return await stack.__aexit__(exc_type, exc, tb)
