@@ -1,0 +1,258 @@
+"""The checker: pure functions from a run's logs to its verdict (no I/O, no clocks).
+
+Inputs, all stamped on the system-wide monotonic clock:
+
+- worker events (``start``/``end``/``lost``/``released``, and the harness's ``killed``/``gone``
+  when a process died; each with its ``slot``);
+- the fencing store's write log, in the order the store applied the writes;
+- the lease record history seen by the harness's watch (commit order);
+- the nemesis log: one episode per fault (``kind``, ``target`` slot or None, ``t0``, ``t1``).
+
+Rules (reliability.md §3.2):
+
+1. Belief intervals (``start`` → ``end``; a SIGKILL ends one at the kill) of different grants
+   must not overlap, unless the stale one (the lower token) was paused by a SIGSTOP longer than
+   the safety margin, or ran on a clock skewed beyond the tolerated rate, during the interval:
+   those are the faults no lease can survive, which fencing exists for.
+2. The store must never accept a write whose token is below one it accepted earlier.
+3. Grant tokens strictly increase: every new grant in the record history has a token above
+   all earlier ones, and no token is granted to two identities.
+4. A run must bite: at least one handover, and when long pauses were injected, at least one
+   stale write must have reached the store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["EXPLAINING_KINDS", "Interval", "Report", "check", "intervals_from_events"]
+
+#: Faults that may legitimately make two holders believe at once (reliability.md §4.3).
+EXPLAINING_KINDS = frozenset({"pause-long", "skew-beyond"})
+#: Faults that cannot make a holder lose its lease (so they do not excuse a loss).
+HARMLESS_KINDS = frozenset({"skew-within"})
+
+
+@dataclasses.dataclass
+class Interval:
+    """One belief interval: ``slot``'s process believed it held grant ``token``."""
+
+    slot: int
+    identity: str
+    token: int
+    start: float
+    end: float
+    outcome: str = "open"  # released, lost, killed, error or open (the run ended first)
+
+
+@dataclasses.dataclass
+class Report:
+    """The verdict of one run."""
+
+    grants: int = 0
+    handovers: int = 0
+    handovers_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
+    faults_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
+    overlaps: int = 0
+    overlaps_explained: int = 0
+    writes_accepted: int = 0
+    stale_rejected: int = 0
+    stale_accepted: int = 0
+    losses: int = 0
+    false_losses: int = 0
+    errors: int = 0
+    violations: list[str] = dataclasses.field(default_factory=list)
+    bite_failures: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No violation, and the faults bit."""
+        return not self.violations and not self.bite_failures
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "ok": self.ok}
+
+
+def _overlaps(t0: float, t1: float, u0: float, u1: float) -> bool:
+    return t0 < u1 and u0 < t1
+
+
+def intervals_from_events(events: Iterable[Mapping[str, Any]], run_end: float) -> list[Interval]:
+    """Belief intervals from the worker events (in per-slot order)."""
+    intervals: list[Interval] = []
+    current: dict[int, Interval] = {}
+    pid_of: dict[str, object] = {}  # identity -> pid, from the "ready" events
+    for event in events:
+        slot, kind, t = int(event["slot"]), event["ev"], float(event["t"])
+        if kind == "start":
+            interval = Interval(slot, str(event["identity"]), int(event["token"]), t, run_end)
+            current[slot] = interval
+            intervals.append(interval)
+        elif kind == "end" and slot in current:
+            current.pop(slot).end = t
+        elif kind == "ready":
+            pid_of[str(event["identity"])] = event.get("pid")
+        elif kind in ("killed", "gone"):  # the process died: its belief died with it
+            pid = event.get("pid")
+            if slot in current and (pid is None or pid_of.get(current[slot].identity) == pid):
+                open_one = current.pop(slot)
+                open_one.end = t
+                open_one.outcome = "killed"
+        elif kind in ("released", "lost", "error"):
+            done = _find(intervals, slot)
+            if done is not None and done.outcome == "open" and slot not in current:
+                done.outcome = kind
+    return intervals
+
+
+def _find(intervals: Sequence[Interval], slot: int) -> Interval | None:
+    for interval in reversed(intervals):
+        if interval.slot == slot:
+            return interval
+    return None
+
+
+def _explained(
+    stale: Interval, nemesis: Sequence[Mapping[str, Any]], margin: float
+) -> bool:
+    for episode in nemesis:
+        if episode["kind"] not in EXPLAINING_KINDS or episode.get("target") != stale.slot:
+            continue
+        t0, t1 = float(episode["t0"]), float(episode["t1"])
+        if episode["kind"] == "pause-long" and t1 - t0 <= margin:
+            continue
+        if _overlaps(t0, t1, stale.start, stale.end):
+            return True
+    return False
+
+
+def check(
+    *,
+    events: Sequence[Mapping[str, Any]],
+    writes: Sequence[Mapping[str, Any]],
+    records: Sequence[Mapping[str, Any]],
+    nemesis: Sequence[Mapping[str, Any]],
+    margin: float,
+    heartbeat_timeout: float,
+    run_end: float,
+) -> Report:
+    """Judge one run (see the module docstring for the rules)."""
+    report = Report()
+    intervals = intervals_from_events(events, run_end)
+    report.grants = len(intervals)
+    report.faults_by_kind = dict(Counter(str(e["kind"]) for e in nemesis))
+
+    # 1. Overlapping beliefs.
+    ordered = sorted(intervals, key=lambda i: i.start)
+    for i, first in enumerate(ordered):
+        for second in ordered[i + 1 :]:
+            if second.start >= first.end:
+                break
+            if first.identity == second.identity and first.token == second.token:
+                continue
+            report.overlaps += 1
+            stale, fresh = (first, second) if first.token <= second.token else (second, first)
+            if stale.token == fresh.token:
+                report.violations.append(
+                    f"token {stale.token} believed by two identities at once: "
+                    f"{stale.identity} and {fresh.identity}"
+                )
+            elif _explained(stale, nemesis, margin):
+                report.overlaps_explained += 1
+            else:
+                overlap = min(first.end, second.end) - second.start
+                report.violations.append(
+                    f"overlap of {overlap * 1000:.1f} ms: w{stale.slot} (token {stale.token}, "
+                    f"{stale.start:.3f}-{stale.end:.3f}) still believed "
+                    f"{(stale.end - fresh.start) * 1000:.1f} ms into w{fresh.slot}'s grant "
+                    f"(token {fresh.token}, from {fresh.start:.3f}); no pause or skew explains it"
+                )
+
+    # 2. Fencing: accepted tokens never go down, per resource, in apply order.
+    highest: dict[str, int] = {}
+    for write in writes:
+        resource, token = str(write["r"]), int(write["token"])
+        top = highest.get(resource, -1)
+        if write["ok"]:
+            report.writes_accepted += 1
+            if token < top:
+                report.stale_accepted += 1
+                report.violations.append(
+                    f"stale write accepted: token {token} by {write['w']} at {write['t']:.3f} "
+                    f"after token {top} was accepted"
+                )
+            highest[resource] = max(top, token)
+        elif token < top:
+            report.stale_rejected += 1
+        else:
+            report.violations.append(
+                f"the store rejected token {token} although the highest accepted was {top}"
+            )
+
+    # 3. Grant tokens strictly increase, and each belongs to one identity.
+    owner_of: dict[int, str] = {}
+    for interval in intervals:
+        other = owner_of.setdefault(interval.token, interval.identity)
+        if other != interval.identity:
+            report.violations.append(
+                f"token {interval.token} granted to two identities: {other} and "
+                f"{interval.identity}"
+            )
+    top_token = -1
+    last_grant: tuple[str, int] | None = None
+    for record in records:
+        holder, token = str(record["holder"]), int(record["token"])
+        if token < top_token:
+            report.violations.append(
+                f"the record's token went back from {top_token} to {token} at {record['t']:.3f}"
+            )
+        if holder and (holder, token) != last_grant:
+            if last_grant is not None and token <= top_token:
+                report.violations.append(
+                    f"new grant to {holder} at {record['t']:.3f} has token {token}, not above "
+                    f"{top_token}"
+                )
+            last_grant = (holder, token)
+        top_token = max(top_token, token)
+
+    # Handovers: consecutive grants (by token) held by different identities.
+    by_token = sorted(intervals, key=lambda i: i.token)
+    kinds: Counter[str] = Counter()
+    for previous, following in itertools.pairwise(by_token):
+        if previous.identity != following.identity:
+            kinds[
+                {"released": "graceful", "killed": "crash", "lost": "after-loss"}.get(
+                    previous.outcome, "other"
+                )
+            ] += 1
+    report.handovers = sum(kinds.values())
+    report.handovers_by_kind = dict(kinds)
+
+    # Losses that no injected fault explains.
+    for event in events:
+        if event["ev"] == "error":
+            report.errors += 1
+        if event["ev"] != "lost":
+            continue
+        report.losses += 1
+        slot, t = int(event["slot"]), float(event["t"])
+        window = (t - heartbeat_timeout - 1.0, t + 0.1)
+        if not any(
+            episode["kind"] not in HARMLESS_KINDS
+            and episode.get("target") in (None, slot)
+            and _overlaps(float(episode["t0"]), float(episode["t1"]), *window)
+            for episode in nemesis
+        ):
+            report.false_losses += 1
+
+    # 4. The faults must have bitten.
+    if report.handovers == 0:
+        report.bite_failures.append("no handover happened")
+    long_pauses = [e for e in nemesis if e["kind"] == "pause-long" and not e.get("truncated")]
+    if long_pauses and not report.stale_rejected + report.stale_accepted:
+        report.bite_failures.append("long pauses were injected but no stale write was attempted")
+    return report

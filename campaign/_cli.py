@@ -1,0 +1,114 @@
+"""``python -m campaign``: run one campaign and print its totals.
+
+Examples::
+
+    python -m campaign --short                                 # the CI mix (one round)
+    python -m campaign --backend kubernetes --seed 7 --handovers 10000 --duration 3600
+    python -m campaign --broken no-fencing                     # must report violations
+
+Exit status: 0 when the run is clean and its faults bit, 1 otherwise (with ``--broken``:
+0 only when the checker did find violations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+from ._config import FAULTS_BY_BACKEND, RunConfig
+from ._harness import run
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m campaign", description="Fault-injection safety campaign for trio_lease."
+    )
+    parser.add_argument("--backend", choices=sorted(FAULTS_BY_BACKEND), default="kubernetes")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--duration", type=float, help="stop after this many seconds")
+    parser.add_argument("--handovers", type=int, help="stop once this many handovers happened")
+    parser.add_argument("--workers", type=int, default=5)
+    parser.add_argument("--short", action="store_true", help="the short CI mix")
+    parser.add_argument("--broken", choices=["no-fencing", "reply-anchor"],
+                        help="run a deliberately broken variant (the checker must bite)")
+    parser.add_argument("--slow-replies", action="store_true",
+                        help="the reply-anchor run's setup with the correct library (control)")
+    parser.add_argument("--faults", help="comma-separated fault kinds (default: all)")
+    parser.add_argument("--fault-gap", type=float, nargs=2, metavar=("MIN", "MAX"),
+                        help="quiet seconds between fault episodes")
+    parser.add_argument("--out", type=Path, help="directory for the logs (default: a temp dir)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The run configuration the command line asks for."""
+    if args.broken:
+        config = RunConfig.broken_variant(args.broken, seed=args.seed)
+    elif args.slow_replies:
+        config = RunConfig.broken_variant("slow-replies", seed=args.seed)
+    elif args.short:
+        config = RunConfig.short(args.backend, seed=args.seed)
+    else:
+        config = RunConfig(backend=args.backend, seed=args.seed, duration=3600.0)
+    changes: dict[str, Any] = {"workers": args.workers, "out_dir": args.out, "progress": True}
+    if args.duration is not None:
+        changes["duration"] = args.duration
+    if args.handovers is not None:
+        changes["handovers"] = args.handovers
+    if args.faults:
+        changes["faults"] = tuple(kind.strip() for kind in args.faults.split(","))
+    if args.fault_gap:
+        changes["fault_gap"] = tuple(args.fault_gap)
+    return dataclasses.replace(config, **changes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    config = config_from_args(args)
+    report, out_dir = run(config)
+    summary = json.loads((out_dir / "report.json").read_text())
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(format_summary(summary, out_dir))
+    if config.broken:
+        return 0 if report.violations else 1
+    return 0 if report.ok else 1
+
+
+def format_summary(summary: dict[str, Any], out_dir: Path) -> str:
+    """A human-readable table of one run's totals."""
+    lines = [
+        f"campaign: backend={summary['backend']} seed={summary['seed']} "
+        f"broken={summary['broken'] or 'no'} seconds={summary['seconds']} "
+        f"machine={platform.machine()} {platform.python_implementation()} "
+        f"{platform.python_version()}",
+        f"  settings: {summary['settings']} (safety margin {summary['safety_margin']:.3f} s)",
+        f"  grants {summary['grants']}, handovers {summary['handovers']} "
+        f"{summary['handovers_by_kind']}",
+        f"  faults {sum(summary['faults_by_kind'].values())}: {summary['faults_by_kind']}",
+        f"  overlaps {summary['overlaps']} "
+        f"(explained by pause/skew {summary['overlaps_explained']})",
+        f"  writes accepted {summary['writes_accepted']}, stale rejected "
+        f"{summary['stale_rejected']}, stale accepted {summary['stale_accepted']}",
+        f"  losses {summary['losses']} (false {summary['false_losses']}), "
+        f"worker errors {summary['errors']}",
+        f"  violations {len(summary['violations'])}, bite failures "
+        f"{len(summary['bite_failures'])}: {'OK' if summary['ok'] else 'FAIL'}",
+    ]
+    for problem in [*summary["violations"], *summary["bite_failures"]][:20]:
+        lines.append(f"    - {problem}")
+    library = summary.get("library") or {}
+    lines.append(
+        f"  library: commit {str(library.get('commit', '?'))[:12]}, uncommitted changes: "
+        f"{', '.join(library.get('uncommitted', [])) or 'none'}"
+    )
+    lines.append(f"  logs: {out_dir}")
+    return "\n".join(lines)

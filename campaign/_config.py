@@ -1,0 +1,100 @@
+"""Run parameters: the backend, the seed, the lease timing, the fault mix and the stop rule."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+__all__ = ["FAULTS_BY_BACKEND", "RunConfig"]
+
+_COMMON = ("kill", "pause-short", "pause-long", "skew-within")
+_PROXY = ("proxy-latency", "proxy-blackhole", "proxy-reset", "proxy-slicer", "skew-beyond")
+_EMULATOR = (
+    "emu-drop-reply", "emu-409", "emu-429", "emu-503", "emu-watch-cut", "emu-410", "emu-pause",
+)
+
+#: Which nemeses make sense for each backend (SQLite has no network to break).
+FAULTS_BY_BACKEND: dict[str, tuple[str, ...]] = {
+    "kubernetes": _COMMON + _PROXY + _EMULATOR,
+    "etcd": (*_COMMON, *_PROXY, "backend-pause"),
+    "sqlite": _COMMON,
+}
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """One campaign run. Times are seconds; ``settings`` are LeaseSettings keyword arguments."""
+
+    backend: str = "kubernetes"
+    seed: int = 1
+    duration: float = 60.0
+    handovers: int | None = None
+    rounds: int | None = None  # stop after this many rounds of fault kinds (then settle 2 s)
+    workers: int = 5
+    out_dir: Path | None = None
+    settings: dict[str, Any] = dataclasses.field(
+        default_factory=lambda: {
+            "heartbeat_timeout": 2.0,
+            "heartbeat_interval": 0.4,
+            "lease_operation_timeout": 0.25,
+            "stop_timeout": 0.3,
+        }
+    )
+    faults: tuple[str, ...] | None = None  # None: every fault the backend supports
+    fault_gap: tuple[float, float] = (4.0, 8.0)  # quiet time between two fault episodes
+    p_long: float = 0.0  # share of long holds when no fault asks for one
+    gap: float = 0.1  # seconds between fenced writes during a long hold
+    long_hold: tuple[float, float] = (0.5, 1.0)  # length of a long hold, in units of L
+    rest: float = 0.03  # a worker rests up to this long between two holds
+    broken: str = ""  # "", "no-fencing" or "reply-anchor": deliberately broken variants
+    blackhole: tuple[float, float] = (0.3, 1.5)  # proxy-blackhole length, in units of L
+    slow_reply: float = 0.0  # delay every lease write's reply (seconds, after the commit)
+    controller_loop: str = "trio"
+    progress: bool = False  # print a progress line to stderr every 30 s
+
+    def fault_kinds(self) -> tuple[str, ...]:
+        if self.faults is not None:
+            return self.faults
+        return FAULTS_BY_BACKEND[self.backend]
+
+    @classmethod
+    def short(cls, backend: str = "kubernetes", seed: int = 1, **overrides: Any) -> RunConfig:
+        """The CI mix: one round of every fault kind of the backend (well under a minute).
+
+        Long pauses come twice per round, so that the run's "stale writes reached the store"
+        check does not hang on one scheduling race.
+        """
+        faults = (*FAULTS_BY_BACKEND[backend], "pause-long")
+        config = cls(backend=backend, seed=seed, duration=90.0, rounds=1, fault_gap=(0.3, 0.8),
+                     faults=faults)
+        return dataclasses.replace(config, **overrides)
+
+    @classmethod
+    def broken_variant(cls, variant: str, seed: int = 1, **overrides: Any) -> RunConfig:
+        """A run of a deliberately broken variant, with the faults that expose it."""
+        if variant == "no-fencing":
+            config = cls(
+                seed=seed, duration=30.0, broken=variant, faults=("pause-long",),
+                fault_gap=(0.3, 0.8),
+            )
+        elif variant in ("reply-anchor", "slow-replies"):
+            # D close to L (legal), replies 0.27 s late (< T), and the clock of the holder
+            # stands still while its write is in flight: its deadline ends D after the reply.
+            # "slow-replies" is the same run with the library's own clock: the control, which
+            # must stay clean.
+            config = cls(
+                seed=seed, duration=30.0, broken="" if variant == "slow-replies" else variant,
+                slow_reply=0.27, faults=("proxy-blackhole",), fault_gap=(0.3, 0.8),
+                blackhole=(1.2, 1.5), long_hold=(2.5, 3.5),
+                settings={
+                    "heartbeat_timeout": 2.0, "heartbeat_interval": 0.4,
+                    "lease_operation_timeout": 0.3, "holder_deadline": 1.85,
+                    "stop_timeout": 0.1, "poll_interval": 0.05,
+                },
+            )
+        else:
+            raise ValueError(
+                f"unknown variant {variant!r}: no-fencing, reply-anchor or slow-replies"
+            )
+        return dataclasses.replace(config, **overrides)

@@ -1,0 +1,86 @@
+"""The short CI mix: real worker processes, real faults, and the checker's verdict.
+
+These runs take real time (about two minutes together): each starts five worker processes,
+a fencing store process and the backend, injects seeded faults, and stops everything. The
+broken variants prove the checker bites in the same harness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from campaign._config import FAULTS_BY_BACKEND, RunConfig
+from campaign._harness import run
+from tests.etcd_server import MISSING_REASON, etcd_binary
+
+pytestmark = pytest.mark.slow
+
+
+def assert_no_process_left(out_dir: Path) -> None:
+    """Every worker process the run started is gone."""
+    pids = [
+        event["pid"]
+        for event in map(json.loads, (out_dir / "events.jsonl").read_text().splitlines())
+        if event["ev"] == "ready"
+    ]
+    assert len(pids) >= 5
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_kubernetes_short_mix_is_clean(tmp_path: Path) -> None:
+    """Every nemesis against the emulator: no violation, and the faults bit."""
+    config = RunConfig.short("kubernetes", seed=11, out_dir=tmp_path, controller_loop="asyncio")
+    report, out_dir = run(config)
+    assert report.violations == []
+    assert report.bite_failures == []
+    assert set(report.faults_by_kind) == set(FAULTS_BY_BACKEND["kubernetes"])
+    assert report.handovers > 0
+    assert report.stale_rejected > 0
+    assert_no_process_left(out_dir)
+
+
+def test_sqlite_short_mix_is_clean(tmp_path: Path) -> None:
+    """Kills, pauses and clock skew against SQLite: no violation, and the faults bit."""
+    config = RunConfig.short("sqlite", seed=12, out_dir=tmp_path, duration=15.0)
+    report, out_dir = run(config)
+    assert report.violations == []
+    assert report.bite_failures == []
+    assert_no_process_left(out_dir)
+
+
+def test_etcd_short_mix_is_clean(tmp_path: Path) -> None:
+    """Kills, pauses, TCP faults and an etcd pause against a real etcd: no violation."""
+    if etcd_binary() is None:
+        if os.environ.get("TRIO_LEASE_REQUIRE_ETCD"):
+            pytest.fail(MISSING_REASON)
+        pytest.skip(MISSING_REASON)
+    config = RunConfig.short("etcd", seed=13, out_dir=tmp_path, duration=25.0)
+    report, out_dir = run(config)
+    assert report.violations == []
+    assert report.bite_failures == []
+    assert_no_process_left(out_dir)
+
+
+def test_checker_catches_a_store_without_fencing(tmp_path: Path) -> None:
+    """With the store's token check off, long pauses produce accepted stale writes."""
+    config = RunConfig.broken_variant("no-fencing", seed=14, out_dir=tmp_path, duration=20.0)
+    report, out_dir = run(config)
+    assert report.stale_accepted > 0
+    assert any(v.startswith("stale write accepted") for v in report.violations)
+    assert_no_process_left(out_dir)
+
+
+def test_checker_catches_a_deadline_anchored_at_the_reply(tmp_path: Path) -> None:
+    """Slow replies plus a deadline counted from the reply make unexplained overlaps."""
+    config = RunConfig.broken_variant(
+        "reply-anchor", seed=15, out_dir=tmp_path, duration=20.0, controller_loop="asyncio"
+    )
+    report, out_dir = run(config)
+    assert any(v.startswith("overlap of") for v in report.violations)
+    assert_no_process_left(out_dir)
