@@ -27,9 +27,10 @@ SETTINGS = LeaseSettings(
 )
 
 
-def scheduler(node: str) -> Callable[[SingletonContext], Awaitable[None]]:
+def scheduler(node: str, leading: anyio.Event) -> Callable[[SingletonContext], Awaitable[None]]:
     async def schedule_jobs(ctx: SingletonContext) -> None:
         print(f"{node}: leading with fencing token {ctx.fencing_token}")
+        leading.set()
         job = 0
         while not ctx.stopping.is_set():
             job += 1
@@ -44,13 +45,16 @@ def scheduler(node: str) -> Callable[[SingletonContext], Awaitable[None]]:
 async def main(path: str) -> None:
     async with SqliteBackend(path, watch_interval=0.02) as backend:
         node_scopes = {name: anyio.CancelScope() for name in ("node-a", "node-b")}
+        leading = {name: anyio.Event() for name in ("node-a", "node-b")}
 
         async def node(
             name: str, *, task_status: TaskStatus[Grant] = anyio.TASK_STATUS_IGNORED
         ) -> None:
             lease = Lease("job-scheduler", name, backend, SETTINGS)
             with node_scopes[name]:
-                await run_singleton(lease, scheduler(name), stop_grace=1.0, task_status=task_status)
+                await run_singleton(
+                    lease, scheduler(name, leading[name]), stop_grace=1.0, task_status=task_status
+                )
 
         async with anyio.create_task_group() as tg:
             await tg.start(node, "node-a")  # returns once node-a leads
@@ -58,6 +62,8 @@ async def main(path: str) -> None:
             await anyio.sleep(0.5)
             print("shutting node-a down")
             node_scopes["node-a"].cancel()  # graceful: node-a finishes, releases
+            with anyio.fail_after(30):
+                await leading["node-b"].wait()  # node-b takes over (at once, by watch)
             await anyio.sleep(0.5)
             node_scopes["node-b"].cancel()
 
