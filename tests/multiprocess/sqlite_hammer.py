@@ -10,15 +10,20 @@ import sys
 
 import anyio
 
-from trio_lease import ConflictError, LeaseRecord
+from trio_lease import BackendUnavailable, ConflictError, LeaseRecord
 from trio_lease.backends.sqlite import SqliteBackend
 
 
 async def main(path: str) -> None:
     async with SqliteBackend(path) as backend:
-        record = await backend.get("job")
-        if record is None:
-            record = await backend.create(LeaseRecord(name="job", holder="hammer", fencing_token=1))
+        record = None
+        while record is None:  # several hammers may race to create the record
+            try:
+                record = await backend.get("job") or await backend.create(
+                    LeaseRecord(name="job", holder="hammer", fencing_token=1)
+                )
+            except (ConflictError, BackendUnavailable):
+                continue
         print("writing", flush=True)
         while True:
             try:
@@ -26,7 +31,7 @@ async def main(path: str) -> None:
                     dataclasses.replace(record, fencing_token=record.fencing_token + 1),
                     record.version,
                 )
-            except ConflictError:
+            except (ConflictError, BackendUnavailable):
                 current = await backend.get("job")
                 assert current is not None
                 record = current
