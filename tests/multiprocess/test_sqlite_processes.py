@@ -121,13 +121,15 @@ def test_sqlite_survives_writers_killed_mid_write(tmp_path: Path) -> None:
             )
             for _ in range(2)
         ]
-        for hammer in hammers:
-            assert hammer.stdout is not None
-            assert hammer.stdout.readline().strip() == "writing"
-        time.sleep(0.5)
-        for hammer in hammers:
-            hammer.kill()
-            hammer.wait()
+        try:
+            for hammer in hammers:
+                assert hammer.stdout is not None
+                assert hammer.stdout.readline().strip() == "writing"
+            time.sleep(0.5)
+        finally:
+            for hammer in hammers:
+                hammer.kill()
+                hammer.wait()
         with sqlite3.connect(db) as conn:
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
             token = conn.execute("SELECT fencing_token FROM leases WHERE name = 'job'").fetchone()[
