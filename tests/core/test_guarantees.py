@@ -19,8 +19,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from trio_lease import LeaseLost, LeaseRecord
+from trio_lease import Lease, LeaseLost, LeaseRecord
 from trio_lease._lease import incarnation
+from trio_lease.testing import FaultyBackend
 
 from .conftest import World
 
@@ -45,6 +46,37 @@ async def _plant(world: World, record: LeaseRecord) -> LeaseRecord:
     if current is None:
         return await backend.create(record)
     return await backend.update(record, current.version)
+
+
+async def _partition_race(
+    holder: Lease, contender: Lease, partitioned: FaultyBackend, *, cut_after: float
+) -> tuple[float, float]:
+    """Holder acquires, is cut off from the store after ``cut_after`` s, and must lose;
+    a contender waits for it. Returns (holder's body cancelled at, contender acquired at)."""
+    times: dict[str, float] = {}
+    holding = anyio.Event()
+
+    async def hold() -> None:
+        with pytest.raises(LeaseLost, match="deadline"):
+            async with holder.held():
+                holding.set()
+                await anyio.sleep(cut_after)
+                partitioned.pause()
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    times["cancelled"] = anyio.current_time()
+
+    async def contend() -> None:
+        await holding.wait()
+        await anyio.sleep(0.01)
+        async with contender.held():
+            times["taken"] = anyio.current_time()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold)
+        tg.start_soon(contend)
+    return times["cancelled"], times["taken"]
 
 
 # -- §4.1 contenders never trust another machine's clock ------------------------------------------
@@ -160,37 +192,13 @@ async def test_g2_holder_cancels_body_before_any_contender_takes_over(world: Wor
     s = world.settings
     partitioned = world.faulty()
     holder, contender = world.lease("a", backend=partitioned), world.lease("b")
-    times: dict[str, float] = {}
-    holding = anyio.Event()
-
-    async def hold() -> None:
-        with pytest.raises(LeaseLost, match="deadline"):
-            async with holder.held():
-                times["held"] = anyio.current_time()
-                holding.set()
-                # Cut the holder off after its third renewal has completed (on real time that
-                # renewal may still be in flight at 3R: the tolerance lets it finish).
-                await anyio.sleep(3 * s.heartbeat_interval + world.tolerance)
-                partitioned.pause()
-                try:
-                    await anyio.sleep_forever()
-                finally:
-                    times["cancelled"] = anyio.current_time()
-
-    async def contend() -> None:
-        await holding.wait()
-        await anyio.sleep(0.01)
-        async with contender.held():
-            times["taken"] = anyio.current_time()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(hold)
-        tg.start_soon(contend)
-    assert times["cancelled"] + s.stop_timeout < times["taken"]
-    assert (
-        times["taken"] - times["cancelled"]
-        >= s.safety_margin - s.heartbeat_interval - world.tolerance
+    # Cut the holder off after its third renewal has completed (on real time that renewal may
+    # still be in flight at 3R: the tolerance lets it finish).
+    cancelled, taken = await _partition_race(
+        holder, contender, partitioned, cut_after=3 * s.heartbeat_interval + world.tolerance
     )
+    assert cancelled + s.stop_timeout < taken
+    assert taken - cancelled >= s.safety_margin - s.heartbeat_interval - world.tolerance
 
 
 async def test_g2_every_request_is_bounded_by_operation_timeout(world: World) -> None:
@@ -236,29 +244,8 @@ async def test_g2_clock_rate_error_within_tolerance_keeps_exclusion(world: World
     fast = lambda: anyio.current_time() * (1 + rho)  # noqa: E731
     holder = world.lease("a", backend=partitioned, clock=slow)
     contender = world.lease("b", clock=fast)
-    times: dict[str, float] = {}
-    holding = anyio.Event()
-
-    async def hold() -> None:
-        with pytest.raises(LeaseLost):
-            async with holder.held():
-                holding.set()
-                partitioned.pause()
-                try:
-                    await anyio.sleep_forever()
-                finally:
-                    times["cancelled"] = anyio.current_time()
-
-    async def contend() -> None:
-        await holding.wait()
-        await anyio.sleep(0.01)
-        async with contender.held():
-            times["taken"] = anyio.current_time()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(hold)
-        tg.start_soon(contend)
-    assert times["cancelled"] + s.stop_timeout < times["taken"]
+    cancelled, taken = await _partition_race(holder, contender, partitioned, cut_after=0.0)
+    assert cancelled + s.stop_timeout < taken
 
 
 # -- §4.3 fencing ---------------------------------------------------------------------------------
