@@ -17,8 +17,10 @@ Rules (reliability.md §3.2):
 2. The store must never accept a write whose token is below one it accepted earlier.
 3. Grant tokens strictly increase: every new grant in the record history has a token above
    all earlier ones, and no token is granted to two identities.
-4. A run must bite: at least one handover, and when long pauses were injected, at least one
-   stale write must have reached the store.
+4. A run must bite: at least one handover, and when long pauses were injected between a
+   holder's decision to write and its write (``pause-in-write``, not truncated by the end of the
+   run, not missed), at least one stale write must have reached the store. A long pause
+   elsewhere need not produce one: the library cancels the body when the holder resumes.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from typing import Any
 __all__ = ["EXPLAINING_KINDS", "Interval", "Report", "check", "intervals_from_events"]
 
 #: Faults that may legitimately make two holders believe at once (reliability.md §4.3).
-EXPLAINING_KINDS = frozenset({"pause-long", "skew-beyond"})
+EXPLAINING_KINDS = frozenset({"pause-long", "pause-in-write", "skew-beyond"})
 #: Faults that cannot make a holder lose its lease (so they do not excuse a loss).
 HARMLESS_KINDS = frozenset({"skew-within"})
+#: Long pauses of the holder (SIGSTOP beyond L).
+PAUSE_KINDS = frozenset({"pause-long", "pause-in-write"})
 
 
 @dataclasses.dataclass
@@ -62,6 +66,11 @@ class Report:
     writes_accepted: int = 0
     stale_rejected: int = 0
     stale_accepted: int = 0
+    #: Long pauses by "kind/loop" of the paused worker, and the stale writes that worker sent
+    #: from the pause until 1 s after it (the library should stop them on trio after a
+    #: pause-long; after a pause-in-write they are the point).
+    pauses_by_loop: dict[str, int] = dataclasses.field(default_factory=dict)
+    stale_after_pause: dict[str, int] = dataclasses.field(default_factory=dict)
     losses: int = 0
     false_losses: int = 0
     errors: int = 0
@@ -123,7 +132,7 @@ def _explained(
         if episode["kind"] not in EXPLAINING_KINDS or episode.get("target") != stale.slot:
             continue
         t0, t1 = float(episode["t0"]), float(episode["t1"])
-        if episode["kind"] == "pause-long" and t1 - t0 <= margin:
+        if episode["kind"] in PAUSE_KINDS and t1 - t0 <= margin:
             continue
         if _overlaps(t0, t1, stale.start, stale.end):
             return True
@@ -193,6 +202,8 @@ def check(
                 f"the store rejected token {token} although the highest accepted was {top}"
             )
 
+    _count_stale_after_pauses(report, events, writes, nemesis)
+
     # 3. Grant tokens strictly increase, and each belongs to one identity.
     owner_of: dict[int, str] = {}
     for interval in intervals:
@@ -252,7 +263,41 @@ def check(
     # 4. The faults must have bitten.
     if report.handovers == 0:
         report.bite_failures.append("no handover happened")
-    long_pauses = [e for e in nemesis if e["kind"] == "pause-long" and not e.get("truncated")]
-    if long_pauses and not report.stale_rejected + report.stale_accepted:
-        report.bite_failures.append("long pauses were injected but no stale write was attempted")
+    # A pause anywhere need not produce a stale write (the library cancels the body when it
+    # resumes); a pause between the decision to write and the write must.
+    in_write = [
+        e for e in nemesis
+        if e["kind"] == "pause-in-write" and not e.get("truncated") and not e.get("missed")
+    ]
+    if in_write and not report.stale_rejected + report.stale_accepted:
+        report.bite_failures.append(
+            "pauses inside writes were injected but no stale write was attempted"
+        )
     return report
+
+
+def _count_stale_after_pauses(
+    report: Report,
+    events: Sequence[Mapping[str, Any]],
+    writes: Sequence[Mapping[str, Any]],
+    nemesis: Sequence[Mapping[str, Any]],
+) -> None:
+    """Fill ``pauses_by_loop`` and ``stale_after_pause`` (see :class:`Report`)."""
+    readies = [e for e in events if e["ev"] == "ready"]
+    highest: dict[str, int] = {}
+    stale: list[tuple[float, str]] = []  # (time, writer) of every stale write, in apply order
+    for write in writes:
+        resource, token = str(write["r"]), int(write["token"])
+        if token < highest.get(resource, -1):
+            stale.append((float(write["t"]), str(write["w"])))
+        if write["ok"]:
+            highest[resource] = max(highest.get(resource, -1), token)
+    for episode in nemesis:
+        if episode["kind"] not in PAUSE_KINDS or episode.get("truncated"):
+            continue
+        slot, t0, t1 = episode["target"], float(episode["t0"]), float(episode["t1"])
+        loops = [str(e.get("loop", "?")) for e in readies if e["slot"] == slot and e["t"] < t0]
+        key = f"{episode['kind']}/{loops[-1] if loops else '?'}"
+        report.pauses_by_loop[key] = report.pauses_by_loop.get(key, 0) + 1
+        count = sum(1 for t, writer in stale if writer == f"w{slot}" and t0 <= t <= t1 + 1.0)
+        report.stale_after_pause[key] = report.stale_after_pause.get(key, 0) + count

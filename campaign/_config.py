@@ -8,7 +8,7 @@ from typing import Any
 
 __all__ = ["FAULTS_BY_BACKEND", "RunConfig"]
 
-_COMMON = ("kill", "pause-short", "pause-long", "skew-within")
+_COMMON = ("kill", "pause-short", "pause-long", "pause-in-write", "skew-within")
 _PROXY = ("proxy-latency", "proxy-blackhole", "proxy-reset", "proxy-slicer", "skew-beyond")
 _EMULATOR = (
     "emu-drop-reply", "emu-409", "emu-429", "emu-503", "emu-watch-cut", "emu-410", "emu-pause",
@@ -62,10 +62,10 @@ class RunConfig:
     def short(cls, backend: str = "kubernetes", seed: int = 1, **overrides: Any) -> RunConfig:
         """The CI mix: one round of every fault kind of the backend (well under a minute).
 
-        Long pauses come twice per round, so that the run's "stale writes reached the store"
-        check does not hang on one scheduling race.
+        Pauses inside a write come twice per round, so that the run's "stale writes reached
+        the store" check does not hang on one scheduling race.
         """
-        faults = (*FAULTS_BY_BACKEND[backend], "pause-long")
+        faults = (*FAULTS_BY_BACKEND[backend], "pause-in-write")
         config = cls(backend=backend, seed=seed, duration=90.0, rounds=1, fault_gap=(0.3, 0.8),
                      faults=faults)
         return dataclasses.replace(config, **overrides)
@@ -75,7 +75,7 @@ class RunConfig:
         """A run of a deliberately broken variant, with the faults that expose it."""
         if variant == "no-fencing":
             config = cls(
-                seed=seed, duration=30.0, broken=variant, faults=("pause-long",),
+                seed=seed, duration=30.0, broken=variant, faults=("pause-in-write",),
                 fault_gap=(0.3, 0.8),
             )
         elif variant in ("reply-anchor", "slow-replies"):

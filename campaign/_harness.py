@@ -53,6 +53,7 @@ class Worker:
         self.starts = 0
         self.stopped = False  # SIGSTOPped right now
         self.holding: tuple[int, float, float] | None = None  # token, start, planned hold
+        self.poised: float | None = None  # when it last logged "poised" (about to write)
 
 
 class Harness:
@@ -91,6 +92,8 @@ class Harness:
                 if self._last_identity:
                     self.handovers_live += 1
                 self._last_identity = event["identity"]
+        elif event["ev"] == "poised":
+            worker.poised = float(event["t"])
         elif event["ev"] in ("end", "killed", "gone", "exit"):
             worker.holding = None
 

@@ -11,7 +11,11 @@ With L = heartbeat_timeout and M = the safety margin L(1−ρ) − D(1+ρ):
 
 - ``kill``: SIGKILL the holder, restart it (a new incarnation) 0.1–0.5 s later;
 - ``pause-short``: SIGSTOP the holder for 0.2–0.6 × (M − T_stop), then SIGCONT (safe);
-- ``pause-long``: SIGSTOP the holder for 1.3–2 × L (beyond any lease; fencing must catch it);
+- ``pause-long``: SIGSTOP the holder for 1.3–2 × L (beyond any lease), wherever it is: the
+  library cancels the body when it resumes (on asyncio after at most one step);
+- ``pause-in-write``: the same pause, landing between the holder's decision to write and the
+  write (the holder blocks in a synchronous step, and is stopped there): no lease can close
+  that window, so the write reaches the store stale and fencing must reject it;
 - ``proxy-latency`` / ``proxy-slicer``: 10–40 ms ± 0–20 ms per chunk, or responses in
   16–64-byte slices 2–10 ms apart, on the holder's connection for 1–3 s;
 - ``proxy-blackhole``: the holder's connection moves no bytes for 0.3–1.5 × L (during a hold of
@@ -136,6 +140,31 @@ class Nemesis:
             # Cut short when the run ended during the pause: then it proves nothing.
             truncated = time.monotonic() - t0 < seconds - 0.01
             self.log(kind, worker.slot, t0, seconds=seconds, truncated=truncated)
+
+    async def _pause_in_write(self, kind: str) -> None:
+        worker = await self.holder()
+        if worker is None:
+            return
+        window = 1.0  # the worker blocks this long before writing; we stop it in there
+        worker.poised = None
+        await self.h.send(worker, {"poise": window})
+        with anyio.move_on_after(2 * self.h.config.gap + window):
+            while worker.poised is None:
+                await anyio.sleep(0.002)
+        poised = worker.poised
+        if poised is None or worker.holding is None:
+            return  # its hold ended before the next write: nothing to aim at
+        seconds = self.rng.uniform(1.3, 2.0) * self.settings.heartbeat_timeout
+        t0 = time.monotonic()
+        self.h.signal_worker(worker, signal.SIGSTOP)
+        try:
+            await anyio.sleep(seconds)
+        finally:
+            self.h.signal_worker(worker, signal.SIGCONT)
+            truncated = time.monotonic() - t0 < seconds - 0.01
+            # Stopped after its blocking step ended: the pause fell elsewhere.
+            missed = t0 - poised > 0.8 * window
+            self.log(kind, worker.slot, t0, seconds=seconds, truncated=truncated, missed=missed)
 
     async def _pause_short(self, kind: str) -> None:
         budget = self.settings.safety_margin - self.settings.stop_timeout

@@ -13,7 +13,9 @@ system-wide on Linux, so stamps from different processes compare): ``ready``, ``
 thing in the body, after the grant), ``end`` (in the body's ``finally``, so after the guarded
 work has fully exited and before the release), ``lost``, ``released``, ``error``.
 
-Commands arrive as JSON lines on stdin: ``{"rate": r}`` sets the injected clock's rate. When
+Commands arrive as JSON lines on stdin: ``{"rate": r}`` sets the injected clock's rate;
+``{"poise": s}`` makes the next write of a long hold first block the process for ``s`` seconds
+after logging ``poised`` (the window a ``pause-in-write`` lands in). When
 stdin closes, or on SIGTERM, the worker leaves its scope (releasing the lease) and exits.
 """
 
@@ -53,11 +55,13 @@ def emit(event: str, **fields: Any) -> None:
 
 
 class SlowReplyBackend(LeaseBackend):
-    """Wraps a backend: writes commit, then their reply is delayed (a slow network reply).
+    """Wraps a backend: renewals commit, then their reply is delayed (a slow network reply).
 
-    With a :class:`ReplyAnchorClock` the clock stands still while the write is in flight, so
-    the library's send-anchored deadline effectively starts at the reply: the deliberately
-    broken variant of DESIGN §4.2.
+    Only renewals (and releases) are slow: writes that keep the fencing token this worker last
+    wrote. A new grant replies at once, so the next holder's belief starts at its commit. With a
+    :class:`ReplyAnchorClock` the clock stands still while a renewal is in flight, so the
+    library's send-anchored deadline effectively starts at the reply: the deliberately broken
+    variant of DESIGN §4.2.
     """
 
     def __init__(self, inner: LeaseBackend, delay: float, clock: ReplyAnchorClock | None) -> None:
@@ -65,6 +69,7 @@ class SlowReplyBackend(LeaseBackend):
         self.delay = delay
         self.clock = clock
         self.supports_watch = inner.supports_watch
+        self._token = -1  # the fencing token of our last write
 
     @property
     def store_key(self) -> Hashable:
@@ -77,9 +82,13 @@ class SlowReplyBackend(LeaseBackend):
         return await self.inner.get(name)
 
     async def create(self, record: LeaseRecord) -> LeaseRecord:
-        return await self._slow(self.inner.create(record))
+        self._token = record.fencing_token
+        return await self.inner.create(record)
 
     async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
+        if record.fencing_token != self._token:  # a new grant: reply at once
+            self._token = record.fencing_token
+            return await self.inner.update(record, expected_version)
         return await self._slow(self.inner.update(record, expected_version))
 
     async def _slow(self, write: Any) -> LeaseRecord:
@@ -132,6 +141,8 @@ async def _commands(
             emit("rate", rate=clock.rate)
         if "p_long" in command:
             config["p_long"] = float(command["p_long"])
+        if "poise" in command:
+            config["poise"] = float(command["poise"])
         if "long_hold" in command:
             config["long_hold"] = [float(x) for x in command["long_hold"]]
     done.cancel()
@@ -162,6 +173,12 @@ async def contend(lease: Lease, fencing: FencingClient, config: dict[str, Any]) 
                 emit("start", token=token, identity=grant.identity, hold=hold)
                 try:
                     for i in range(writes):
+                        poise = config.pop("poise", 0.0) if long_hold else 0.0
+                        if poise:
+                            # A synchronous step between deciding to write and writing (a
+                            # blocking driver, a GC pause): the harness SIGSTOPs us in it.
+                            emit("poised", token=token)
+                            time.sleep(poise)
                         ok = await fencing.write("res", token)
                         if not ok:
                             emit("stale", token=token)
@@ -191,7 +208,10 @@ async def main(config: dict[str, Any]) -> None:
     fencing = FencingClient(int(config["fencing_port"]), f"w{config['slot']}")
     async with backend:
         lease = Lease(config["lease"], f"w{config['slot']}", backend, settings, clock=clock)
-        emit("ready", identity=lease.identity, slot=config["slot"], pid=os.getpid())
+        emit(
+            "ready", identity=lease.identity, slot=config["slot"], pid=os.getpid(),
+            loop=config.get("loop", "asyncio"),
+        )
         with anyio.CancelScope() as done:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_commands, clock, config, done)

@@ -141,6 +141,21 @@ MUTATIONS = [
         f"{GUARANTEES}::test_g5_loss_cancels_body_and_raises_bare_lease_lost",
     ),
     Mutation(
+        "4.5 the body's scope carries the grant's deadline (event-loop stalls)",
+        "trio_lease/_lease.py",
+        "body = anyio.CancelScope(deadline=holding.loop_deadline())",
+        "body = anyio.CancelScope()",
+        "tests/core/test_stall.py"
+        "::test_trio_body_starts_no_side_effect_after_a_stall_past_the_deadline",
+    ),
+    Mutation(
+        "4.5 renewals push the body's deadline forward",
+        "trio_lease/_heartbeat.py",
+        "                body.deadline = loop_deadline",
+        "                pass",
+        f"{GUARANTEES}::test_g5_body_deadline_follows_renewals",
+    ),
+    Mutation(
         "4.5 renewals continue while the body cleans up",
         "trio_lease/_lease.py",
         "heartbeat_scope = anyio.CancelScope(shield=True)",

@@ -71,6 +71,10 @@ class Holding:
         self._last_error: str | None = None
         self._changed = anyio.Event()
         self._renew_lock = anyio.Lock()
+        #: The cancel scopes of the bodies guarded by this grant (``held()`` blocks). Each has the
+        #: grant's deadline, pushed forward on every confirmed renewal, so an expired deadline
+        #: cancels a body even when the event loop stalled past it and the watchdog has not run.
+        self.body_scopes: list[anyio.CancelScope] = []
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -81,6 +85,23 @@ class Holding:
     def is_valid(self) -> bool:
         """True while the grant is neither lost nor ended and its deadline has not passed."""
         return not self.ended and self.lost_cause is None and self._clock() < self.deadline
+
+    def loop_deadline(self) -> float:
+        """The deadline on the event loop's clock (the holder's clock may be an injected one)."""
+        if self._clock is anyio.current_time:
+            return self.deadline
+        return anyio.current_time() + (self.deadline - self._clock())
+
+    def check_deadline(self, *, passed: bool = False) -> None:
+        """Declare the grant lost if its deadline has passed (no I/O, no checkpoint).
+
+        ``passed`` says a body's scope already expired at :meth:`loop_deadline`: with an
+        injected clock slower than the loop's, that can come a little before this holder's own
+        clock reaches the deadline, and a body cancelled by its deadline has lost the grant.
+        """
+        if self.is_active() and (passed or self._clock() >= self.deadline):
+            detail = f" (last error: {self._last_error})" if self._last_error else ""
+            self.mark_lost(f"no renewal was confirmed before the holder's deadline{detail}")
 
     def mark_lost(self, cause: str) -> None:
         if self.lost_cause is None and not self.ended:
@@ -112,8 +133,7 @@ class Holding:
         while self.lost_cause is None and not self.ended:
             remaining = self.deadline - self._clock()
             if remaining <= 0:
-                detail = f" (last error: {self._last_error})" if self._last_error else ""
-                self.mark_lost(f"no renewal was confirmed before the holder's deadline{detail}")
+                self.check_deadline()
                 return
             changed = self._changed
             with anyio.move_on_after(remaining):
@@ -169,6 +189,10 @@ class Holding:
         self.record = stored
         self.last_send = send
         self.deadline = max(self.deadline, algo.holder_deadline(send, self._settings))
+        if self.body_scopes:
+            loop_deadline = self.loop_deadline()
+            for body in self.body_scopes:
+                body.deadline = loop_deadline
         self.renewals += 1
         self._last_error = None
         # No _notify(): the deadline only moves later, and the watchdog re-reads it when its

@@ -102,6 +102,22 @@ class Grant:
             not self._holding.ended and self._clock() >= self._holding.deadline
         )
 
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` unless this grant is still held (no I/O, no checkpoint).
+
+        Call it right before an irreversible side effect that takes no fencing token. The body
+        is cancelled on loss at its next checkpoint, but a body woken by I/O (or, on asyncio, by
+        a timer) after the event loop stalled past the deadline runs until that checkpoint; this
+        check closes that window. It does not close a pause between the check and the effect:
+        only the fencing token does (docs/guarantees.md).
+        """
+        holding = self._holding
+        holding.check_deadline()
+        if holding.lost_cause is not None:
+            raise LeaseLost(self.lease_name, holding.lost_cause)
+        if holding.ended:
+            raise LeaseLost(self.lease_name, "the grant was released")
+
     def remaining(self) -> float:
         """Seconds left before the deadline (0 once it has passed or the grant was lost)."""
         if not self._holding.is_valid():
@@ -427,7 +443,10 @@ class Lease:
 
     @asynccontextmanager
     async def _hold(self, holding: Holding) -> AsyncIterator[Grant]:
-        body = anyio.CancelScope()
+        # The body's scope carries the grant's deadline (pushed forward by each confirmed
+        # renewal), so when the event loop resumes after stalling past it, the body is cancelled
+        # together with the timers that expired in the stall, not one step later by the watchdog.
+        body = anyio.CancelScope(deadline=holding.loop_deadline())
         heartbeat_scope = anyio.CancelScope(shield=True)
         body_error: Exception | None = None
 
@@ -439,6 +458,7 @@ class Lease:
                 if holding.lost_cause is not None:
                     body.cancel()
 
+        holding.body_scopes.append(body)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(heartbeat)
@@ -448,11 +468,16 @@ class Lease:
                 except Exception as exc:  # re-raised bare below, never in an ExceptionGroup
                     body_error = exc
                 finally:
+                    holding.body_scopes.remove(body)
+                    # A body that ran past the deadline (cancelled by it, or finished without a
+                    # checkpoint) may have overlapped another holder: that is a loss.
+                    # (Only its deadline cancels the body while the grant is active.)
+                    holding.check_deadline(passed=body.cancel_called)
                     heartbeat_scope.cancel()
         finally:
             await self._drop_hold(holding, raise_unknown=False)
         if holding.lost_cause is not None:
-            if body_error is not None:
+            if body_error is not None and not _is_own_loss(body_error, holding):
                 raise LeaseLost(self.name, holding.lost_cause) from body_error
             raise LeaseLost(self.name, holding.lost_cause)
         if body_error is not None:
@@ -627,6 +652,17 @@ async def close_host(
     if stack is None:
         return None
     return await stack.__aexit__(exc_type, exc, tb)
+
+
+def _is_own_loss(error: Exception, holding: Holding) -> bool:
+    """True for the LeaseLost that Grant.check() raised for this very grant (also in a group)."""
+    if isinstance(error, ExceptionGroup):
+        return all(_is_own_loss(inner, holding) for inner in error.exceptions)
+    return (
+        isinstance(error, LeaseLost)
+        and error.lease_name == holding.name
+        and error.cause == holding.lost_cause
+    )
 
 
 @asynccontextmanager

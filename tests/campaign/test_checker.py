@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from campaign._checker import Report, check, intervals_from_events
 
 MARGIN = 0.66
@@ -79,22 +81,24 @@ def test_unexplained_overlap_is_a_violation() -> None:
     assert not report.ok
 
 
-def test_overlap_explained_by_a_long_pause_of_the_stale_holder() -> None:
+@pytest.mark.parametrize("kind", ["pause-long", "pause-in-write"])
+def test_overlap_explained_by_a_long_pause_of_the_stale_holder(kind: str) -> None:
     """A SIGSTOP longer than the margin of the older holder explains the overlap."""
     report = run_check(
         grant(0, 1, 1.0, 5.0, "lost") + grant(1, 2, 3.5, 6.0),
-        nemesis=[pause(0, 1.5, 4.9, seconds=3.4)],
+        nemesis=[pause(0, 1.5, 4.9, kind=kind, seconds=3.4)],
     )
     assert report.overlaps == 1
     assert report.overlaps_explained == 1
     assert report.violations == []
 
 
-def test_pause_shorter_than_the_margin_explains_nothing() -> None:
+@pytest.mark.parametrize("kind", ["pause-long", "pause-in-write"])
+def test_pause_shorter_than_the_margin_explains_nothing(kind: str) -> None:
     """A pause within the safety margin must not lead to overlap: it is not an excuse."""
     report = run_check(
         grant(0, 1, 1.0, 3.0) + grant(1, 2, 2.5, 4.0),
-        nemesis=[pause(0, 1.5, 1.5 + MARGIN / 2, kind="pause-long")],
+        nemesis=[pause(0, 1.5, 1.5 + MARGIN / 2, kind=kind)],
     )
     assert len(report.violations) == 1
 
@@ -200,17 +204,33 @@ def test_a_run_without_handovers_did_not_bite() -> None:
     assert not report.ok
 
 
-def test_long_pauses_without_stale_writes_did_not_bite() -> None:
-    """Long pauses must make at least one stale write reach the store."""
+def test_pauses_inside_writes_without_stale_writes_did_not_bite() -> None:
+    """Long pauses between a decision to write and the write must make a stale write arrive."""
     events = grant(0, 1, 1.0, 5.0, "lost") + grant(1, 2, 3.5, 6.0)
-    nemesis = [pause(0, 1.5, 4.9)]
+    nemesis = [pause(0, 1.5, 4.9, kind="pause-in-write")]
     report = run_check(events, writes=[write(1.1, 1, True)], nemesis=nemesis)
-    assert report.bite_failures == ["long pauses were injected but no stale write was attempted"]
+    assert report.bite_failures == [
+        "pauses inside writes were injected but no stale write was attempted"
+    ]
     bitten = run_check(
         events, writes=[write(1.1, 1, True), write(3.6, 2, True), write(4.95, 1, False)],
         nemesis=nemesis,
     )
     assert bitten.ok
+
+
+def test_long_pauses_elsewhere_need_no_stale_write() -> None:
+    """A long pause anywhere else bites through the handover; the library may stop the write."""
+    events = grant(0, 1, 1.0, 5.0, "lost") + grant(1, 2, 3.5, 6.0)
+    report = run_check(events, writes=[write(1.1, 1, True)], nemesis=[pause(0, 1.5, 4.9)])
+    assert report.ok
+
+
+def test_missed_pauses_inside_writes_are_not_required_to_bite() -> None:
+    """A pause that came after the holder's blocking step had ended proves nothing."""
+    events = grant(0, 1, 1.0, 5.0, "lost") + grant(1, 2, 3.5, 6.0)
+    nemesis = [pause(0, 1.5, 4.9, kind="pause-in-write", missed=True)]
+    assert run_check(events, writes=[write(1.1, 1, True)], nemesis=nemesis).ok
 
 
 def test_truncated_long_pauses_are_not_required_to_bite() -> None:
@@ -254,3 +274,26 @@ def test_a_dead_process_ends_only_its_own_belief() -> None:
     ]
     intervals = intervals_from_events(events, run_end=100.0)
     assert [(i.token, i.end) for i in intervals] == [(1, 2.0), (2, 4.0)]
+
+
+def test_stale_writes_after_pauses_are_counted_by_kind_and_loop() -> None:
+    """Each long pause is counted under its kind and the paused worker's loop, with the stale
+    writes that worker sent from the pause until 1 s after it."""
+    ready = [
+        {"ev": "ready", "t": 0.1, "slot": 0, "identity": "w0_x", "pid": 1, "loop": "trio"},
+        {"ev": "ready", "t": 0.1, "slot": 1, "identity": "w1_x", "pid": 2, "loop": "asyncio"},
+    ]
+    events = ready + grant(0, 1, 1.0, 5.0, "lost") + grant(1, 2, 3.5, 6.0)
+    writes = [
+        write(1.1, 1, True),
+        write(3.6, 2, True, writer="w1"),
+        write(4.95, 1, False),  # w0's stale write right after its pause
+        write(9.0, 1, False),  # too late to be counted against the pause
+    ]
+    report = run_check(
+        events, writes=writes, nemesis=[pause(0, 1.5, 4.9, kind="pause-in-write"),
+                                        pause(1, 7.0, 7.5)],
+    )
+    assert report.pauses_by_loop == {"pause-in-write/trio": 1, "pause-long/asyncio": 1}
+    assert report.stale_after_pause == {"pause-in-write/trio": 1, "pause-long/asyncio": 0}
+    assert report.stale_rejected == 2

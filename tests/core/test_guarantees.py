@@ -423,6 +423,19 @@ async def test_g5_renewals_continue_while_body_cleans_up(world: World) -> None:
     assert observed == [True, True]
 
 
+async def test_g5_body_deadline_follows_renewals(world: World) -> None:
+    """§4.5: the body's cancel scope carries the grant's deadline, pushed forward by every
+    confirmed renewal: a healthy holder's body outlives many first deadlines uncancelled."""
+    L = world.settings.heartbeat_timeout
+    lease = world.lease("a")
+    async with lease.held() as grant:
+        first = grant.deadline
+        await anyio.sleep(5 * L)  # would be cancelled at `first` if renewals did not push it
+        assert grant.deadline > first + 4 * L
+        grant.check()
+    assert not lease.check_lease()
+
+
 async def test_g5_body_exception_propagates_bare(world: World) -> None:
     """§4.5: an error in the body reaches the caller as itself, and the lease is released."""
     backend = world.backend()
