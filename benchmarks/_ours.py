@@ -15,7 +15,8 @@
   prints ``ready`` (the runner SIGKILLs it); ``succeed`` waits for the same leases and reports
   when each guarded body started.
 
-Parameters: ``backend`` (``kube`` with ``kubeconfig``, or ``sqlite`` with ``path``),
+Parameters: ``backend`` (``kube`` with ``kubeconfig``, ``sqlite`` with ``path``, or ``etcd``
+with ``endpoints``),
 ``anyio_backend`` (``asyncio`` or ``trio``), ``L``/``R``/``T`` (heartbeat timeout, interval,
 operation timeout, seconds), ``prefix`` (lease names), ``pool`` (optional httpx pool limits:
 ``[max_connections, max_keepalive_connections]``), plus the scenario's own.
@@ -50,6 +51,10 @@ def make_backend(p: Params) -> LeaseBackend:
     """The backend named by the parameters."""
     if p["backend"] == "sqlite":
         return SqliteBackend(p["path"])
+    if p["backend"] == "etcd":
+        from trio_lease.backends.etcd import EtcdBackend
+
+        return EtcdBackend(p["endpoints"], prefix=f"bench/{p['prefix']}/")
     if p.get("pool"):  # the measured alternatives: requests in flight, connections, keep-alive
         _client.MAX_IN_FLIGHT, _client.MAX_CONNECTIONS, _client.MAX_KEEPALIVE = p["pool"]
     return KubernetesBackend(resolve_config({"kubeconfig": p["kubeconfig"]}))

@@ -10,7 +10,8 @@ __all__ = ["render"]
 Doc = dict[str, Any]
 NAMES = {"ours": "trio_lease (asyncio)", "ours-trio": "trio_lease (trio)",
          "theirs": "kubernetes_asyncio", "ours-sqlite": "trio_lease SQLite",
-         "sqlite": "trio_lease SQLite"}
+         "sqlite": "trio_lease SQLite", "ours-etcd": "trio_lease etcd",
+         "etcd": "trio_lease etcd"}
 
 
 def _f(value: Any, digits: int = 1) -> str:
@@ -49,6 +50,11 @@ def headline(doc: Doc) -> list[tuple[str, Any, Any]]:
         # Higher is better here, so the pair is swapped to keep "ratio > 1: trio_lease better".
         rows.append(("leases held, 0 losses, < 20 % core (largest step; ratio ours / theirs)",
                      _capacity(res, "theirs"), _capacity(res, "ours")))
+        if "capacity_confirm" in res:
+            window = doc["plan"].get("capacity_confirm_window", 0)
+            rows.append((f"leases held for {window / 60:g} min at that step, 0 losses, < 20 % "
+                         "core (ratio ours / theirs)",
+                         _confirmed(res, "theirs"), _confirmed(res, "ours")))
         rows.append(("leases held, 0 losses, >= 95 % of renewals, any CPU (ratio ours / theirs)",
                      _capacity(res, "theirs", cpu_limit=False),
                      _capacity(res, "ours", cpu_limit=False)))
@@ -86,6 +92,12 @@ def _capacity(res: Doc, lib: str, cpu_limit: bool = True) -> int | None:
     return max(passed) if passed else None
 
 
+def _confirmed(res: Doc, lib: str) -> int | None:
+    """The knee's lease count if it also passed the long confirmation window, else None."""
+    step = res.get("capacity_confirm", {}).get(lib)
+    return int(step["params"]["n"]) if step is not None and _passes(step) else None
+
+
 def render(doc: Doc) -> str:
     """Every table of the document as Markdown."""
     m, res = doc["machine"], doc["results"]
@@ -112,6 +124,7 @@ def render(doc: Doc) -> str:
         steps = [(lib, s) for lib, s in res.get("steady", {}).items()]
         for lib, lst in res.get("capacity", {}).items():
             steps += [(lib, s) for s in lst]
+        steps += [(lib, s) for lib, s in res.get("capacity_confirm", {}).items()]
         for lib, s in steps:
             lines.append(
                 f"| {NAMES[lib]} | {s['held']}/{s['params']['n']} | "

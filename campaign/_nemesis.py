@@ -147,10 +147,11 @@ class Nemesis:
             return
         window = 1.0  # the worker blocks this long before writing; we stop it in there
         worker.poised = None
+        worker.poised_event = poised_event = anyio.Event()
         await self.h.send(worker, {"poise": window})
         with anyio.move_on_after(2 * self.h.config.gap + window):
-            while worker.poised is None:
-                await anyio.sleep(0.002)
+            await poised_event.wait()
+        worker.poised_event = None
         poised = worker.poised
         if poised is None or worker.holding is None:
             return  # its hold ended before the next write: nothing to aim at

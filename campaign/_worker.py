@@ -178,7 +178,7 @@ async def contend(lease: Lease, fencing: FencingClient, config: dict[str, Any]) 
                             # A synchronous step between deciding to write and writing (a
                             # blocking driver, a GC pause): the harness SIGSTOPs us in it.
                             emit("poised", token=token)
-                            time.sleep(poise)
+                            time.sleep(poise)  # noqa: ASYNC251 - blocking is the point
                         ok = await fencing.write("res", token)
                         if not ok:
                             emit("stale", token=token)

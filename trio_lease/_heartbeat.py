@@ -10,6 +10,11 @@ Each hosting scope (a ``held()`` block, or the task group hosting ``acquire()``)
 deadline watchdog, and whichever guard holds the renew lock runs the renew loop; when that scope
 exits, the next guard takes the lock over. So renewals continue as long as any scope holds.
 
+Every ``held()`` body runs in a cancel scope registered in :attr:`Holding.body_scopes`, whose
+deadline is the grant's (on the event loop's clock) and moves with each confirmed renewal: after
+an event-loop stall past the deadline, the body is cancelled with the other expired timers
+instead of running until the watchdog's turn.
+
 Unknown outcomes (timeouts, 5xx, resets, cancelled writes) never extend the deadline: the holder
 counts them as "not renewed" and re-reads before its next write. If the re-read shows another
 holder, another token, or no record, the grant is lost at once; if it still shows us, the cached
