@@ -37,6 +37,9 @@ __all__ = ["EXPLAINING_KINDS", "Interval", "Report", "check", "intervals_from_ev
 EXPLAINING_KINDS = frozenset({"pause-long", "pause-in-write", "skew-beyond"})
 #: Faults that cannot make a holder lose its lease (so they do not excuse a loss).
 HARMLESS_KINDS = frozenset({"skew-within"})
+#: How long after a long pause a stale write still counts as the pause's (seconds): a worker
+#: stopped inside its blocking step (pause-in-write, 1 s) finishes that step after SIGCONT.
+AFTER_PAUSE = 2.0
 #: Long pauses of the holder (SIGSTOP beyond L).
 PAUSE_KINDS = frozenset({"pause-long", "pause-in-write"})
 
@@ -67,7 +70,7 @@ class Report:
     stale_rejected: int = 0
     stale_accepted: int = 0
     #: Long pauses by "kind/loop" of the paused worker, and the stale writes that worker sent
-    #: from the pause until 1 s after it (the library should stop them on trio after a
+    #: from the pause until AFTER_PAUSE seconds after it (the library should stop them after a
     #: pause-long; after a pause-in-write they are the point).
     pauses_by_loop: dict[str, int] = dataclasses.field(default_factory=dict)
     stale_after_pause: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -299,5 +302,7 @@ def _count_stale_after_pauses(
         loops = [str(e.get("loop", "?")) for e in readies if e["slot"] == slot and e["t"] < t0]
         key = f"{episode['kind']}/{loops[-1] if loops else '?'}"
         report.pauses_by_loop[key] = report.pauses_by_loop.get(key, 0) + 1
-        count = sum(1 for t, writer in stale if writer == f"w{slot}" and t0 <= t <= t1 + 1.0)
+        count = sum(
+            1 for t, writer in stale if writer == f"w{slot}" and t0 <= t <= t1 + AFTER_PAUSE
+        )
         report.stale_after_pause[key] = report.stale_after_pause.get(key, 0) + count

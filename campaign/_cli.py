@@ -99,7 +99,7 @@ def format_summary(summary: dict[str, Any], out_dir: Path) -> str:
         f"  writes accepted {summary['writes_accepted']}, stale rejected "
         f"{summary['stale_rejected']}, stale accepted {summary['stale_accepted']}",
         f"  long pauses by kind/loop {summary['pauses_by_loop']}, stale writes sent in or "
-        f"within 1 s after them {summary['stale_after_pause']}",
+        f"within 2 s after them {summary['stale_after_pause']}",
         f"  losses {summary['losses']} (false {summary['false_losses']}), "
         f"worker errors {summary['errors']}",
         f"  violations {len(summary['violations'])}, bite failures "

@@ -53,8 +53,7 @@ class Worker:
         self.starts = 0
         self.stopped = False  # SIGSTOPped right now
         self.holding: tuple[int, float, float] | None = None  # token, start, planned hold
-        self.poised: float | None = None  # when it last logged "poised" (about to write)
-        self.poised_event: anyio.Event | None = None  # set by the next "poised"
+        self.poised_event: anyio.Event | None = None  # set when it logs "poised" (about to write)
 
 
 class Harness:
@@ -94,7 +93,6 @@ class Harness:
                     self.handovers_live += 1
                 self._last_identity = event["identity"]
         elif event["ev"] == "poised":
-            worker.poised = float(event["t"])
             if worker.poised_event is not None:
                 worker.poised_event.set()
         elif event["ev"] in ("end", "killed", "gone", "exit"):

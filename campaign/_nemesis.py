@@ -146,15 +146,14 @@ class Nemesis:
         if worker is None:
             return
         window = 1.0  # the worker blocks this long before writing; we stop it in there
-        worker.poised = None
         worker.poised_event = poised_event = anyio.Event()
         await self.h.send(worker, {"poise": window})
         with anyio.move_on_after(2 * self.h.config.gap + window):
             await poised_event.wait()
         worker.poised_event = None
-        poised = worker.poised
-        if poised is None or worker.holding is None:
+        if not poised_event.is_set() or worker.holding is None:
             return  # its hold ended before the next write: nothing to aim at
+        poised = time.monotonic()  # just after the worker logged "poised"
         seconds = self.rng.uniform(1.3, 2.0) * self.settings.heartbeat_timeout
         t0 = time.monotonic()
         self.h.signal_worker(worker, signal.SIGSTOP)
