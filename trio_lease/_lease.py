@@ -369,6 +369,7 @@ class Lease:
                 failures = 0
                 while True:
                     until_expiry = False
+                    expires_in: float | None = None
                     try:
                         attempt = await self._attempt()
                     except BackendUnavailable as exc:
@@ -381,8 +382,9 @@ class Lease:
                             box.append(attempt)
                             tg.cancel_scope.cancel()
                             break
-                        delay = min(attempt.expires_in, self.settings.wait_interval)
-                        until_expiry = attempt.expires_in <= self.settings.wait_interval
+                        expires_in = attempt.expires_in
+                        delay = min(expires_in, self.settings.wait_interval)
+                        until_expiry = expires_in <= self.settings.wait_interval
                     if self.backend.supports_watch and not watching:
                         # Watch only once there is something to wait for: an acquisition that
                         # succeeds at once opens no stream (on Kubernetes a watch holds one
@@ -396,6 +398,10 @@ class Lease:
                     jitter = delay * random.uniform(0.0, 0.2)
                     if until_expiry:
                         jitter = min(jitter, EXPIRY_JITTER)
+                    elif expires_in is not None:
+                        # A polling wait must not overshoot the expiry either: it would
+                        # delay a crash failover by up to 20 % of the poll period.
+                        jitter = min(jitter, max(expires_in - delay, 0.0) + EXPIRY_JITTER)
                     await wakeup.wait(delay + jitter + 1e-3)
 
     async def _wake_on_changes(self, wakeup: _Wakeup) -> None:

@@ -17,6 +17,8 @@ from trio_lease import (
     LeaseError,
     LeaseLost,
     LeaseRecord,
+    LeaseSettings,
+    _lease,
 )
 from trio_lease.backends.memory import MemoryBackend
 
@@ -191,6 +193,24 @@ async def test_polling_contender_acquires_within_a_poll_interval(world: World) -
             await anyio.sleep(30)
         released = anyio.current_time()
     assert 0 < acquired_at[0] - released <= 1.2 * world.settings.wait_interval + 0.01
+
+
+async def test_polling_wait_never_overshoots_the_expiry(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """§5.3: a polling wait is jittered, but never ends more than EXPIRY_JITTER past the silent
+    holder's expiry (with the largest jitter, a wait of 1.2 x 1.4 s spans the expiry here)."""
+    monkeypatch.setattr(_lease.random, "uniform", lambda low, high: high)  # largest jitter
+    settings = LeaseSettings(
+        heartbeat_timeout=15, heartbeat_interval=1.5, lease_operation_timeout=1, poll_interval=1.4
+    )
+    backend = world.backend()
+    await backend.create(LeaseRecord(name="job", holder="dead_1", lease_duration=15))
+    contender = Lease("job", "b", backend, settings)
+    start = anyio.current_time()
+    async with contender.held():
+        late = anyio.current_time() - (start + 15)
+    assert 0 <= late <= _lease.EXPIRY_JITTER + 0.002 + world.tolerance
 
 
 async def test_holder_and_watch_holder_report_changes(world: World) -> None:

@@ -49,6 +49,12 @@ def make_ssl_context(
     return context
 
 
+#: Unary requests in flight per client. Without a cap, a burst of acquisitions (1,000 leases
+#: at 100 per second) queued inside httpcore, whose pool matching is O(queued x connections),
+#: and every lease was lost (benchmarks/README.md); the Kubernetes client has the same cap.
+MAX_IN_FLIGHT = 4
+
+
 class EtcdClient:
     """Unary JSON calls and streaming watches against a list of etcd endpoints."""
 
@@ -76,7 +82,11 @@ class EtcdClient:
             transport=transport,
             verify=ssl_context if ssl_context is not None else True,
             timeout=httpx.Timeout(request_timeout, connect=connect_timeout),
+            # Watches hold a connection each, so connections are not capped; unary calls are,
+            # by the slots below.
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=MAX_IN_FLIGHT),
         )
+        self._slots: anyio.Semaphore | None = None  # created on first use, in the event loop
 
     async def aclose(self) -> None:
         """Close the connection pool."""
@@ -162,11 +172,21 @@ class EtcdClient:
 
     async def _post(self, endpoint: str, path: str, body: dict[str, Any]) -> tuple[int, object]:
         """One POST to ``endpoint``, authenticating there first if needed."""
-        timeout, headers = self._timeouts(stream=False)
-        await self._authorize(endpoint, headers, timeout)
-        response = await self._http.post(
-            f"{endpoint}{API}/{path}", json=body, headers=headers, timeout=timeout
-        )
+        if self._slots is None:
+            self._slots = anyio.Semaphore(MAX_IN_FLIGHT)
+        slots = self._slots
+        try:
+            slots.acquire_nowait()  # uncontended: no extra scheduling round trip
+        except anyio.WouldBlock:
+            await slots.acquire()  # bounded by the caller's deadline, like the request
+        try:
+            timeout, headers = self._timeouts(stream=False)
+            await self._authorize(endpoint, headers, timeout)
+            response = await self._http.post(
+                f"{endpoint}{API}/{path}", json=body, headers=headers, timeout=timeout
+            )
+        finally:
+            slots.release()
         return response.status_code, _json_or_none(response.content)
 
     async def _authorize(
