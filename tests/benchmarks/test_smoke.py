@@ -58,7 +58,7 @@ def test_smoke_steady_figures_are_well_formed(smoke: dict[str, Any]) -> None:
         assert step["held"] == step["params"]["n"], lib
         assert step["renewals"] > 0, lib
         assert _finite_or_nan(step["client_cpu_us_per_renewal"]), lib
-        if lib != "ours-sqlite":
+        if lib not in ("ours-sqlite", "ours-etcd"):  # only the emulator counts requests
             assert step["requests_per_renewal"] >= 1.0, lib
 
 
@@ -80,3 +80,15 @@ def test_smoke_markdown_has_the_headline_table(smoke: dict[str, Any]) -> None:
     header = "| metric | trio_lease | kubernetes_asyncio | ratio (> 1: trio_lease better) |"
     assert header in markdown
     assert "requests per renewal" in markdown
+
+
+def test_smoke_run_measures_etcd_or_says_why_not(smoke: dict[str, Any]) -> None:
+    """With an etcd binary the etcd rows are there; without one the run records the reason."""
+    from tests.etcd_server import etcd_binary
+
+    if etcd_binary() is None:
+        assert "etcd binary not found" in smoke["etcd_skipped"]
+        return
+    results = smoke["results"]
+    assert results["steady"]["ours-etcd"]["renewals"] > 0
+    assert {"handover", "cold"} <= {key for key in results if "etcd" in results[key]}
