@@ -54,6 +54,7 @@ class Worker:
         self.stopped = False  # SIGSTOPped right now
         self.holding: tuple[int, float, float] | None = None  # token, start, planned hold
         self.poised_event: anyio.Event | None = None  # set when it logs "poised" (about to write)
+        self.poised_at = 0.0  # the stamp of its last "poised"
 
 
 class Harness:
@@ -93,6 +94,7 @@ class Harness:
                     self.handovers_live += 1
                 self._last_identity = event["identity"]
         elif event["ev"] == "poised":
+            worker.poised_at = float(event["t"])
             if worker.poised_event is not None:
                 worker.poised_event.set()
         elif event["ev"] in ("end", "killed", "gone", "exit"):

@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Nemesis"]
 
+#: How long a worker blocks right before a write when asked to (pause-in-write aims in there).
+POISE_WINDOW = 1.0
+
 
 class Nemesis:
     """Runs fault episodes against one harness until cancelled or the handover goal is met."""
@@ -131,6 +134,16 @@ class Nemesis:
         worker = await self.holder()
         if worker is None:
             return
+        await self._stop(worker, kind, seconds)
+
+    async def _stop(
+        self, worker: Worker, kind: str, seconds: float, *, poised: float | None = None
+    ) -> None:
+        """SIGSTOP ``worker`` for ``seconds``, then SIGCONT and log the episode.
+
+        ``poised``: when the worker logged "poised" (pause-in-write); the episode is logged as
+        ``missed`` if the stop came after its blocking step had ended.
+        """
         t0 = time.monotonic()
         self.h.signal_worker(worker, signal.SIGSTOP)
         try:
@@ -139,32 +152,22 @@ class Nemesis:
             self.h.signal_worker(worker, signal.SIGCONT)
             # Cut short when the run ended during the pause: then it proves nothing.
             truncated = time.monotonic() - t0 < seconds - 0.01
-            self.log(kind, worker.slot, t0, seconds=seconds, truncated=truncated)
+            extra = {} if poised is None else {"missed": t0 - poised > 0.8 * POISE_WINDOW}
+            self.log(kind, worker.slot, t0, seconds=seconds, truncated=truncated, **extra)
 
     async def _pause_in_write(self, kind: str) -> None:
         worker = await self.holder()
         if worker is None:
             return
-        window = 1.0  # the worker blocks this long before writing; we stop it in there
         worker.poised_event = poised_event = anyio.Event()
-        await self.h.send(worker, {"poise": window})
-        with anyio.move_on_after(2 * self.h.config.gap + window):
+        await self.h.send(worker, {"poise": POISE_WINDOW})
+        with anyio.move_on_after(2 * self.h.config.gap + POISE_WINDOW):
             await poised_event.wait()
         worker.poised_event = None
         if not poised_event.is_set() or worker.holding is None:
             return  # its hold ended before the next write: nothing to aim at
-        poised = time.monotonic()  # just after the worker logged "poised"
         seconds = self.rng.uniform(1.3, 2.0) * self.settings.heartbeat_timeout
-        t0 = time.monotonic()
-        self.h.signal_worker(worker, signal.SIGSTOP)
-        try:
-            await anyio.sleep(seconds)
-        finally:
-            self.h.signal_worker(worker, signal.SIGCONT)
-            truncated = time.monotonic() - t0 < seconds - 0.01
-            # Stopped after its blocking step ended: the pause fell elsewhere.
-            missed = t0 - poised > 0.8 * window
-            self.log(kind, worker.slot, t0, seconds=seconds, truncated=truncated, missed=missed)
+        await self._stop(worker, kind, seconds, poised=worker.poised_at)
 
     async def _pause_short(self, kind: str) -> None:
         budget = self.settings.safety_margin - self.settings.stop_timeout

@@ -214,6 +214,17 @@ async def test_polling_wait_never_overshoots_the_expiry(
     assert 0 <= late <= _lease.EXPIRY_JITTER + 0.002 + world.tolerance
 
 
+async def test_grant_check_passes_while_held_and_raises_after_release(world: World) -> None:
+    """§5: Grant.check() returns while the grant is valid and raises LeaseLost once released
+    (the stall case, a deadline passed without a checkpoint, is in tests/core/test_stall.py)."""
+    async with world.lease("a").held() as grant:
+        grant.check()
+        await anyio.sleep(3 * world.settings.heartbeat_timeout)  # renewed meanwhile
+        grant.check()
+    with pytest.raises(LeaseLost, match="released"):
+        grant.check()
+
+
 async def test_holder_and_watch_holder_report_changes(world: World) -> None:
     """§3: holder() is the holder as last read; watch_holder() yields each change."""
     a, b = world.lease("a"), world.lease("b")

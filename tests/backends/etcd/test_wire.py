@@ -338,3 +338,28 @@ async def test_watch_decodes_events_and_rereads_after_an_error_line() -> None:
                     break
     assert seen == [("a", "5"), ("b", "6"), None, ("a", "5")]
     assert watches[0]["create_request"]["start_revision"] == "6"
+
+
+async def test_at_most_four_unary_requests_are_in_flight() -> None:
+    """A burst of calls queues in the client, not in httpcore's pool (benchmarks/README.md, 5)."""
+    in_flight = peak = 0
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await anyio.sleep(0.01)
+        in_flight -= 1
+        return ok({"header": {"revision": "1"}})
+
+    client = backend(handler)  # type: ignore[arg-type]
+    results: list[LeaseRecord | None] = []
+
+    async def read(i: int) -> None:
+        results.append(await client.get(f"job-{i}"))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(read, i)
+    assert results == [None] * 20
+    assert peak == 4
