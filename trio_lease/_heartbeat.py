@@ -34,6 +34,7 @@ from . import _algorithm as algo
 from ._abc import LeaseBackend, LeaseRecord
 from ._exceptions import ConflictError
 from ._settings import LeaseSettings
+from ._slots import urgent
 
 __all__ = ["Holding", "registry"]
 
@@ -146,7 +147,8 @@ class Holding:
 
     async def _renew_when_turn(self) -> None:
         async with self._renew_lock:
-            await self._renew_loop()
+            with urgent():  # this task's requests go before acquisitions (trio_lease._slots)
+                await self._renew_loop()
 
     async def _renew_loop(self) -> None:
         settings = self._settings

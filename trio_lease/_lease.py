@@ -35,6 +35,7 @@ from ._exceptions import (
 )
 from ._heartbeat import Holding, infinite_or, registry
 from ._settings import LeaseSettings
+from ._slots import urgent
 
 __all__ = ["Grant", "Lease", "incarnation"]
 
@@ -506,6 +507,7 @@ class Lease:
         with (
             anyio.CancelScope(shield=True),
             anyio.move_on_after(self.settings.lease_operation_timeout) as scope,
+            urgent(),  # a release hands the lease over: it goes before acquisitions
         ):
             try:
                 current = await self.backend.get(self.name)

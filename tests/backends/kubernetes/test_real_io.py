@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import sys
 from contextlib import AsyncExitStack
@@ -191,3 +192,47 @@ async def test_rotated_ca_file_is_reread_after_a_verification_failure(tmp_path: 
                 await backend.get("x")
             ca_file.write_bytes(server.ca_pem)  # the kubelet rotated ca.crt
             assert await backend.get("x") is None
+
+
+async def test_both_request_paths_send_the_same_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unary requests take the lean HTTP/1.1 path; what the server sees equals httpx's."""
+    from trio_lease.backends.kubernetes import _client
+
+    compared = ("impersonate-user", "accept", "user-agent", "content-type")
+    seen: dict[bool, list[tuple[object, ...]]] = {}
+    for lean in (True, False):
+        monkeypatch.setattr(_client, "LEAN", lean)
+        emulator = KubeEmulator()
+        emulator.add_token("t0ken", "bob", groups=("system:masters",))
+        async with emulator.serve() as server:
+            config = ClusterConfig(
+                server=server.url,
+                ca_data=server.ca_pem,
+                credentials=Credentials(token="t0ken", impersonate_user="alice"),
+            )
+            async with KubernetesBackend(config) as backend:
+                made = await backend.create(LeaseRecord("same", holder="me", lease_duration=15))
+                got = await backend.get("same")
+                assert got is not None and got.version == made.version
+                await backend.update(dataclasses.replace(made, holder="you"), made.version)
+                final = await backend.get("same")
+                assert final is not None and final.holder == "you"
+                assert backend._client_lease is not None
+                entry = backend._client_lease._entry
+                assert (entry.lean is not None) is lean
+                if entry.lean is not None:
+                    assert entry.lean.connections_opened == 1  # kept alive across all three
+        seen[lean] = [
+            (
+                r.method,
+                r.path,
+                sorted(r.query.items()),
+                [r.headers.get(name) for name in compared],
+                r.status,  # 2xx: the token was accepted
+            )
+            for r in emulator.requests
+        ]
+    assert seen[True] == seen[False]
+    assert [(request[0], request[-1]) for request in seen[True]] == [
+        ("POST", 201), ("GET", 200), ("PUT", 200), ("GET", 200)
+    ]

@@ -1,6 +1,8 @@
-"""A small client for etcd's v3 JSON gateway (``POST /v3/...``) on httpx.
+"""A small client for etcd's v3 JSON gateway (``POST /v3/...``).
 
-It knows endpoints, failover, authentication and TLS, and nothing about leases.
+It knows endpoints, failover, authentication and TLS, and nothing about leases. Unary calls
+take the lean HTTP/1.1 path (:mod:`trio_lease._http`, one keep-alive client per endpoint);
+watch streams, and every call when a transport is injected (tests), go through httpx.
 
 Failover: requests go to the current endpoint. A connection that could not be *established*
 means the request was never sent, so the client moves to the next endpoint and sends it there,
@@ -27,6 +29,8 @@ import anyio
 import httpx
 
 from ..._exceptions import BackendError, BackendUnavailable
+from ..._http import LeanClient
+from ..._slots import Slots
 from ._codec import b64
 from ._errors import describe_body, error_from_status, is_invalid_token
 
@@ -86,11 +90,55 @@ class EtcdClient:
             # by the slots below.
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=MAX_IN_FLIGHT),
         )
-        self._slots: anyio.Semaphore | None = None  # created on first use, in the event loop
+        self._slots = Slots(MAX_IN_FLIGHT)
+        self._ssl = ssl_context
+        #: Per endpoint, for unary calls; None: everything on httpx (an injected transport).
+        self._lean: dict[str, LeanClient] | None = {} if transport is None else None
 
     async def aclose(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pools."""
+        lean, self._lean = self._lean, None
+        for client in (lean or {}).values():
+            await client.aclose()
         await self._http.aclose()
+
+    def _lean_client(self, endpoint: str) -> LeanClient | None:
+        if self._lean is None:
+            return None
+        client = self._lean.get(endpoint)
+        if client is None:
+            context = self._ssl
+            if context is None and endpoint.startswith("https:"):
+                context = ssl.create_default_context()  # httpx's default: the system's CAs
+            client = self._lean[endpoint] = LeanClient(
+                endpoint,
+                ssl_context=context,
+                connect_timeout=self._connect_timeout,
+                max_idle=MAX_IN_FLIGHT,
+            )
+        return client
+
+    async def _send(
+        self, endpoint: str, path: str, body: dict[str, Any], headers: dict[str, str],
+        timeout: httpx.Timeout,
+    ) -> tuple[int, object]:
+        """One POST of ``body`` as JSON to ``endpoint``: status and JSON answer (or None)."""
+        lean = self._lean_client(endpoint)
+        if lean is None:
+            response = await self._http.post(
+                f"{endpoint}{API}/{path}", json=body, headers=headers, timeout=timeout
+            )
+            return response.status_code, _json_or_none(response.content)
+        connect, read = timeout.connect or self._connect_timeout, timeout.read
+        with anyio.fail_after(connect + (read if read is not None else self._request_timeout)):
+            reply = await lean.request(
+                "POST",
+                f"{API}/{path}",
+                headers=[*headers.items(), ("Content-Type", "application/json")],
+                body=json.dumps(body, separators=(",", ":")).encode(),
+                connect_timeout=connect,
+            )
+        return reply.status_code, _json_or_none(reply.content)
 
     # -- endpoints -------------------------------------------------------------------------
 
@@ -172,22 +220,14 @@ class EtcdClient:
 
     async def _post(self, endpoint: str, path: str, body: dict[str, Any]) -> tuple[int, object]:
         """One POST to ``endpoint``, authenticating there first if needed."""
-        if self._slots is None:
-            self._slots = anyio.Semaphore(MAX_IN_FLIGHT)
         slots = self._slots
-        try:
-            slots.acquire_nowait()  # uncontended: no extra scheduling round trip
-        except anyio.WouldBlock:
-            await slots.acquire()  # bounded by the caller's deadline, like the request
+        await slots.acquire()  # renewals first; bounded by the caller's deadline
         try:
             timeout, headers = self._timeouts(stream=False)
             await self._authorize(endpoint, headers, timeout)
-            response = await self._http.post(
-                f"{endpoint}{API}/{path}", json=body, headers=headers, timeout=timeout
-            )
+            return await self._send(endpoint, path, body, headers, timeout)
         finally:
             slots.release()
-        return response.status_code, _json_or_none(response.content)
 
     async def _authorize(
         self, endpoint: str, headers: dict[str, str], timeout: httpx.Timeout
@@ -196,16 +236,16 @@ class EtcdClient:
         if self._username is None:
             return
         if self._token is None:
-            response = await self._http.post(
-                f"{endpoint}{API}/auth/authenticate",
-                json={"name": self._username, "password": self._password or ""},
-                headers=headers,
-                timeout=timeout,
+            status, answer = await self._send(
+                endpoint,
+                "auth/authenticate",
+                {"name": self._username, "password": self._password or ""},
+                headers,
+                timeout,
             )
-            answer = _json_or_none(response.content)
-            if response.status_code != 200:
+            if status != 200:
                 raise error_from_status(
-                    response.status_code,
+                    status,
                     answer,
                     operation="auth/authenticate",
                     endpoint=endpoint,

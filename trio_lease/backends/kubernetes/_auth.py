@@ -204,22 +204,27 @@ class KubeAuth(httpx.Auth):
     async def async_auth_flow(
         self, request: httpx.Request
     ) -> AsyncGenerator[httpx.Request, httpx.Response]:
-        if self._impersonate:
-            request.headers["Impersonate-User"] = self._impersonate
-            extra = [("Impersonate-Group", group) for group in self._groups]
-            request.headers = httpx.Headers([*request.headers.multi_items(), *extra])
-        if self.source is None:
-            yield request
-            return
-        token = await self.source.token()
-        if token:
-            request.headers["Authorization"] = f"Bearer {token}"
+        request.headers = httpx.Headers([*request.headers.multi_items(), *await self.headers()])
         response = yield request
-        if response.status_code == 401:
-            fresh = await self.source.token(refresh=True)
+        if response.status_code == 401 and self.source is not None:
+            fresh = [
+                item for item in await self.headers(refresh=True) if item[0] == "Authorization"
+            ]
             if fresh:
-                request.headers["Authorization"] = f"Bearer {fresh}"
+                request.headers["Authorization"] = fresh[0][1]
             yield request
+
+    async def headers(self, *, refresh: bool = False) -> list[tuple[str, str]]:
+        """Impersonation headers and the bearer token (fetched again if ``refresh``)."""
+        items: list[tuple[str, str]] = []
+        if self._impersonate:
+            items.append(("Impersonate-User", self._impersonate))
+            items.extend(("Impersonate-Group", group) for group in self._groups)
+        if self.source is not None:
+            token = await self.source.token(refresh=refresh)
+            if token:
+                items.append(("Authorization", f"Bearer {token}"))
+        return items
 
 
 def ssl_context(config: ClusterConfig) -> ssl.SSLContext:

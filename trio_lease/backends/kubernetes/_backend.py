@@ -37,6 +37,7 @@ import httpx
 
 from ..._abc import LeaseBackend, LeaseRecord
 from ..._exceptions import BackendUnavailable, ConflictError, LeaseConfigError
+from ..._http import Answer
 from ._client import ClientLease, acquire_client
 from ._config import ClusterConfig, resolve_config
 from ._errors import (
@@ -218,11 +219,12 @@ class KubernetesBackend(LeaseBackend):
         *,
         body: JsonObject | None = None,
         params: dict[str, str] | None = None,
-    ) -> httpx.Response:
+    ) -> Answer:
         """One request within the budget; 429s retried after Retry-After while it fits."""
-        client = self._client()
-        assert self._client_lease is not None
-        slots = self._client_lease.slots
+        self._client()
+        lease = self._client_lease
+        assert lease is not None
+        slots = lease.slots
         now, deadline = self._budget()
         reloaded_ca = False
         extensions = {}
@@ -234,16 +236,9 @@ class KubernetesBackend(LeaseBackend):
             query["timeout"] = f"{max(1, math.floor(left))}s"
             try:
                 with anyio.fail_after(left):
+                    await slots.acquire()  # renewals first; no checkpoint when one is free
                     try:
-                        # Uncontended: take the slot without the extra scheduling round trip
-                        # of ``acquire()`` (the request itself is the checkpoint).
-                        slots.acquire_nowait()
-                    except anyio.WouldBlock:
-                        await slots.acquire()
-                    try:
-                        response = await client.request(
-                            method, path, params=query, json=body, extensions=extensions
-                        )
+                        response = await lease.send(method, path, query, body, extensions)
                     finally:
                         slots.release()
             except (httpx.HTTPError, TimeoutError, OSError) as exc:
@@ -252,9 +247,10 @@ class KubernetesBackend(LeaseBackend):
                     # The CA file may have been rotated: a fresh client re-reads it. Nothing
                     # was sent (the handshake failed), so retrying is safe.
                     reloaded_ca = True
-                    client = await self._replace_client()
-                    assert self._client_lease is not None
-                    slots = self._client_lease.slots
+                    await self._replace_client()
+                    lease = self._client_lease
+                    assert lease is not None
+                    slots = lease.slots
                     now = anyio.current_time()
                     continue
                 raise map_transport_error(exc, ctx) from None
@@ -272,7 +268,7 @@ class KubernetesBackend(LeaseBackend):
         return RequestContext(verb=verb, kind=self.kind, namespace=self.namespace, name=name)
 
     @staticmethod
-    def _json(response: httpx.Response, ctx: RequestContext) -> JsonObject:
+    def _json(response: Answer, ctx: RequestContext) -> JsonObject:
         try:
             data = response.json()
         except ValueError:
@@ -376,13 +372,16 @@ class KubernetesBackend(LeaseBackend):
         """
         spec = base.get("spec") or {}
         preferred = spec.get("preferredHolder")
+        asked = isinstance(preferred, str) and preferred not in ("", record.holder)
         renewal = (
-            record.holder != ""
+            asked
+            and record.holder != ""
             and spec.get("holderIdentity") == record.holder
             and self.kind.to_record(record.name, base).fencing_token == record.fencing_token
         )
-        if not (renewal and isinstance(preferred, str) and preferred not in ("", record.holder)):
-            self._step_down_since.pop(object_name, None)
+        if not renewal:
+            if self._step_down_since:
+                self._step_down_since.pop(object_name, None)
             return
         since = self._step_down_since.setdefault(object_name, anyio.current_time())
         if anyio.current_time() - since >= self.preferred_holder_grace:

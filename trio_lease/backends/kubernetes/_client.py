@@ -26,22 +26,34 @@ requests by scanning every queued request against every connection, so when more
 in flight than the pool has connections (a thousand leases acquiring or renewing at once), each
 completion costs O(queued x connections) and the process spends its CPU in that scan until
 renewals time out; and each request checks every pooled connection (``has_expired``: two
-system calls each). Each pooled client therefore carries a semaphore of ``MAX_IN_FLIGHT``
-slots that plain requests take before they reach httpx, so httpcore's own queue stays short
+system calls each). Each pooled client therefore carries ``MAX_IN_FLIGHT`` slots
+(:class:`trio_lease._slots.Slots`: renewals and releases first) that plain requests take before
+they reach the HTTP client, so httpcore's own queue stays short
 (only long-running watch streams use connections without a slot), and a small pool whose
 connections are all kept alive, so bursts do not close and re-open connections.
+
+Unary requests (everything but watch streams) take the lean HTTP/1.1 path
+(:mod:`trio_lease._http`): about a quarter of httpx's CPU per request, which is what limits how
+many leases one process holds. httpx still carries watch streams, and every request when a proxy
+or an injected transport (tests) is configured. Both paths send the same headers and
+credentials and retry once after a 401 with a refreshed token.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from collections.abc import Hashable
+from typing import Any
+from urllib.parse import urlencode
 
 import anyio.lowlevel
 import httpx
 
 from ... import __version__
+from ..._http import Answer, LeanClient
+from ..._slots import Slots
 from ._auth import KubeAuth, ssl_context, token_source_for
 from ._config import ClusterConfig
 
@@ -59,15 +71,17 @@ MAX_KEEPALIVE = 4
 #: No cap on connections: each waiting contender's watch stream holds one for minutes, and a
 #: cap would let enough watchers starve the renewals (requests are capped by the semaphore).
 MAX_CONNECTIONS: int | None = None
+#: Unary requests on the lean HTTP/1.1 path (False: all on httpx; the benchmarks compare both).
+LEAN = True
 
 
 @dataclasses.dataclass
 class _Entry:
     client: httpx.AsyncClient
+    auth: KubeAuth
+    lean: LeanClient | None
     users: int
-    slots: anyio.Semaphore = dataclasses.field(
-        default_factory=lambda: anyio.Semaphore(MAX_IN_FLIGHT)
-    )
+    slots: Slots = dataclasses.field(default_factory=lambda: Slots(MAX_IN_FLIGHT))
 
 
 _POOL: dict[Hashable, _Entry] = {}
@@ -107,28 +121,44 @@ def config_key(config: ClusterConfig, transport: httpx.AsyncBaseTransport | None
     )
 
 
-def _build(config: ClusterConfig, transport: httpx.AsyncBaseTransport | None) -> httpx.AsyncClient:
+_HEADERS = (("Accept", "application/json"), ("User-Agent", USER_AGENT))
+
+
+def _build(config: ClusterConfig, transport: httpx.AsyncBaseTransport | None) -> _Entry:
     auth = KubeAuth(token_source_for(config), config.credentials)
-    headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+    headers = dict(_HEADERS)
     # Requests are bounded by a cancel scope per call; this is only a backstop.
     timeout = httpx.Timeout(60.0, connect=30.0)
     if transport is not None:
-        return httpx.AsyncClient(
+        client = httpx.AsyncClient(
             base_url=config.server_url, auth=auth, headers=headers, timeout=timeout,
             transport=transport,
         )
-    return httpx.AsyncClient(
+        return _Entry(client, auth, None, 0)
+    tls = ssl_context(config) if config.server_url.startswith("https:") else None
+    client = httpx.AsyncClient(
         base_url=config.server_url,
         auth=auth,
         headers=headers,
         timeout=timeout,
-        verify=ssl_context(config) if config.server_url.startswith("https:") else True,
+        verify=tls if tls is not None else True,
         proxy=config.proxy_url,
         trust_env=False,
         limits=httpx.Limits(
             max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_KEEPALIVE
         ),
     )
+    lean = None
+    if LEAN and config.proxy_url is None:
+        lean = LeanClient(
+            config.server_url,
+            ssl_context=tls,
+            tls_hostname=config.tls_server_name,
+            headers=_HEADERS,
+            connect_timeout=timeout.connect or 30.0,
+            max_idle=MAX_KEEPALIVE,
+        )
+    return _Entry(client, auth, lean, 0)
 
 
 class ClientLease:
@@ -141,6 +171,36 @@ class ClientLease:
         #: Take one before each request that is not a watch stream (see the module docstring).
         self.slots = entry.slots
         self._released = False
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str],
+        body: Any,
+        extensions: dict[str, Any],
+    ) -> Answer:
+        """One unary request (the caller holds a slot): the lean path when there is one."""
+        lean = self._entry.lean
+        if lean is None:
+            return await self.client.request(
+                method, path, params=query, json=body, extensions=extensions
+            )
+        target = f"{path}?{urlencode(query)}" if query else path
+        data = None
+        headers = await self._entry.auth.headers()
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+            headers.append(("Content-Type", "application/json"))
+        reply = await lean.request(method, target, headers=headers, body=data)
+        if reply.status_code == 401 and self._entry.auth.source is not None:
+            headers = [
+                *(item for item in headers if item[0] != "Authorization"),
+                *(item for item in await self._entry.auth.headers(refresh=True)
+                  if item[0] == "Authorization"),
+            ]
+            reply = await lean.request(method, target, headers=headers, body=data)
+        return reply
 
     def evict(self) -> None:
         """Stop handing this client to new users (its CA file changed); users keep theirs."""
@@ -157,6 +217,8 @@ class ClientLease:
             if _POOL.get(self.key) is entry:
                 del _POOL[self.key]
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                if entry.lean is not None:
+                    await entry.lean.aclose()
                 await entry.client.aclose()
 
 
@@ -168,7 +230,7 @@ def acquire_client(
     key = (config_key(config, transport), id(loop), loop)
     entry = _POOL.get(key)
     if entry is None or entry.client.is_closed:
-        entry = _POOL[key] = _Entry(_build(config, transport), 0)
+        entry = _POOL[key] = _build(config, transport)
     entry.users += 1
     return ClientLease(key, entry)
 

@@ -40,6 +40,7 @@ from ..._exceptions import (
     LeaseConfigError,
     LeaseError,
 )
+from ..._http import Answer
 from ._models import LeaseKind
 
 __all__ = [
@@ -118,7 +119,7 @@ class ApiStatus:
         return "; ".join(found) or self.message
 
 
-def parse_status(response: httpx.Response) -> ApiStatus:
+def parse_status(response: Answer) -> ApiStatus:
     """Read a failure answer; bodies that are not a JSON ``Status`` are handled too."""
     body: Any = None
     with contextlib.suppress(ValueError, UnicodeDecodeError):
@@ -169,7 +170,7 @@ def _grant_hint(ctx: RequestContext) -> str:
     )
 
 
-def error_from(response: httpx.Response, ctx: RequestContext) -> LeaseError:
+def error_from(response: Answer, ctx: RequestContext) -> LeaseError:
     """The exception for a failed ``response`` to the request described by ``ctx``."""
     return error_for(parse_status(response), ctx)
 

@@ -1,0 +1,275 @@
+"""The lean HTTP/1.1 client (trio_lease._http) against a scripted server on real loopback sockets.
+
+The server reads each request and answers with raw bytes chosen by the test, so framings that a
+well-behaved server rarely sends (chunk extensions, one byte per write, no length, a close in the
+middle) are exercised as well as keep-alive reuse, a server closing idle connections, and a
+request cancelled while its reply is still on the way.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+import httpx
+import pytest
+
+from trio_lease._http import LeanClient
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Real time on both loops: these tests use real sockets."""
+    backend: str = request.param
+    return backend
+
+
+#: What the server does with one request: bytes to write (one write each), then "close" to
+#: close the connection, or "wait" to wait for the test's ``release`` event before writing.
+Script = Callable[[str, int], list[bytes | str]]
+
+
+@dataclass
+class Server:
+    port: int
+    requests: list[tuple[int, str]] = field(default_factory=list)  # (connection, request line)
+    bodies: list[bytes] = field(default_factory=list)
+    connections: int = 0
+    closed: int = 0  # connections the server closed
+    release: anyio.Event = field(default_factory=anyio.Event)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def reply(body: bytes, *headers: str, status: str = "200 OK") -> bytes:
+    lines = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}", *headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+async def _read_request(stream: anyio.abc.ByteStream, buffer: bytearray) -> tuple[str, bytes]:
+    while b"\r\n\r\n" not in buffer:
+        buffer += await stream.receive()
+    head, _, rest = bytes(buffer).partition(b"\r\n\r\n")
+    buffer[:] = rest
+    lines = head.decode().split("\r\n")
+    length = 0
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    while len(buffer) < length:
+        buffer += await stream.receive()
+    body = bytes(buffer[:length])
+    del buffer[:length]
+    return lines[0], body
+
+
+@asynccontextmanager
+async def scripted(script: Script) -> AsyncIterator[Server]:
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    server = Server(listener.extra(anyio.abc.SocketAttribute.local_port))
+
+    async def handle(stream: anyio.abc.SocketStream) -> None:
+        number = server.connections
+        server.connections += 1
+        buffer = bytearray()
+        try:
+            while True:
+                line, body = await _read_request(stream, buffer)
+                server.requests.append((number, line))
+                server.bodies.append(body)
+                for step in script(line, number):
+                    if step == "close":
+                        await stream.aclose()
+                        server.closed += 1
+                        return
+                    if step == "wait":
+                        await server.release.wait()
+                    else:
+                        assert isinstance(step, bytes)
+                        await stream.send(step)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handle)
+        yield server
+        tg.cancel_scope.cancel()
+
+
+def echo(line: str, connection: int) -> list[bytes | str]:
+    """A JSON reply naming the request line and the connection that carried it."""
+    body = f'{{"line": "{line}", "connection": {connection}}}'.encode()
+    return [reply(body, "Content-Type: application/json")]
+
+
+@pytest.mark.anyio
+async def test_requests_reuse_one_keep_alive_connection() -> None:
+    async with scripted(echo) as server:
+        client = LeanClient(server.url, headers=[("Accept", "application/json")])
+        answers = [await client.request("GET", f"/x/{i}?a=1") for i in range(3)]
+        await client.aclose()
+    assert [a.json()["line"] for a in answers] == [f"GET /x/{i}?a=1 HTTP/1.1" for i in range(3)]
+    assert client.connections_opened == 1
+    assert {number for number, _ in server.requests} == {0}
+
+
+@pytest.mark.anyio
+async def test_body_and_headers_are_sent() -> None:
+    async with scripted(echo) as server:
+        client = LeanClient(server.url)
+        answer = await client.request(
+            "PUT", "/obj", headers=[("Content-Type", "application/json")], body=b'{"a": 1}'
+        )
+        await client.aclose()
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == answer.headers["Content-Type"] == "application/json"
+    assert server.bodies == [b'{"a": 1}']
+
+
+@pytest.mark.anyio
+async def test_a_chunked_reply_written_one_byte_at_a_time_is_read_whole() -> None:
+    raw = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: y\r\n\r\n"
+    )
+
+    def script(line: str, connection: int) -> list[bytes | str]:
+        return [raw[i : i + 1] for i in range(len(raw))]
+
+    async with scripted(script) as server:
+        client = LeanClient(server.url)
+        first = await client.request("GET", "/")
+        second = await client.request("GET", "/")
+        await client.aclose()
+    assert first.content == second.content == b"hello world"
+    assert client.connections_opened == 1
+
+
+@pytest.mark.anyio
+async def test_an_idle_connection_the_server_closed_is_replaced_without_an_error() -> None:
+    def script(line: str, connection: int) -> list[bytes | str]:
+        return [*echo(line, connection), "close"]  # no "Connection: close": a silent close
+
+    async with scripted(script) as server:
+        client = LeanClient(server.url)
+        first = await client.request("GET", "/a")
+        while not server.closed:  # the server closes after writing the reply
+            await anyio.sleep(0.01)
+        second = await client.request("GET", "/b")
+        await client.aclose()
+    assert (first.json()["connection"], second.json()["connection"]) == (0, 1)
+    assert client.connections_opened == 2
+
+
+@pytest.mark.anyio
+async def test_connection_close_in_the_reply_is_honoured() -> None:
+    def script(line: str, connection: int) -> list[bytes | str]:
+        return [reply(b"{}", "Connection: close")]
+
+    async with scripted(script) as server:
+        client = LeanClient(server.url)
+        await client.request("GET", "/a")
+        await client.request("GET", "/b")
+        await client.aclose()
+    assert [number for number, _ in server.requests] == [0, 1]
+
+
+@pytest.mark.anyio
+async def test_a_reply_cut_short_raises_a_protocol_error_and_the_connection_is_dropped() -> None:
+    def script(line: str, connection: int) -> list[bytes | str]:
+        if connection == 0:
+            return [b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"par", "close"]
+        return echo(line, connection)
+
+    async with scripted(script) as server:
+        client = LeanClient(server.url)
+        with pytest.raises(httpx.RemoteProtocolError):
+            await client.request("GET", "/a")
+        answer = await client.request("GET", "/b")
+        await client.aclose()
+    assert answer.json() == {"line": "GET /b HTTP/1.1", "connection": 1}
+
+
+@pytest.mark.anyio
+async def test_a_reply_that_is_not_http_raises_a_protocol_error() -> None:
+    def script(line: str, connection: int) -> list[bytes | str]:
+        return [b"SSH-2.0-OpenSSH_9.2\r\n\r\n", "close"]
+
+    async with scripted(script) as server:
+        client = LeanClient(server.url)
+        with pytest.raises(httpx.RemoteProtocolError, match="malformed"):
+            await client.request("GET", "/")
+        await client.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_request_never_hands_its_late_reply_to_the_next_one() -> None:
+    def script(line: str, connection: int) -> list[bytes | str]:
+        if line.startswith("GET /slow"):
+            return ["wait", *echo(line, connection)]
+        return echo(line, connection)
+
+    async with scripted(script) as server:
+        client = LeanClient(server.url)
+        with anyio.move_on_after(0.2) as scope:
+            await client.request("GET", "/slow")
+        assert scope.cancelled_caught
+        server.release.set()  # the late reply is written now, to the first connection
+        answer = await client.request("GET", "/next")
+        await client.aclose()
+    assert answer.json() == {"line": "GET /next HTTP/1.1", "connection": 1}
+
+
+@pytest.mark.anyio
+async def test_a_refused_connection_is_a_connect_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # bound, never listening: connections are refused
+        client = LeanClient(f"http://127.0.0.1:{port}")
+        with pytest.raises(httpx.ConnectError):
+            await client.request("GET", "/")
+
+
+@pytest.mark.anyio
+async def test_an_invalid_header_value_is_refused_without_quoting_it() -> None:
+    async with scripted(echo) as server:
+        client = LeanClient(server.url)
+        secret = "sekrit-token\r\nX-Injected: 1"
+        with pytest.raises(httpx.LocalProtocolError) as caught:
+            await client.request("GET", "/", headers=[("Authorization", f"Bearer {secret}")])
+        await client.aclose()
+    assert "sekrit" not in str(caught.value)
+    assert server.requests == []
+
+
+@pytest.mark.anyio
+async def test_the_url_path_prefix_is_kept() -> None:
+    async with scripted(echo) as server:
+        client = LeanClient(server.url + "/k8s/clusters/c-1/")
+        answer = await client.request("GET", "/api/v1?x=1")
+        await client.aclose()
+    assert answer.json()["line"] == "GET /k8s/clusters/c-1/api/v1?x=1 HTTP/1.1"
+
+
+def test_bad_urls_are_refused_with_what_to_fix() -> None:
+    with pytest.raises(ValueError, match="http or https"):
+        LeanClient("ftp://127.0.0.1/")
+    with pytest.raises(ValueError, match="SSL context"):
+        LeanClient("https://127.0.0.1/")
+
+
+@pytest.mark.anyio
+async def test_reprs_show_no_header_values() -> None:
+    async with scripted(lambda line, n: [reply(b"{}", "Set-Cookie: session=sekrit")]) as server:
+        client = LeanClient(server.url, headers=[("Authorization", "Bearer sekrit")])
+        answer = await client.request("GET", "/")
+        await client.aclose()
+    assert "sekrit" not in repr(client) + repr(answer) + repr(answer.headers)
+    assert answer.headers["set-cookie"] == "session=sekrit"

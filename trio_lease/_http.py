@@ -1,0 +1,297 @@
+"""A lean HTTP/1.1 client for the remote backends' small unary JSON requests.
+
+Why it exists: a renewal is one small request, and in the benchmarks (benchmarks/README.md,
+"Lean HTTP path") httpx spent about four times the CPU of h11 on a bare socket per request:
+URL parsing and merging, cookie extraction, header models, auth flows, and a connection pool
+that scans every pooled connection with system calls on each request. The renewal CPU is what
+limits how many leases one process can hold, so the hot path speaks HTTP/1.1 itself, with h11
+(the parser httpcore uses) on anyio streams, and keeps httpx for everything that is not a small
+unary request (watch streams, proxies, injected test transports).
+
+What it does: keep-alive connections (a LIFO stack of idle ones, at most ``max_idle``), TLS
+through an :class:`ssl.SSLContext` with an optional server name, Content-Length and chunked
+responses. What it does not do: proxies, redirects, cookies, compression, HTTP/2, streaming.
+
+Connection reuse: an idle connection whose socket is readable (the server closed it, or sent
+something unasked) is discarded before use, found by one non-blocking ``poll``. A
+connection is reused only after a complete exchange that both sides keep alive; any error or
+cancellation in the middle of a request closes it, so a late reply can never be read as the
+answer to the next request.
+
+Errors are httpx's exception types, so callers map them in one place:
+:class:`httpx.ConnectError` / :class:`httpx.ConnectTimeout` (the connection could not be made:
+nothing was sent), :class:`httpx.WriteError`, :class:`httpx.ReadError` and
+:class:`httpx.RemoteProtocolError` (after sending: the outcome is unknown). Timeouts other than
+connecting are the caller's cancel scope.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import ssl
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+import h11
+import httpx
+
+__all__ = ["Answer", "Headers", "LeanClient", "Reply"]
+
+_READ_SIZE = 65536
+_poll = getattr(select, "poll", None)  # select.select where there is no poll (Windows)
+_NOT_SENT = (OSError, ssl.SSLError, anyio.BrokenResourceError, anyio.EndOfStream)
+
+
+class Answer(Protocol):
+    """What callers read from a complete response: a :class:`Reply` or an ``httpx.Response``."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def content(self) -> bytes: ...
+
+    def json(self) -> Any: ...
+
+
+class Headers(Mapping[str, str]):
+    """Response headers: read-only, case-insensitive names (the last value of a repeated one)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        self._items = {name.decode("latin-1").lower(): value.decode("latin-1")
+                       for name, value in items}
+
+    def __getitem__(self, name: str) -> str:
+        return self._items[name.lower()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"Headers({sorted(self._items)!r})"  # names only: values may be sensitive
+
+
+class Reply:
+    """A complete response: status, headers and body."""
+
+    __slots__ = ("content", "headers", "status_code")
+
+    def __init__(self, status_code: int, headers: Headers, content: bytes) -> None:
+        self.status_code = status_code
+        self.headers = headers
+        self.content = content
+
+    def json(self) -> Any:
+        """The body parsed as JSON (:class:`ValueError` if it is not)."""
+        return json.loads(self.content)
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def __repr__(self) -> str:
+        return f"<Reply {self.status_code}, {len(self.content)} bytes>"
+
+
+class _Connection:
+    __slots__ = ("fd", "h11", "stream")
+
+    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+        self.stream = stream
+        self.h11 = h11.Connection(h11.CLIENT)
+        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+        self.fd = raw.fileno() if raw is not None else -1
+
+    def is_alive(self) -> bool:
+        """False if the idle socket is readable: the server closed it or sent something."""
+        if self.fd < 0:
+            return True
+        try:
+            if _poll is not None:
+                poller = _poll()
+                poller.register(self.fd, select.POLLIN)
+                return not poller.poll(0)
+            return not select.select([self.fd], [], [], 0)[0]
+        except (OSError, ValueError):
+            return False
+
+    async def close(self) -> None:
+        await anyio.aclose_forcefully(self.stream)
+
+
+class LeanClient:
+    """Unary HTTP/1.1 requests to one server over a few keep-alive connections.
+
+    Args:
+        url: the server's base URL (``http://`` or ``https://``, an optional path prefix).
+        ssl_context: for ``https``; required there.
+        tls_hostname: the name to verify the server's certificate against (default: the host).
+        headers: sent with every request (for example ``Accept`` and ``User-Agent``).
+        connect_timeout: seconds to open a connection (and finish the TLS handshake).
+        max_idle: idle connections kept for reuse.
+
+    Not safe for concurrent use beyond what ``max_idle`` connections carry well: callers cap
+    the requests in flight (the backends' slots).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        tls_hostname: str | None = None,
+        headers: Sequence[tuple[str, str]] = (),
+        connect_timeout: float = 30.0,
+        max_idle: int = 4,
+    ) -> None:
+        parsed = httpx.URL(url)
+        if parsed.scheme not in ("http", "https"):
+            raise ValueError(f"unsupported URL scheme {parsed.scheme!r}: use http or https")
+        if parsed.scheme == "https" and ssl_context is None:
+            raise ValueError("an https URL needs an SSL context")
+        self.url = url
+        self._host = parsed.host
+        self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        self._ssl = ssl_context if parsed.scheme == "https" else None
+        self._tls_hostname = tls_hostname or parsed.host
+        self._prefix = parsed.raw_path.decode("ascii").split("?")[0].rstrip("/")
+        netloc = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+        if parsed.port is not None:
+            netloc = f"{netloc}:{parsed.port}"
+        self._headers = [("Host", netloc), *headers]
+        self._connect_timeout = connect_timeout
+        self._max_idle = max_idle
+        self._idle: list[_Connection] = []
+        self._closed = False
+        #: Connections opened so far (for tests and the benchmarks).
+        self.connections_opened = 0
+
+    def __repr__(self) -> str:
+        return f"<LeanClient {self.url} idle={len(self._idle)}>"
+
+    async def request(
+        self,
+        method: str,
+        target: str,
+        *,
+        headers: Sequence[tuple[str, str]] = (),
+        body: bytes | None = None,
+        connect_timeout: float | None = None,
+    ) -> Reply:
+        """Send one request (``target``: path and query, below the URL's prefix); the reply.
+
+        The caller's cancel scope bounds it; cancelled midway, its connection is closed.
+        ``connect_timeout`` overrides the client's for this request, if a new connection is
+        needed.
+        """
+        if self._closed:
+            raise RuntimeError("this client is closed")
+        all_headers = [*self._headers, *headers]
+        if body is not None:
+            all_headers.append(("Content-Length", str(len(body))))
+        try:
+            request = h11.Request(method=method, target=self._prefix + target, headers=all_headers)
+        except h11.LocalProtocolError:
+            # h11's message quotes the offending value, which may be a credential.
+            raise httpx.LocalProtocolError(
+                f"the {method} request could not be encoded: a header value or the target has "
+                "characters HTTP does not allow"
+            ) from None
+        conn = await self._connection(connect_timeout or self._connect_timeout)
+        try:
+            data = conn.h11.send(request)
+            assert data is not None
+            if body:
+                data += conn.h11.send(h11.Data(data=body)) or b""
+            data += conn.h11.send(h11.EndOfMessage()) or b""
+            try:
+                await conn.stream.send(data)
+            except _NOT_SENT as exc:
+                what = type(exc).__name__
+                raise httpx.WriteError(f"sending the request failed ({what})") from exc
+            reply = await self._receive(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        if conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE:
+            conn.h11.start_next_cycle()
+            if len(self._idle) < self._max_idle and not self._closed:
+                self._idle.append(conn)
+                return reply
+        await conn.close()
+        return reply
+
+    async def _connection(self, connect_timeout: float) -> _Connection:
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.is_alive():
+                return conn
+            await conn.close()
+        try:
+            with anyio.fail_after(connect_timeout):
+                stream: anyio.abc.ByteStream
+                if self._ssl is None:
+                    stream = await anyio.connect_tcp(self._host, self._port)
+                else:
+                    stream = await anyio.connect_tcp(
+                        self._host,
+                        self._port,
+                        ssl_context=self._ssl,
+                        tls_hostname=self._tls_hostname,
+                        tls_standard_compatible=False,
+                    )
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout("connecting to the server timed out") from exc
+        except _NOT_SENT as exc:
+            raise httpx.ConnectError(f"could not connect ({type(exc).__name__}: {exc})") from exc
+        self.connections_opened += 1
+        return _Connection(stream)
+
+    async def _receive(self, conn: _Connection) -> Reply:
+        status = 0
+        headers: Headers | None = None
+        chunks: list[bytes] = []
+        parser = conn.h11
+        while True:
+            try:
+                event = parser.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(f"malformed response: {exc}") from None
+            if event is h11.NEED_DATA:
+                try:
+                    data = await conn.stream.receive(_READ_SIZE)
+                except anyio.EndOfStream:
+                    data = b""
+                except _NOT_SENT as exc:
+                    what = type(exc).__name__
+                    raise httpx.ReadError(f"reading the reply failed ({what})") from exc
+                parser.receive_data(data)
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+                headers = Headers(event.headers)
+            elif isinstance(event, h11.Data):
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                assert headers is not None
+                return Reply(status, headers, b"".join(chunks))
+            elif isinstance(event, h11.ConnectionClosed):
+                raise httpx.RemoteProtocolError("the server closed the connection without a reply")
+            # h11.InformationalResponse (100 Continue and the like): keep reading
+
+    async def aclose(self) -> None:
+        """Close every idle connection; requests in flight close theirs when they finish."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
