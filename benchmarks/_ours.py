@@ -18,8 +18,9 @@
 Parameters: ``backend`` (``kube`` with ``kubeconfig``, ``sqlite`` with ``path``, or ``etcd``
 with ``endpoints``),
 ``anyio_backend`` (``asyncio`` or ``trio``), ``L``/``R``/``T`` (heartbeat timeout, interval,
-operation timeout, seconds), ``prefix`` (lease names), ``pool`` (optional httpx pool limits:
-``[max_connections, max_keepalive_connections]``), plus the scenario's own.
+operation timeout, seconds), ``prefix`` (lease names), ``pool`` (optional client settings:
+``[requests in flight, max connections, idle connections kept, lean HTTP path]``), plus the
+scenario's own.
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ def make_backend(p: Params) -> LeaseBackend:
         from trio_lease.backends.etcd import EtcdBackend
 
         return EtcdBackend(p["endpoints"], prefix=f"bench/{p['prefix']}/")
-    if p.get("pool"):  # the measured alternatives: requests in flight, connections, keep-alive
-        _client.MAX_IN_FLIGHT, _client.MAX_CONNECTIONS, _client.MAX_KEEPALIVE = p["pool"]
+    if p.get("pool"):  # the measured alternatives: in flight, connections, keep-alive, lean
+        _client.MAX_IN_FLIGHT, _client.MAX_CONNECTIONS, _client.MAX_KEEPALIVE, _client.LEAN = (
+            p["pool"]
+        )
     return KubernetesBackend(resolve_config({"kubeconfig": p["kubeconfig"]}))
 
 

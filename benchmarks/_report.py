@@ -135,7 +135,7 @@ def render(doc: Doc) -> str:
                 f"{'yes' if _passes(s) else 'no'} |"
             )
     if "pool" in res:
-        lines += ["", "httpx pool options (trio_lease, asyncio):", "",
+        lines += ["", "HTTP client options (trio_lease, asyncio):", "",
                   "| pool | leases | renewals | % of nominal | CPU µs/renewal | client % core | "
                   "losses |", "|---|---:|---:|---:|---:|---:|---:|"]
         for label, s in res["pool"].items():

@@ -36,22 +36,24 @@ BENCHMARKS = ["steady", "capacity", "confirm", "pool", "handover", "cold", "loss
 #: acquisitions then starve the renewals (README, "Findings").
 ACQUIRE_RATE = 100
 
-#: httpx pool alternatives for trio_lease (requests in flight, connections, idle kept alive);
-#: "httpx default" is what the backend used before issue 8 (no in-flight cap).
-POOLS: dict[str, list[int | None]] = {
-    "httpx default (100 conns, 20 idle, no cap)": [1_000_000, 100, 20],
-    "cap 100, 100 idle": [100, None, 100],
-    "cap 16, 16 idle": [16, None, 16],
-    "cap 4, 4 idle (chosen)": [4, None, 4],
-    "cap 1, 1 idle": [1, None, 1],
+#: HTTP client alternatives for trio_lease: requests in flight, connections, idle connections
+#: kept alive, and whether unary requests take the lean HTTP/1.1 path (trio_lease._http) or
+#: httpx. "httpx default" is what the backend used before issue 8 (no in-flight cap, httpx).
+POOLS: dict[str, list[int | bool | None]] = {
+    "httpx default (100 conns, 20 idle, no cap)": [1_000_000, 100, 20, False],
+    "httpx, cap 100, 100 idle": [100, None, 100, False],
+    "httpx, cap 16, 16 idle": [16, None, 16, False],
+    "httpx, cap 4, 4 idle": [4, None, 4, False],
+    "httpx, cap 1, 1 idle": [1, None, 1, False],
+    "lean HTTP/1.1, cap 16, 16 idle": [16, None, 16, True],
+    "lean HTTP/1.1, cap 4, 4 idle (chosen)": [4, None, 4, True],
 }
-
 #: Timings. "steady": the issue's 15 s timeout and 1.5 s interval (kubernetes_asyncio:
 #: lease_duration 15, renew_deadline 10, retry_period 1.5). The smoke run shortens them.
 FULL: Params = {
     "steady": {"L": 15, "R": 1.5, "T": 1.0, "RD": 10, "n": 1000, "window": 60.0},
     "steady_side_window": 30.0,
-    "capacity_ours": [100, 200, 500, 750],
+    "capacity_ours": [100, 200, 300, 400, 500, 750, 1000],
     "capacity_theirs": [100, 200, 500],
     "capacity_window": 40.0,
     # The largest step that passed (under 20 % of a core) held again for the issue's 10 minutes.
@@ -78,7 +80,9 @@ SMOKE: Params = {
     "trio_n": 10,
     "pool_n": 10,
     "pool_window": 1.0,
-    "pools": ["httpx default (100 conns, 20 idle, no cap)"],
+    "pools": [
+        "httpx default (100 conns, 20 idle, no cap)", "lean HTTP/1.1, cap 4, 4 idle (chosen)"
+    ],
     "latency": {"L": 2, "R": 0.5, "T": 0.15, "RD": 1.5, "stop": 0.3},
     "trials": 3,
     "loss_n": 2,
