@@ -268,7 +268,8 @@ def test_bad_urls_are_refused_with_what_to_fix() -> None:
 @pytest.mark.anyio
 async def test_reprs_show_no_header_values() -> None:
     async with scripted(lambda line, n: [reply(b"{}", "Set-Cookie: session=sekrit")]) as server:
-        client = LeanClient(server.url, headers=[("Authorization", "Bearer sekrit")])
+        url = server.url.replace("//", "//user:sekrit@")
+        client = LeanClient(url, headers=[("Authorization", "Bearer sekrit")])
         answer = await client.request("GET", "/")
         await client.aclose()
     assert "sekrit" not in repr(client) + repr(answer) + repr(answer.headers)

@@ -160,7 +160,6 @@ class LeanClient:
             raise ValueError(f"unsupported URL scheme {parsed.scheme!r}: use http or https")
         if parsed.scheme == "https" and ssl_context is None:
             raise ValueError("an https URL needs an SSL context")
-        self.url = url
         self._host = parsed.host
         self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
         self._ssl = ssl_context if parsed.scheme == "https" else None
@@ -170,6 +169,8 @@ class LeanClient:
         if parsed.port is not None:
             netloc = f"{netloc}:{parsed.port}"
         self._headers = [("Host", netloc), *headers]
+        #: The server, without any user info the URL had (never shown).
+        self.origin = f"{parsed.scheme}://{netloc}{self._prefix}"
         self._connect_timeout = connect_timeout
         self._max_idle = max_idle
         self._idle: list[_Connection] = []
@@ -178,7 +179,7 @@ class LeanClient:
         self.connections_opened = 0
 
     def __repr__(self) -> str:
-        return f"<LeanClient {self.url} idle={len(self._idle)}>"
+        return f"<LeanClient {self.origin} idle={len(self._idle)}>"
 
     async def request(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import json
 import ssl
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from trio_lease import (
     LeaseConfigError,
     LeaseRecord,
 )
+from trio_lease._slots import urgent
 from trio_lease.backends.etcd import EtcdBackend
 from trio_lease.backends.etcd._codec import encode_record, int64
 from trio_lease.backends.etcd._errors import GRPC_CODES, error_from_status
@@ -363,3 +365,32 @@ async def test_at_most_four_unary_requests_are_in_flight() -> None:
             tg.start_soon(read, i)
     assert results == [None] * 20
     assert peak == 4
+
+
+async def test_an_urgent_call_overtakes_queued_ones() -> None:
+    """Renewals (marked urgent by the core) go before calls already waiting for a slot."""
+    arrivals: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        arrivals.append(base64.b64decode(json.loads(request.content)["key"]).decode())
+        await anyio.sleep(0.01)
+        return ok({"header": {"revision": "1"}})
+
+    client = backend(handler)  # type: ignore[arg-type]
+
+    async def read(name: str, *, marked: bool = False) -> None:
+        if marked:
+            with urgent():
+                await client.get(name)
+        else:
+            await client.get(name)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(read, f"acquire-{i}")
+        await anyio.sleep(0.001)  # 4 in flight, 16 waiting
+        tg.start_soon(functools.partial(read, "renewal", marked=True))
+    renewal = next(i for i, key in enumerate(arrivals) if key.endswith("renewal"))
+    # Among the four handed a slot when the first four finish (the loop may run those in any
+    # order), not behind the sixteen that were waiting before it.
+    assert 4 <= renewal < 8, arrivals

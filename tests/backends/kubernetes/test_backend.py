@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from datetime import UTC, datetime
 
@@ -10,6 +11,7 @@ import httpx
 import pytest
 
 from trio_lease import ConflictError, Lease, LeaseConfigError, LeaseRecord, LeaseSettings
+from trio_lease._slots import urgent
 from trio_lease.backends.kubernetes import KEY_ANNOTATION, lease_name_for
 from trio_lease.backends.kubernetes._client import pool_size
 from trio_lease.testing import check_backend
@@ -280,3 +282,39 @@ async def test_201_on_a_renewal_means_the_lease_is_lost() -> None:
         transport.armed = True
         with pytest.raises(ConflictError, match="lost"):
             await backend.update(record, record.version)
+
+
+class _SlowTransport(CountingTransport):
+    """Each request takes 10 ms, so a burst queues for the client's in-flight slots."""
+
+    in_flight = peak = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append((request.method, request.url.path, {}))
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            await anyio.sleep(0.01)
+            return await self.inner.handle_async_request(request)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_at_most_four_requests_in_flight_and_an_urgent_one_overtakes_the_queue() -> None:
+    """Renewals (marked urgent by the core) go before requests already waiting for a slot."""
+    transport = _SlowTransport(KubeEmulator().transport())
+    async with make_backend(transport) as backend:
+
+        async def read(name: str, marked: bool = False) -> None:
+            with urgent() if marked else contextlib.nullcontext():
+                assert await backend.get(name) is None
+
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(read, f"acquire-{i}")
+            await anyio.sleep(0.001)  # 4 in flight, 16 waiting
+            tg.start_soon(read, "renewal", True)
+    names = [path.rsplit("/", 1)[-1] for _, path, _ in transport.requests]
+    assert len(names) == 21 and transport.peak == 4
+    # Among the four handed a slot when the first four finish (in any order), not last.
+    assert 4 <= names.index("renewal") < 8, names
