@@ -159,3 +159,30 @@ def test_kinds_by_name() -> None:
     assert kind_named("v1") is None
     path = COORDINATION.item_path("ns", "n")
     assert path == "/apis/coordination.k8s.io/v1/namespaces/ns/leases/n"
+
+
+@pytest.mark.parametrize("kind", [COORDINATION, AKKA])
+def test_apply_leaves_the_object_read_unchanged(kind: Any) -> None:
+    """apply() copies what it writes (it no longer deep-copies): the cached object stays as read."""
+    import copy
+
+    base = {
+        "apiVersion": kind.api_version,
+        "kind": kind.kind,
+        "metadata": {
+            "name": "x",
+            "resourceVersion": "7",
+            "annotations": {"keep": "me"},
+            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+        },
+        "spec": {"holderIdentity": "old", "owner": "old", "time": 1},
+    }
+    before = copy.deepcopy(base)
+    record = LeaseRecord("x", holder="new", lease_duration=15, fencing_token=4, acquired_at=T0,
+                         renewed_at=T0)
+    written = kind.apply(base, record)
+    written["metadata"]["annotations"]["nonce"] = "1"  # as update() does for a no-op write
+    written["metadata"]["resourceVersion"] = "8"
+    assert base == before
+    assert written["metadata"]["managedFields"] == before["metadata"]["managedFields"]
+    assert kind.to_record("x", written).holder == "new"

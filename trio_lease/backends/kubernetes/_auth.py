@@ -207,11 +207,9 @@ class KubeAuth(httpx.Auth):
         request.headers = httpx.Headers([*request.headers.multi_items(), *await self.headers()])
         response = yield request
         if response.status_code == 401 and self.source is not None:
-            fresh = [
-                item for item in await self.headers(refresh=True) if item[0] == "Authorization"
-            ]
-            if fresh:
-                request.headers["Authorization"] = fresh[0][1]
+            fresh = await self.refreshed_authorization()
+            if fresh is not None:
+                request.headers["Authorization"] = fresh
             yield request
 
     async def headers(self, *, refresh: bool = False) -> list[tuple[str, str]]:
@@ -225,6 +223,13 @@ class KubeAuth(httpx.Auth):
             if token:
                 items.append(("Authorization", f"Bearer {token}"))
         return items
+
+    async def refreshed_authorization(self) -> str | None:
+        """The ``Authorization`` value after a 401: the token read again (None: no token)."""
+        if self.source is None:
+            return None
+        token = await self.source.token(refresh=True)
+        return f"Bearer {token}" if token else None
 
 
 def ssl_context(config: ClusterConfig) -> ssl.SSLContext:

@@ -62,14 +62,14 @@ __all__ = ["USER_AGENT", "ClientLease", "acquire_client"]
 USER_AGENT = f"trio-lease/{__version__} (python; httpx)"
 
 
-#: Requests in flight per pooled client (a semaphore) and idle connections kept alive. A
+#: Requests in flight per pooled client (its slots) and idle connections kept alive. A
 #: renewal holds a connection for about a millisecond, so a few connections carry thousands of
 #: leases, and every idle pooled connection costs each request system calls in httpcore's
 #: ``has_expired`` check. The figures behind 4 are in benchmarks/README.md ("pool").
 MAX_IN_FLIGHT = 4
 MAX_KEEPALIVE = 4
 #: No cap on connections: each waiting contender's watch stream holds one for minutes, and a
-#: cap would let enough watchers starve the renewals (requests are capped by the semaphore).
+#: cap would let enough watchers starve the renewals (requests are capped by the slots).
 MAX_CONNECTIONS: int | None = None
 #: Unary requests on the lean HTTP/1.1 path (False: all on httpx; the benchmarks compare both).
 LEAN = True
@@ -194,11 +194,11 @@ class ClientLease:
             headers.append(("Content-Type", "application/json"))
         reply = await lean.request(method, target, headers=headers, body=data)
         if reply.status_code == 401 and self._entry.auth.source is not None:
-            headers = [
-                *(item for item in headers if item[0] != "Authorization"),
-                *(item for item in await self._entry.auth.headers(refresh=True)
-                  if item[0] == "Authorization"),
-            ]
+            # As KubeAuth's flow does on the httpx path: read the token again, retry once.
+            fresh = await self._entry.auth.refreshed_authorization()
+            headers = [item for item in headers if item[0] != "Authorization"]
+            if fresh is not None:
+                headers.append(("Authorization", fresh))
             reply = await lean.request(method, target, headers=headers, body=data)
         return reply
 
