@@ -5,6 +5,7 @@ from ._abc import LeaseRecord as LeaseRecord
 from ._exceptions import AcquireTimeout as AcquireTimeout
 from ._exceptions import BackendAuthError as BackendAuthError
 from ._exceptions import BackendError as BackendError
+from ._exceptions import BackendProtocolError as BackendProtocolError
 from ._exceptions import BackendUnavailable as BackendUnavailable
 from ._exceptions import ConflictError as ConflictError
 from ._exceptions import LeaseBusy as LeaseBusy
@@ -30,6 +31,7 @@ __all__ = [
     "AcquireTimeout",
     "BackendAuthError",
     "BackendError",
+    "BackendProtocolError",
     "BackendUnavailable",
     "ConflictError",
     "Following",

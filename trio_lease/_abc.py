@@ -26,6 +26,23 @@ To write a backend, subclass :class:`LeaseBackend` and implement:
 ``aclose()``
     Release connections, threads, files.
 
+Replies are input: every value read from the store (an HTTP reply, a row, a file) is checked
+where it enters the backend, and becomes either a well-formed record or a typed error:
+
+- a reply that is not a record at all (not JSON, the wrong kind of object, a missing or
+  unreadable version) raises :class:`BackendProtocolError` naming the operation, the object and
+  the field; for a write that is an unknown outcome, which the core resolves by reading again;
+- a record whose version can be read but whose content cannot (a holder that is not a string,
+  a duration out of range, someone else's data under our key) is returned with
+  :attr:`LeaseRecord.unreadable` saying what and where. The core treats it as held by an
+  unknown holder: contenders wait until the same version has stood for L, and never take it
+  over at all when its fencing token could not be read (``fencing_token`` -1), since the next
+  token would not be known to be greater. Unknown is never free and never held.
+
+Nothing else may escape from a backend call: no ``KeyError``, ``TypeError``, ``ValueError``,
+``RecursionError`` or ``OverflowError`` from a reply (the core maps any that do to
+:class:`BackendProtocolError`, as a last line of defence).
+
 Errors: raise :class:`BackendUnavailable` for anything transient (the outcome of a write is then
 *unknown*: the core re-reads to learn the truth), :class:`BackendAuthError` for credentials or
 permissions, :class:`LeaseConfigError` for configuration the user must fix. Do not retry writes
@@ -65,6 +82,10 @@ class LeaseRecord:
         renewed_at: wall-clock time of the last renewal (UTC, informational only).
         version: opaque version string set by the backend on every write (a resourceVersion, a
             row counter, a mod_revision). Compared for equality only.
+        unreadable: empty for a well-formed record; otherwise what could not be read and where
+            (for example ``"spec.holderIdentity: expected a string, got a list"``). Such a
+            record is held by an unknown holder (never free, never ours); ``holder`` is then
+            ``""`` and ``fencing_token`` the stored token, or -1 if that was unreadable too.
     """
 
     name: str
@@ -74,11 +95,12 @@ class LeaseRecord:
     acquired_at: datetime | None = None
     renewed_at: datetime | None = None
     version: str = ""
+    unreadable: str = ""
 
     @property
     def is_free(self) -> bool:
-        """True when no owner is recorded as holder."""
-        return self.holder == ""
+        """True when the record is readable and no owner is recorded as holder."""
+        return self.holder == "" and not self.unreadable
 
 
 class LeaseBackend(abc.ABC):

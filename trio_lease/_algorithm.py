@@ -12,11 +12,17 @@ event loop (tests/core/test_algorithm.py):
   write committed no earlier than it was sent, and a contender counts L from no earlier than the
   commit, so the holder always stops first.
 - A record naming our identity is ours only if its token is the one we were granted.
+- An unreadable record (:attr:`LeaseRecord.unreadable`) is held by an unknown holder: never free,
+  never ours. It may be taken over after the same version has stood for L, and never when its
+  fencing token could not be read (the next token would not be known to be greater).
+- A write counts as done only when the record the backend returns shows what we wrote
+  (:func:`echo_problem`); anything else is an unknown outcome, resolved by reading again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from datetime import datetime
 
 from ._abc import LeaseRecord
@@ -27,6 +33,7 @@ __all__ = [
     "Observation",
     "Write",
     "decide_acquire",
+    "echo_problem",
     "expires_in",
     "holder_deadline",
     "observe",
@@ -45,12 +52,21 @@ class Observation:
     since: float
 
 
+#: What :class:`Busy` and ``Lease.holder()`` report for a record that could not be read.
+UNKNOWN_HOLDER = "(unknown: the record is unreadable)"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Busy:
-    """Another owner holds the lease; a takeover is possible in ``expires_in`` seconds at best."""
+    """Another owner holds the lease; a takeover is possible in ``expires_in`` seconds at best.
+
+    ``unreadable`` says what could not be read when the holder is unknown; ``expires_in`` is
+    infinite when the record can never be taken over (its fencing token is unreadable).
+    """
 
     holder: str
     expires_in: float
+    unreadable: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -120,6 +136,15 @@ def decide_acquire(
     """
     if record is None:
         return Write(_grant(name, identity, 0, settings, wall_now), None)
+    if record.unreadable:
+        remaining = expires_in(record, observation, now, settings)
+        if record.fencing_token < 0:
+            remaining = math.inf  # no token to continue from: fencing forbids a takeover
+        if remaining > 0:
+            return Busy(UNKNOWN_HOLDER, remaining, record.unreadable)
+        return Write(
+            _grant(name, identity, record.fencing_token, settings, wall_now), record.version
+        )
     if record.is_free or record.holder == identity:
         return Write(
             _grant(name, identity, record.fencing_token, settings, wall_now), record.version
@@ -142,7 +167,40 @@ def release_record(current: LeaseRecord, wall_now: datetime) -> LeaseRecord:
 
 def still_ours(record: LeaseRecord | None, identity: str, token: int) -> bool:
     """Whether ``record`` still shows the grant ``token`` held by ``identity``."""
-    return record is not None and record.holder == identity and record.fencing_token == token
+    return (
+        record is not None
+        and not record.unreadable
+        and record.holder == identity
+        and record.fencing_token == token
+    )
+
+
+def echo_problem(stored: object, written: LeaseRecord, expected_version: str | None) -> str:
+    """What is wrong with the record a backend returned for a write of ``written`` ("" if none).
+
+    A write is confirmed only by an echo that shows it: the same name, holder and fencing token,
+    at least the lease duration we wrote (a backend may round it up, never down), and a new
+    version. A server that answers with someone else's record, an empty one or the old version
+    has not shown that our write landed: the outcome is unknown and a fresh read decides.
+    """
+    if not isinstance(stored, LeaseRecord):
+        return f"the backend returned {type(stored).__name__}, not a LeaseRecord"
+    if stored.unreadable:
+        return f"the returned record is unreadable ({stored.unreadable})"
+    differences = []
+    if stored.name != written.name:
+        differences.append("name")
+    if stored.holder != written.holder:
+        differences.append("holder")
+    if stored.fencing_token != written.fencing_token:
+        differences.append("fencing token")
+    if not stored.lease_duration >= written.lease_duration - 1e-9:
+        differences.append("lease duration")
+    if not stored.version or stored.version == expected_version:
+        differences.append("version (a write must produce a new one)")
+    if differences:
+        return "the returned record differs from what was written in " + ", ".join(differences)
+    return ""
 
 
 def holder_deadline(send_time: float, settings: LeaseSettings) -> float:

@@ -10,6 +10,8 @@ Every error the library raises on purpose is a :class:`LeaseError`::
     └── BackendError           the store misbehaved or refused
         ├── ConflictError      compare-and-swap lost: the record exists or moved on
         ├── BackendUnavailable transient; for a write, the outcome is unknown
+        │   └── BackendProtocolError  the answer could not be read (not JSON, wrong shape,
+        │                             a field of the wrong type or out of range)
         └── BackendAuthError   401/403: the message says how to fix the credentials or RBAC
 
 Messages say what happened and what to do about it. They never carry secrets (tokens, keys,
@@ -22,6 +24,7 @@ __all__ = [
     "AcquireTimeout",
     "BackendAuthError",
     "BackendError",
+    "BackendProtocolError",
     "BackendUnavailable",
     "ConflictError",
     "LeaseBusy",
@@ -67,7 +70,15 @@ class LeaseBusy(LeaseError):
 
 
 class AcquireTimeout(LeaseError, TimeoutError):
-    """``held(timeout=...)`` gave up waiting for the lease."""
+    """``held(timeout=...)`` gave up waiting for the lease.
+
+    ``last_error`` is the backend error of the last attempt when the backend was still failing
+    as the wait ended (``None`` when the wait ended because another owner held the lease).
+    """
+
+    def __init__(self, message: str, *, last_error: BackendError | None = None) -> None:
+        super().__init__(message)
+        self.last_error = last_error
 
 
 class LeaseConfigError(LeaseError, ValueError):
@@ -87,6 +98,17 @@ class BackendUnavailable(BackendError):
 
     For a write, the outcome is *unknown*: the write may have been applied. The core resolves
     that by reading the record again.
+    """
+
+
+class BackendProtocolError(BackendUnavailable):
+    """The backend answered something that is not a valid reply.
+
+    Raised where a reply enters a backend: a body that is not JSON, too large or too deeply
+    nested, an object of the wrong kind or shape, a field of the wrong type or out of range.
+    The message names the operation, the object and the field, never the body itself. For a
+    write the outcome is unknown, exactly as for any :class:`BackendUnavailable`: the core
+    re-reads to learn the truth, and contenders keep waiting (unknown is never free).
     """
 
 
