@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -44,13 +46,15 @@ from ._exceptions import (
     AcquireTimeout,
     BackendAuthError,
     BackendError,
+    BackendProtocolError,
     BackendUnavailable,
     ConflictError,
     LeaseBusy,
     LeaseConfigError,
+    LeaseError,
     LeaseLost,
 )
-from ._lease import Lease
+from ._lease import WAITING_LOG, Lease, reraise, sole_error
 from ._provider import LeaseProvider, build_backend, load_backend_class
 from ._settings import LeaseSettings, parse_duration
 
@@ -225,23 +229,65 @@ async def _run(args: argparse.Namespace) -> int:
     return code
 
 
+#: How often the waiting line is refreshed when nothing changed (seconds); a change (another
+#: holder, the backend failing or answering again) is reported within REPORT_CHECK.
+REPORT_EVERY = 30.0
+REPORT_CHECK = 0.5
+
+
 async def _report_waiting(lease: Lease, settings: LeaseSettings, scope: anyio.CancelScope) -> None:
-    """While waiting, say who holds the lease and when it may be taken over."""
+    """While waiting, say who holds the lease, or why the backend cannot be used."""
     with scope:
-        await anyio.sleep(0.5)
         await _report_loop(lease, settings)
 
 
+def waiting_line(lease: Lease, settings: LeaseSettings) -> tuple[str, str] | None:
+    """(what kind of wait, the line to print) for a waiting ``lease``; None: nothing known yet."""
+    error = lease.last_error
+    since = lease.failing_since
+    if error is not None and since is not None:
+        failing = anyio.current_time() - since
+        return (
+            f"failing:{error}",
+            f"trio-lease: waiting for {lease.name!r}: the backend has been failing for "
+            f"{failing:.0f} s: {error}",
+        )
+    holder = lease.holder()
+    if holder is None:
+        return None
+    record = lease._last_record
+    if record is not None and record.unreadable:
+        never = record.fencing_token < 0
+        return (
+            f"unreadable:{record.version}",
+            f"trio-lease: waiting for {lease.name!r}: its record is unreadable "
+            f"({record.unreadable}); "
+            + (
+                "it is never taken over (its fencing token is unreadable): fix or delete it"
+                if never
+                else f"it may be taken over once unchanged for {settings.heartbeat_timeout:g} s"
+            ),
+        )
+    return (
+        f"held:{holder}",
+        f"trio-lease: waiting for {lease.name!r}, held by {holder!r} (a silent holder "
+        f"expires {settings.heartbeat_timeout:g} s after its last renewal)",
+    )
+
+
 async def _report_loop(lease: Lease, settings: LeaseSettings) -> None:
+    last_kind: str | None = None
+    last_at = -math.inf
     while True:
-        holder = lease.holder()
-        if holder is not None:
-            print(
-                f"trio-lease: waiting for {lease.name!r}, held by {holder!r} (a silent holder "
-                f"expires {settings.heartbeat_timeout:g} s after its last renewal)",
-                file=sys.stderr,
-            )
-        await anyio.sleep(settings.heartbeat_timeout / 2)
+        await anyio.sleep(REPORT_CHECK)
+        line = waiting_line(lease, settings)
+        if line is None:
+            continue
+        kind, text = line
+        now = anyio.current_time()
+        if kind != last_kind or now - last_at >= REPORT_EVERY:
+            print(text, file=sys.stderr)
+            last_kind, last_at = kind, now
 
 
 def _child_argv(command: list[str]) -> list[str]:
@@ -302,6 +348,7 @@ def _describe(record: LeaseRecord | None, name: str) -> dict[str, Any]:
         if renewed and record.holder
         else None,
         "version": record.version,
+        "unreadable": record.unreadable or None,
     }
 
 
@@ -314,7 +361,7 @@ async def _status(args: argparse.Namespace) -> int:
             if lister is None:
                 raise LeaseConfigError("this backend cannot list leases: name them")
             names = await lister()
-        rows = [_describe(await backend.get(name), name) for name in names]
+        rows = [_describe(await _checked_get(backend, name), name) for name in names]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -323,6 +370,10 @@ async def _status(args: argparse.Namespace) -> int:
     for row in rows:
         if not row["exists"]:
             print(f"{row['name']:24} {'(no record)':36}")
+            continue
+        if row["unreadable"]:
+            print(f"{row['name']:24} {'(unreadable record)':36} version {row['version']}: "
+                  f"{row['unreadable']}")
             continue
         age = "-" if row["age_s"] is None else f"{row['age_s']:.1f}s"
         expires = "-" if row["expires_in_s"] is None else f"{row['expires_in_s']:.1f}s"
@@ -343,19 +394,52 @@ async def _release(args: argparse.Namespace) -> int:
         return 2
     backend, _ = _open_backend(args)
     async with backend:
-        for _attempt in range(5):
-            record = await backend.get(args.name)
+        for attempt in range(5):
+            if attempt:
+                await anyio.sleep(0.05 * 2**attempt)  # renewed or taken over meanwhile
+            record = await _checked_get(backend, args.name)
             if record is None or record.is_free:
                 print(f"trio-lease: {args.name!r} is not held")
                 return 0
+            if record.unreadable and record.fencing_token < 0:
+                raise BackendError(
+                    f"the record of lease {args.name!r} is unreadable ({record.unreadable}), "
+                    "its fencing token included: a release would lose the token history that "
+                    "fencing relies on. Fix or delete the record with the store's own tools"
+                )
+            # The same record a holder's own release writes: no holder, the token kept.
+            written = algo.release_record(
+                dataclasses.replace(record, unreadable=""), datetime.now(UTC)
+            )
             try:
-                # The same record a holder's own release writes: no holder, the token kept.
-                await backend.update(algo.release_record(record, datetime.now(UTC)), record.version)
+                stored = await backend.update(written, record.version)
             except ConflictError:
-                continue  # renewed or taken over meanwhile: read again
-            print(f"trio-lease: released {args.name!r} (was held by {record.holder!r})")
+                continue
+            problem = algo.echo_problem(stored, written, record.version)
+            if problem:
+                raise BackendProtocolError(
+                    f"releasing {args.name!r}: {problem}; run `trio-lease status {args.name}` "
+                    "to see what the store holds"
+                )
+            was = algo.UNKNOWN_HOLDER if record.unreadable else repr(record.holder)
+            print(f"trio-lease: released {args.name!r} (was held by {was})")
             return 0
     raise BackendUnavailable(f"lease {args.name!r} kept changing while releasing it; try again")
+
+
+async def _checked_get(backend: LeaseBackend, name: str) -> LeaseRecord | None:
+    """``backend.get`` with anything outside the exception tree turned into a typed error."""
+    try:
+        record = await backend.get(name)
+    except LeaseError:
+        raise
+    except Exception as exc:
+        raise BackendProtocolError(
+            f"reading lease {name!r}: {backend!r} raised {type(exc).__name__}"
+        ) from exc
+    if record is not None and not isinstance(record, LeaseRecord):
+        raise BackendProtocolError(f"reading lease {name!r}: {backend!r} returned no record")
+    return record
 
 
 def _duration(value: str) -> float:
@@ -425,6 +509,9 @@ def _add_optional_commands(commands: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trio-lease`` console script."""
     logging.basicConfig(level=logging.WARNING, format="trio-lease: %(message)s")
+    # The waiting line below reports a failing backend itself; say it once, not twice.
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(lambda record: not getattr(record, WAITING_LOG, False))
     try:
         parser = build_parser()
     except (LeaseConfigError, argparse.ArgumentTypeError) as exc:  # a bad TRIO_LEASE_* value
@@ -441,18 +528,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not command:
             parser.error("run needs a command after --, e.g. trio-lease run NAME -- echo hello")
         args.command = command
+    return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the command and map its error, if any, to a message and an exit code."""
     func = args.func
     try:
-        if args.command_name in ("run", "status", "release"):
-            result: int = anyio.run(func, args)
-        else:
-            result = func(args)
+        try:
+            if args.command_name in ("run", "status", "release"):
+                result: int = anyio.run(func, args)
+            else:
+                result = func(args)
+        except BaseExceptionGroup as group:  # never expected: one error is reported bare
+            single = sole_error(group)
+            if not isinstance(single, Exception):
+                raise
+            reraise(single)
     except LeaseBusy as exc:
         print(f"trio-lease: {exc}", file=sys.stderr)
         return EXIT_BUSY
     except AcquireTimeout as exc:
         print(f"trio-lease: {exc}", file=sys.stderr)
-        return EXIT_TIMEOUT
+        # Still failing when the time ran out: the backend, not a holder, kept us waiting.
+        return EXIT_UNAVAILABLE if exc.last_error is not None else EXIT_TIMEOUT
     except LeaseLost as exc:
         print(f"trio-lease: {exc}; the command was stopped", file=sys.stderr)
         return EXIT_LOST

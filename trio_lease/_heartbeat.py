@@ -18,7 +18,11 @@ instead of running until the watchdog's turn.
 Unknown outcomes (timeouts, 5xx, resets, cancelled writes) never extend the deadline: the holder
 counts them as "not renewed" and re-reads before its next write. If the re-read shows another
 holder, another token, or no record, the grant is lost at once; if it still shows us, the cached
-version is adopted and renewal goes on. The deadline moves only when a write is *confirmed*.
+version is adopted and renewal goes on. The deadline moves only when a write is *confirmed*: the
+record the backend returns must show our holder, our token, our lease duration and a new version
+(``_algorithm.echo_problem``); any other answer is an unknown outcome, resolved by a re-read. A
+re-read that returns an unreadable record confirms nothing and loses nothing: the holder keeps
+trying, and its deadline ends the grant if the record stays unreadable.
 """
 
 from __future__ import annotations
@@ -193,6 +197,12 @@ class Holding:
             return False
         if self.lost_cause is not None or self.ended:
             return False
+        problem = algo.echo_problem(stored, new, self.record.version)
+        if problem:
+            self._needs_read = True
+            self._last_error = f"the answer to a renewal did not confirm it ({problem})"
+            logger.info("lease %r renewal outcome unknown: %s", self.name, self._last_error)
+            return False
         self.record = stored
         self.last_send = send
         self.deadline = max(self.deadline, algo.holder_deadline(send, self._settings))
@@ -225,6 +235,13 @@ class Holding:
             return False
         if scope.cancelled_caught:
             self._last_error = "timed out"
+            return False
+        if current is not None and (
+            not isinstance(current, LeaseRecord) or current.unreadable
+        ):
+            # Unknown is neither ours nor someone else's: no renewal until it reads again.
+            what = getattr(current, "unreadable", "") or type(current).__name__
+            self._last_error = f"the record is unreadable ({what})"
             return False
         if not algo.still_ours(current, self.identity, self.token):
             if current is None:

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -26,6 +26,8 @@ from . import _algorithm as algo
 from ._abc import LeaseBackend, LeaseRecord
 from ._exceptions import (
     AcquireTimeout,
+    BackendError,
+    BackendProtocolError,
     BackendUnavailable,
     ConflictError,
     LeaseBusy,
@@ -44,6 +46,20 @@ logger = logging.getLogger("trio_lease")
 #: Most a contender waits past the holder's expiry on top of the expiry itself (seconds): enough
 #: to spread contenders that observed the same record, small next to any heartbeat timeout.
 EXPIRY_JITTER = 0.01
+#: Conflicting writes one acquire attempt takes (pausing between them) before it gives up with
+#: BackendUnavailable: a real race ends after one conflict (the next read shows the winner), so
+#: more in a row means a store that answers "conflict" to every write while reads show the lease
+#: takeable; the waiting loop then backs off like for any unavailable backend.
+MAX_CONFLICTS = 4
+#: First pause after a conflicting write (seconds); doubled on each further conflict, jittered.
+CONFLICT_PAUSE = 0.005
+#: Set (as an attribute of the log record) on the warnings a waiting contender logs about its
+#: backend, so a program that reports the wait itself (the CLI's waiting line) can drop them.
+WAITING_LOG = "trio_lease_waiting"
+#: A waiting contender whose backend keeps failing says so at WARNING once it has failed for
+#: this long (or twice in a row), then at most every WARN_EVERY seconds while it goes on.
+WARN_AFTER = 1.0
+WARN_EVERY = 30.0
 
 _incarnation = uuid.uuid4().hex[:12]
 
@@ -189,6 +205,10 @@ class Lease:
         self._host: TaskGroup | None = None
         self._host_stack: AsyncExitStack | None = None
         self._akka: _AkkaHold | None = None
+        self._failing_since: float | None = None
+        self._last_error: BackendError | None = None
+        self._warned_at: float | None = None
+        self._warned_unreadable: str | None = None
 
     def __repr__(self) -> str:
         return f"Lease(name={self.name!r}, owner={self.owner!r}, backend={self.backend!r})"
@@ -210,21 +230,48 @@ class Lease:
         self._last_record = record
 
     async def _read(self) -> LeaseRecord | None:
-        with anyio.move_on_after(self.settings.lease_operation_timeout) as scope:
-            record = await self.backend.get(self.name)
+        try:
+            with anyio.move_on_after(self.settings.lease_operation_timeout) as scope:
+                record = await self.backend.get(self.name)
+        except LeaseError:
+            raise
+        except Exception as exc:
+            raise _untyped(exc, self.backend, f"reading lease {self.name!r}") from exc
         if scope.cancelled_caught:
             raise BackendUnavailable(
                 f"reading lease {self.name!r} took longer than the lease operation timeout "
                 f"({self.settings.lease_operation_timeout:g} s)"
             )
+        if record is not None and not isinstance(record, LeaseRecord):
+            raise BackendProtocolError(
+                f"{self.backend!r} returned {type(record).__name__} for lease {self.name!r}, "
+                "not a LeaseRecord or None"
+            )
         self._observe(record)
         return record
 
     def holder(self) -> str | None:
-        """The holder identity as last read (None when free or never read)."""
-        if self._last_record is None or self._last_record.is_free:
+        """The holder identity as last read (None when free or never read).
+
+        A record that could not be read is held by an unknown holder: this returns
+        ``"(unknown: the record is unreadable)"``, never None.
+        """
+        record = self._last_record
+        if record is None or record.is_free:
             return None
-        return self._last_record.holder
+        if record.unreadable:
+            return algo.UNKNOWN_HOLDER
+        return record.holder
+
+    @property
+    def failing_since(self) -> float | None:
+        """While waiting: when (on the lease's clock) the backend started failing, else None."""
+        return self._failing_since
+
+    @property
+    def last_error(self) -> BackendError | None:
+        """While waiting and the backend fails: the error of the last attempt, else None."""
+        return self._last_error if self._failing_since is not None else None
 
     async def watch_holder(self) -> AsyncIterator[str | None]:
         """Yield the holder identity (None when free) now and whenever it changes.
@@ -255,7 +302,12 @@ class Lease:
     # -- acquiring -----------------------------------------------------------------------------
 
     async def _attempt(self) -> Holding | algo.Busy:
-        """One acquire attempt (re-reading on conflicts). Adds a hold on success."""
+        """One acquire attempt (re-reading on conflicts). Adds a hold on success.
+
+        A conflicting write is followed by a short jittered pause (doubling each time) and a
+        fresh read; after :data:`MAX_CONFLICTS` in a row it raises :class:`BackendUnavailable`.
+        """
+        conflicts = 0
         while True:
             holding = self._live_holding()
             if holding is not None:  # reentrant: share the live grant
@@ -277,6 +329,14 @@ class Lease:
             if holding is not None:
                 holding.holds += 1
                 return holding
+            conflicts += 1
+            if conflicts >= MAX_CONFLICTS:
+                raise BackendUnavailable(
+                    f"lease {self.name!r}: {conflicts} writes in a row conflicted although each "
+                    "read before them showed the lease could be taken; the store may be "
+                    "misbehaving"
+                )
+            await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, 1.5))
 
     async def _write_grant(self, decision: algo.Write) -> Holding | None:
         """Write a new grant; None if we lost the race. Cleans up if the outcome is unknown."""
@@ -299,8 +359,21 @@ class Lease:
             cancelled = not isinstance(exc, Exception)
             current = await self._resolve_unknown_grant(decision.record, release=cancelled)
             if current is None or cancelled:
+                if isinstance(exc, Exception) and not isinstance(exc, LeaseError):
+                    raise _untyped(exc, self.backend, f"writing lease {self.name!r}") from exc
                 raise
             stored = current
+        else:
+            problem = algo.echo_problem(stored, decision.record, decision.expected_version)
+            if problem:
+                # The answer does not show our write: an unknown outcome, like a lost reply.
+                current = await self._resolve_unknown_grant(decision.record, release=False)
+                if current is None:
+                    raise BackendProtocolError(
+                        f"writing lease {self.name!r}: {problem}, and a fresh read does not show "
+                        "our grant; the outcome is unknown"
+                    )
+                stored = current
         self._observe(stored)
         holding = Holding(
             key=self._key,
@@ -356,54 +429,126 @@ class Lease:
                 await self._drop_hold(box[0], raise_unknown=False)
             raise
         if not box:
+            last = self.last_error
+            detail = f"holder: {self.holder() or 'none'}"
+            record = self._last_record
+            if record is not None and record.unreadable:
+                detail += f"; the record is unreadable: {record.unreadable}"
+            if last is not None and self._failing_since is not None:
+                failing = self._clock() - self._failing_since
+                detail += f"; the backend has been failing for {failing:.1f} s, last error: {last}"
             raise AcquireTimeout(
-                f"lease {self.name!r} was not acquired within {timeout:g} s "
-                f"(holder: {self.holder() or 'none'})"
+                f"lease {self.name!r} was not acquired within {timeout:g} s ({detail})",
+                last_error=last,
             )
         return box[0]
 
     async def _wait_for_grant(self, timeout: float | None, box: list[Holding]) -> None:
+        self._failing_since = None
+        self._last_error = None
+        self._warned_at = None
+        error: list[Exception] = []
         with anyio.move_on_after(infinite_or(timeout)):
             async with anyio.create_task_group() as tg:
-                wakeup = _Wakeup()
-                watching = False
+                try:
+                    await self._wait_loop(tg, box)
+                except Exception as exc:  # raised bare below, never in an ExceptionGroup
+                    error.append(exc)
+                tg.cancel_scope.cancel()
+        if error:
+            raise error[0]
+
+    async def _wait_loop(self, tg: TaskGroup, box: list[Holding]) -> None:
+        """Attempt, then wait (watch or jittered poll), until granted; errors retrying cannot
+        fix (anything but :class:`BackendUnavailable`) propagate."""
+        wakeup = _Wakeup()
+        watching = False
+        failures = 0
+        while True:
+            until_expiry = False
+            expires_in: float | None = None
+            started = self._clock()
+            try:
+                attempt = await self._attempt()
+            except BackendUnavailable as exc:
+                failures += 1
+                self._note_failure(exc, started, failures)
+                delay = min(self.settings.wait_interval, 0.1 * 2**failures)
+            else:
                 failures = 0
-                while True:
-                    until_expiry = False
-                    expires_in: float | None = None
-                    try:
-                        attempt = await self._attempt()
-                    except BackendUnavailable as exc:
-                        failures += 1
-                        delay = min(self.settings.wait_interval, 0.1 * 2**failures)
-                        logger.info("lease %r: acquire failed (%s); retrying", self.name, exc)
-                    else:
-                        failures = 0
-                        if isinstance(attempt, Holding):
-                            box.append(attempt)
-                            tg.cancel_scope.cancel()
-                            break
-                        expires_in = attempt.expires_in
-                        delay = min(expires_in, self.settings.wait_interval)
-                        until_expiry = expires_in <= self.settings.wait_interval
-                    if self.backend.supports_watch and not watching:
-                        # Watch only once there is something to wait for: an acquisition that
-                        # succeeds at once opens no stream (on Kubernetes a watch holds one
-                        # pooled connection, so 100 concurrent acquisitions starved the pool).
-                        watching = True
-                        tg.start_soon(self._wake_on_changes, wakeup)
-                    # Jitter spreads contenders out; waiting past expiry is safe, before is not.
-                    # The wait that ends at the holder's expiry gets at most EXPIRY_JITTER of it,
-                    # so a crash failover lands close to L (up to 20 % of the poll period late
-                    # before: p99 +0.46 s at R = 1.5 s, benchmarks/README.md).
-                    jitter = delay * random.uniform(0.0, 0.2)
-                    if until_expiry:
-                        jitter = min(jitter, EXPIRY_JITTER)
-                    elif expires_in is not None:
-                        # A polling wait must not overshoot the expiry either: it would
-                        # delay a crash failover by up to 20 % of the poll period.
-                        jitter = min(jitter, max(expires_in - delay, 0.0) + EXPIRY_JITTER)
-                    await wakeup.wait(delay + jitter + 1e-3)
+                self._note_recovery()
+                if isinstance(attempt, Holding):
+                    box.append(attempt)
+                    return
+                expires_in = attempt.expires_in
+                delay = min(expires_in, self.settings.wait_interval)
+                until_expiry = expires_in <= self.settings.wait_interval
+                if attempt.unreadable:
+                    self._warn_unreadable(attempt.unreadable)
+            if self.backend.supports_watch and not watching:
+                # Watch only once there is something to wait for: an acquisition that
+                # succeeds at once opens no stream (on Kubernetes a watch holds one
+                # pooled connection, so 100 concurrent acquisitions starved the pool).
+                watching = True
+                tg.start_soon(self._wake_on_changes, wakeup)
+            # Jitter spreads contenders out; waiting past expiry is safe, before is not.
+            # The wait that ends at the holder's expiry gets at most EXPIRY_JITTER of it,
+            # so a crash failover lands close to L (up to 20 % of the poll period late
+            # before: p99 +0.46 s at R = 1.5 s, benchmarks/README.md).
+            jitter = delay * random.uniform(0.0, 0.2)
+            if until_expiry:
+                jitter = min(jitter, EXPIRY_JITTER)
+            elif expires_in is not None:
+                # A polling wait must not overshoot the expiry either: it would
+                # delay a crash failover by up to 20 % of the poll period.
+                jitter = min(jitter, max(expires_in - delay, 0.0) + EXPIRY_JITTER)
+            await wakeup.wait(delay + jitter + 1e-3)
+
+    def _note_failure(self, exc: BackendUnavailable, started: float, failures: int) -> None:
+        """Remember a failed attempt; say so at WARNING once it lasts (then every WARN_EVERY)."""
+        now = self._clock()
+        if self._failing_since is None:
+            self._failing_since = started
+        self._last_error = exc
+        failing = now - self._failing_since
+        due = self._warned_at is None or now - self._warned_at >= WARN_EVERY
+        if due and (failing >= WARN_AFTER or failures >= 2):
+            self._warned_at = now
+            logger.warning(
+                "lease %r: cannot use the backend (failing for %.1f s): %s; still trying",
+                self.name,
+                failing,
+                exc,
+                extra={WAITING_LOG: True},
+            )
+        else:
+            logger.info("lease %r: acquire failed (%s); retrying", self.name, exc)
+
+    def _note_recovery(self) -> None:
+        if self._failing_since is not None and self._warned_at is not None:
+            logger.warning(
+                "lease %r: the backend answers again after %.1f s",
+                self.name,
+                self._clock() - self._failing_since,
+            )
+        self._failing_since = None
+        self._last_error = None
+        self._warned_at = None
+
+    def _warn_unreadable(self, problem: str) -> None:
+        record = self._last_record
+        version = record.version if record is not None else None
+        if self._warned_unreadable != version:
+            self._warned_unreadable = version
+            logger.warning(
+                "lease %r: the stored record is unreadable (%s); it counts as held by an unknown "
+                "holder%s",
+                self.name,
+                problem,
+                " and is never taken over (its fencing token is unreadable): fix or delete it"
+                if record is not None and record.fencing_token < 0
+                else " until it has stood unchanged for the heartbeat timeout",
+            )
 
     async def _wake_on_changes(self, wakeup: _Wakeup) -> None:
         """Wake the waiting contender on every record change the backend reports."""
@@ -515,9 +660,11 @@ class Lease:
                 if not algo.still_ours(current, holding.identity, holding.token):
                     return False
                 assert current is not None
-                released = await self.backend.update(
-                    algo.release_record(current, self._wall_clock()), current.version
-                )
+                written = algo.release_record(current, self._wall_clock())
+                released = await self.backend.update(written, current.version)
+                problem = algo.echo_problem(released, written, current.version)
+                if problem:
+                    raise BackendProtocolError(f"the answer to the release: {problem}")
                 self._observe(released)
                 return True
             except ConflictError:
@@ -659,7 +806,48 @@ async def close_host(
         raise
     if stack is None:
         return None
-    return await stack.__aexit__(exc_type, exc, tb)
+    try:
+        return await stack.__aexit__(exc_type, exc, tb)
+    except BaseExceptionGroup as group:
+        # The task group wraps the body's own exception (anyio does, on both loops): one error
+        # comes out bare, the body's own unchanged (DESIGN §4.5).
+        single = sole_error(group)
+        if single is None:
+            raise
+        reraise(single)
+
+
+def reraise(exc: BaseException) -> NoReturn:
+    """Raise ``exc`` (taken out of a group) with its own ``__cause__``/``__context__`` kept."""
+    chain = exc.__cause__, exc.__context__, exc.__suppress_context__
+    try:
+        raise exc
+    finally:
+        exc.__cause__, exc.__context__, exc.__suppress_context__ = chain
+
+
+def sole_error(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one exception inside ``group`` (nested groups included), or None if there are more."""
+    found: BaseException | None = None
+    for inner in group.exceptions:
+        leaf = sole_error(inner) if isinstance(inner, BaseExceptionGroup) else inner
+        if leaf is None or found is not None:
+            return None
+        found = leaf
+    return found
+
+
+def _untyped(exc: Exception, backend: LeaseBackend, what: str) -> BackendProtocolError:
+    """The typed error for an exception outside the LeaseError tree escaping a backend call.
+
+    Backends check their replies where they enter (trio_lease._wire); this is the last line of
+    defence for a backend that does not (a third-party one, or a reply nobody foresaw). The
+    exception's text is not quoted: it may carry what the server sent.
+    """
+    return BackendProtocolError(
+        f"{what}: {backend!r} raised {type(exc).__name__} (a reply it could not read, or a bug "
+        "in the backend); the outcome is unknown"
+    )
 
 
 def _is_own_loss(error: Exception, holding: Holding) -> bool:
