@@ -281,7 +281,7 @@ class Lease:
         """
         last: object = object()
         if self.backend.supports_watch:
-            async with _closing(self.backend.watch(self.name)) as stream:
+            async with _closing(self._watch_records()) as stream:
                 async for record in stream:
                     self._observe(record)
                     if self.holder() != last:
@@ -550,6 +550,25 @@ class Lease:
                 else " until it has stood unchanged for the heartbeat timeout",
             )
 
+    async def _watch_records(self) -> AsyncIterator[LeaseRecord | None]:
+        """The backend's watch, each item checked, anything untyped it raises made typed."""
+        async with _closing(self.backend.watch(self.name)) as stream:
+            while True:
+                try:
+                    record = await stream.__anext__()
+                except StopAsyncIteration:
+                    return
+                except LeaseError:
+                    raise
+                except Exception as exc:
+                    raise _untyped(exc, self.backend, f"watching lease {self.name!r}") from exc
+                if record is not None and not isinstance(record, LeaseRecord):
+                    raise BackendProtocolError(
+                        f"watching lease {self.name!r}: {self.backend!r} yielded "
+                        f"{type(record).__name__}, not a LeaseRecord or None"
+                    )
+                yield record
+
     async def _wake_on_changes(self, wakeup: _Wakeup) -> None:
         """Wake the waiting contender on every record change the backend reports."""
         while True:
@@ -557,7 +576,7 @@ class Lease:
                 # The watch starts after our last read: if its first state already differs from
                 # what we read (released in between), wake at once instead of a poll later.
                 known = self._last_record.version if self._last_record is not None else None
-                async with _closing(self.backend.watch(self.name)) as stream:
+                async with _closing(self._watch_records()) as stream:
                     async for record in stream:
                         self._observe(record)
                         version = record.version if record is not None else None
@@ -600,7 +619,7 @@ class Lease:
         # together with the timers that expired in the stall, not one step later by the watchdog.
         body = anyio.CancelScope(deadline=holding.loop_deadline())
         heartbeat_scope = anyio.CancelScope(shield=True)
-        body_error: Exception | None = None
+        body_error: BaseException | None = None
 
         async def heartbeat() -> None:
             # Shielded: an outer cancellation reaches the body first; renewals go on until the
@@ -617,8 +636,10 @@ class Lease:
                 try:
                     with body:
                         yield Grant(holding, self.owner, self._clock)
-                except Exception as exc:  # re-raised bare below, never in an ExceptionGroup
-                    body_error = exc
+                except (anyio.get_cancelled_exc_class(), GeneratorExit):
+                    raise  # cancellation must pass through the scopes it belongs to
+                except BaseException as exc:  # re-raised bare below, never in an ExceptionGroup
+                    body_error = exc  # (KeyboardInterrupt and SystemExit too)
                 finally:
                     holding.body_scopes.remove(body)
                     # A body that ran past the deadline (cancelled by it, or finished without a
@@ -628,6 +649,8 @@ class Lease:
                     heartbeat_scope.cancel()
         finally:
             await self._drop_hold(holding, raise_unknown=False)
+        if body_error is not None and not isinstance(body_error, Exception):
+            raise body_error  # KeyboardInterrupt, SystemExit: never turned into LeaseLost
         if holding.lost_cause is not None:
             if body_error is not None and not _is_own_loss(body_error, holding):
                 raise LeaseLost(self.name, holding.lost_cause) from body_error
