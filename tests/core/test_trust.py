@@ -202,8 +202,10 @@ def _lie_not_a_record(stored: LeaseRecord, expected: str | None) -> object:
     return {"kind": "Status", "status": "Failure"}
 
 
-LIES: list[Rewrite] = [_lie_other_holder, _lie_token, _lie_no_version, _lie_old_version, _lie_shorter,
-                        _lie_unreadable, _lie_not_a_record]
+LIES: list[Rewrite] = [
+    _lie_other_holder, _lie_token, _lie_no_version, _lie_old_version, _lie_shorter,
+    _lie_unreadable, _lie_not_a_record,
+]
 
 
 def _write_paths(lies: list[Rewrite]) -> list[Any]:
