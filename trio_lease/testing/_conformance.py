@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 import anyio
 
 from .._abc import LeaseBackend, LeaseRecord
+from .._algorithm import echo_problem
 from .._exceptions import ConflictError
 
 __all__ = ["BackendConformanceError", "check_backend"]
@@ -76,7 +77,8 @@ async def check_backend(
 ) -> None:
     """Check that backends made by ``factory`` follow the SPI. Raises on the first violation.
 
-    Checks: a missing record reads as None; create stores the payload and sets a version;
+    Checks: a missing record reads as None; create stores the payload and sets a version, and
+    create and update return the record they stored (the core confirms writes by that echo);
     create of an existing name conflicts; update with the current version succeeds and gives a
     version never seen before; update with a stale version, or of a missing record, conflicts;
     of ``writers`` clients racing to create, and then to update from one version, exactly one
@@ -104,7 +106,10 @@ async def check_backend(
             renewed_at=now,
         )
         created = await a.create(record)
+        _require(isinstance(created, LeaseRecord), "create returns a LeaseRecord")
         _require(created.version != "", "create returns the record with a version")
+        problem = echo_problem(created, record, None)
+        _require(not problem, f"create returns what it stored, as the core checks it: {problem}")
         _require(_same_payload(created, record), "create stores every field of the record")
         read = await b.get(record.name)
         _require(read is not None, "a created record is visible to other clients")
@@ -133,6 +138,8 @@ async def check_backend(
             updated = await b.update(new, current.version)
             _require(updated.version not in seen, "every write produces a new version")
             _require(_same_payload(updated, new), "update stores every field of the record")
+            problem = echo_problem(updated, new, current.version)
+            _require(not problem, f"update returns what it stored, as the core checks: {problem}")
             seen.add(updated.version)
             current = updated
         try:
