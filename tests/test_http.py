@@ -250,6 +250,22 @@ async def test_an_invalid_header_value_is_refused_without_quoting_it() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_non_ascii_header_value_is_refused_without_quoting_it() -> None:
+    """A header h11 cannot encode (non-ASCII) is httpx.LocalProtocolError, not UnicodeError."""
+    async with scripted(echo) as server:
+        client = LeanClient(server.url)
+        secret = "sekrit-t\u00f8ken"
+        with pytest.raises(httpx.LocalProtocolError) as caught:
+            await client.request("GET", "/", headers=[("Authorization", f"Bearer {secret}")])
+        await client.aclose()
+    assert "sekrit" not in str(caught.value)
+    assert "\u00f8" not in str(caught.value)
+    assert caught.value.__cause__ is None
+    assert server.requests == []
+    assert client.connections_opened == 0
+
+
+@pytest.mark.anyio
 async def test_the_url_path_prefix_is_kept() -> None:
     async with scripted(echo) as server:
         client = LeanClient(server.url + "/k8s/clusters/c-1/")

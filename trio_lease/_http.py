@@ -21,8 +21,10 @@ answer to the next request.
 Errors are httpx's exception types, so callers map them in one place:
 :class:`httpx.ConnectError` / :class:`httpx.ConnectTimeout` (the connection could not be made:
 nothing was sent), :class:`httpx.WriteError`, :class:`httpx.ReadError` and
-:class:`httpx.RemoteProtocolError` (after sending: the outcome is unknown). Timeouts other than
-connecting are the caller's cancel scope.
+:class:`httpx.RemoteProtocolError` (after sending: the outcome is unknown),
+:class:`httpx.LocalProtocolError` (a header value or the target cannot be encoded: nothing was
+sent, and the message quotes neither). Timeouts other than connecting are the caller's cancel
+scope.
 """
 
 from __future__ import annotations
@@ -203,8 +205,11 @@ class LeanClient:
             all_headers.append(("Content-Length", str(len(body))))
         try:
             request = h11.Request(method=method, target=self._prefix + target, headers=all_headers)
-        except h11.LocalProtocolError:
-            # h11's message quotes the offending value, which may be a credential.
+        except (h11.LocalProtocolError, UnicodeError):
+            # A last line of defence: callers check credentials where they read them (the
+            # Kubernetes token sources do), so a bad token never gets here. h11's message quotes
+            # the offending value and UnicodeEncodeError (non-ASCII) the character, and either
+            # may be part of a credential: neither is shown, not even as the cause.
             raise httpx.LocalProtocolError(
                 f"the {method} request could not be encoded: a header value or the target has "
                 "characters HTTP does not allow"

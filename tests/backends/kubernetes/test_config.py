@@ -216,6 +216,21 @@ def test_secrets_never_appear_in_reprs(tmp_path: Path) -> None:
     assert SECRET not in repr(config.credentials)
 
 
+def test_kubeconfig_secrets_never_appear_in_reprs(tmp_path: Path) -> None:
+    """A kubeconfig's token, key data and exec plugin arguments and env stay out of reprs."""
+    key = base64.b64encode(SECRET.encode()).decode()
+    path = _kubeconfig(tmp_path / "config", users=[{"name": "u1", "user": {
+        "token": SECRET, "client-certificate-data": key, "client-key-data": key,
+        "exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "get-token",
+                 "args": [f"--client-secret={SECRET}"], "env": [{"name": "S", "value": SECRET}]},
+    }}])
+    config = load_kubeconfig([path])
+    assert config.credentials.exec is not None
+    assert config.credentials.exec.args == (f"--client-secret={SECRET}",)
+    for shown in (config, config.credentials, config.credentials.exec, KubernetesBackend(config)):
+        assert SECRET not in repr(shown)
+
+
 def test_default_owner_is_pod_name_and_identity_adds_incarnation() -> None:
     """The default owner is POD_NAME (else the host name); the identity adds the incarnation."""
     assert default_owner({"POD_NAME": "web-7"}) == "web-7"

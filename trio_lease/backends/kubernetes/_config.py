@@ -15,7 +15,9 @@ Precedence (the first that applies wins; documented in docs/kubernetes.md):
 section's ``namespace``, else the source's (in cluster: ``POD_NAMESPACE``, then the namespace
 file; kubeconfig: the context's), else ``"default"``.
 
-:class:`ClusterConfig` never shows a token or key in its ``repr``.
+:class:`ClusterConfig` never shows a token, key or exec plugin argument in its ``repr``. Token
+contents are checked where they are read (:mod:`._auth`), not here, so a token file is checked
+on every re-read and a :class:`Credentials` built by hand is checked the same way.
 """
 
 from __future__ import annotations
@@ -46,10 +48,14 @@ DEFAULT_TOKEN_REFRESH = 60.0
 
 @dataclasses.dataclass(frozen=True)
 class ExecConfig:
-    """A kubeconfig ``exec`` credential plugin (``client.authentication.k8s.io/v1``)."""
+    """A kubeconfig ``exec`` credential plugin (``client.authentication.k8s.io/v1``).
+
+    Messages and the ``repr`` name the ``command`` only: ``args`` and ``env`` may carry secrets
+    (``--client-secret=...``), so they are never shown.
+    """
 
     command: str
-    args: tuple[str, ...] = ()
+    args: tuple[str, ...] = dataclasses.field(default=(), repr=False)
     env: tuple[tuple[str, str], ...] = dataclasses.field(default=(), repr=False)
     api_version: str = "client.authentication.k8s.io/v1"
     install_hint: str = ""
@@ -71,6 +77,10 @@ class Credentials:
     exec: ExecConfig | None = None
     impersonate_user: str | None = None
     impersonate_groups: tuple[str, ...] = ()
+    #: Where these credentials were configured, for messages ("kubeconfig user 'dev'
+    #: (/home/me/.kube/config)", "the in-cluster service account"); never a secret. Empty: the
+    #: cluster configuration's ``source`` is named instead.
+    origin: str = ""
 
     @property
     def kind(self) -> str:
@@ -131,7 +141,7 @@ def _bracket(host: str) -> str:
 def _read_text(path: Path) -> str | None:
     try:
         return path.read_text().strip()
-    except OSError:
+    except (OSError, ValueError):  # ValueError: not UTF-8
         return None
 
 
@@ -157,7 +167,7 @@ def in_cluster_config(
     return ClusterConfig(
         server=f"https://{_bracket(host)}:{port}",
         namespace=namespace,
-        credentials=Credentials(token_file=token_file),
+        credentials=Credentials(token_file=token_file, origin="the in-cluster service account"),
         ca_file=ca_file if ca_file.exists() else None,
         source="in-cluster",
     )
@@ -201,6 +211,7 @@ def explicit_config(section: Mapping[str, Any]) -> ClusterConfig:
             token_refresh=float(refresh),
             client_cert_file=_path(section, "client-certificate"),
             client_key_file=_path(section, "client-key"),
+            origin="the explicit configuration",
         ),
         ca_file=_path(section, "ca-file"),
         insecure_skip_tls_verify=bool(_bool(section, "insecure-skip-tls-verify")),
