@@ -19,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 GUARANTEES = "tests/core/test_guarantees.py"
 API = "tests/core/test_lease_api.py"
+TRUST = "tests/core/test_trust.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +183,36 @@ MUTATIONS = [
         "release=cancelled)",
         "release=False)",
         f"{API}::test_cancelled_acquire_releases_a_write_that_landed",
+    ),
+    Mutation(
+        "replies: an unreadable record is never free",
+        "trio_lease/_abc.py",
+        'return self.holder == "" and not self.unreadable',
+        'return self.holder == ""',
+        f"{TRUST}::test_unreadable_record_is_busy_never_free",
+    ),
+    Mutation(
+        "replies: a write counts only when its echo shows it",
+        "trio_lease/_algorithm.py",
+        "    if differences:\n",
+        "    if False:\n",
+        f"{TRUST}::test_lying_echo_of_a_write_that_did_not_land_yields_no_grant",
+    ),
+    Mutation(
+        "replies: conflict retries are paced and bounded",
+        "trio_lease/_lease.py",
+        "            await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, "
+        "1.5))\n",
+        "",
+        f"{TRUST}::test_conflict_storm_is_paced_and_bounded_in_try_held",
+    ),
+    Mutation(
+        "replies: a host lets the body's own exception out bare",
+        "trio_lease/_lease.py",
+        "        single = sole_error(group)\n        if single is None:\n            raise\n"
+        "        reraise(single)\n",
+        "        raise\n",
+        f"{TRUST}::test_lease_host_passes_the_body_exception_unchanged",
     ),
 ]
 
