@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import ssl
 from typing import Any
 
 import httpx
@@ -150,3 +151,28 @@ def test_timeouts_and_resets_are_unavailable() -> None:
         mapped = map_transport_error(exc, CTX)
         assert isinstance(mapped, BackendUnavailable)
         assert "unknown" in str(mapped)
+
+
+def test_tls_verification_failure_is_a_config_error() -> None:
+    """A certificate that does not verify is LeaseConfigError (retrying cannot fix it)."""
+    try:
+        raise ssl.SSLCertVerificationError(1, "certificate verify failed: unable to get issuer")
+    except ssl.SSLError as cause:
+        exc = httpx.ConnectError("handshake failed")
+        exc.__cause__ = cause
+    mapped = map_transport_error(exc, CTX)
+    assert isinstance(mapped, LeaseConfigError)
+    assert "tls-server-name" in str(mapped)
+    plain = map_transport_error(httpx.ConnectError("refused"), CTX)
+    assert isinstance(plain, BackendUnavailable)  # no certificate involved: transient
+
+
+def test_causes_are_read_from_a_status_and_bounded() -> None:
+    """422 causes are quoted field by field, at most five, each cleaned and cut short."""
+    causes = [{"field": f"spec.f{i}", "message": "bad\x00 value " + "y" * 1000} for i in range(9)]
+    exc = error_from(_status(422, "Invalid", "bad", causes=causes), CTX)
+    text = str(exc)
+    assert "spec.f4: bad value" in text
+    assert "spec.f5" not in text
+    assert "\x00" not in text
+    assert "y" * 301 not in text

@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 
 from trio_lease import LeaseRecord
+from trio_lease._wire import Malformed
 from trio_lease.backends.kubernetes._models import (
     AKKA,
     COORDINATION,
+    KubernetesLeaseRecord,
     format_micro_time,
     kind_named,
     parse_time,
@@ -43,10 +45,15 @@ def test_micro_time_refuses_naive_datetimes() -> None:
         ("garbage", None),
         (None, None),
         (12, None),
+        ("0000-01-01T00:00:00Z", None),
+        ("0001-01-01T00:00:00+01:00", None),
+        ("9999-12-31T23:59:59-01:00", None),
+        ("2026-03-01T10:00:00.1" + "0" * 10_000 + "Z", None),
+        ("٢٠٢٦-03-01T10:00:00Z", None),
     ],
 )
 def test_times_parse_leniently(text: object, expected: datetime | None) -> None:
-    """MicroTime, RFC 3339 seconds, offsets and junk (→ None) are all read."""
+    """MicroTime, RFC 3339 seconds, offsets and junk (→ None, never an exception) are read."""
     assert parse_time(text) == expected
 
 
@@ -186,3 +193,220 @@ def test_apply_leaves_the_object_read_unchanged(kind: Any) -> None:
     assert base == before
     assert written["metadata"]["managedFields"] == before["metadata"]["managedFields"]
     assert kind.to_record("x", written).holder == "new"
+
+
+# -- reading is strict and total: unreadable records, never free, never an exception ---------
+
+
+def _akka(annotations: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "x", "uid": "u1", "resourceVersion": "7", "generation": 4}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "akka.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
+
+
+HELD = {"holderIdentity": "pod-a", "leaseDurationSeconds": 15, "leaseTransitions": 3}
+
+
+@pytest.mark.parametrize(
+    ("change", "problem", "duration", "token"),
+    [
+        ({"holderIdentity": ["someone"]}, "spec.holderIdentity: expected a string, got a list",
+         15.0, 3),
+        ({"holderIdentity": 5}, "spec.holderIdentity: expected a string, got an integer", 15.0, 3),
+        ({"holderIdentity": {"a": 1}}, "spec.holderIdentity: expected a string", 15.0, 3),
+        ({"leaseDurationSeconds": 2**31}, "spec.leaseDurationSeconds: integer out of range",
+         0.0, 3),
+        ({"leaseDurationSeconds": 10**400}, "spec.leaseDurationSeconds: integer out of range",
+         0.0, 3),
+        ({"leaseDurationSeconds": -1}, "spec.leaseDurationSeconds: integer out of range", 0.0, 3),
+        ({"leaseDurationSeconds": 1.5}, "spec.leaseDurationSeconds: expected an integer", 0.0, 3),
+        ({"leaseDurationSeconds": True}, "spec.leaseDurationSeconds: expected an integer", 0.0, 3),
+        ({"leaseDurationSeconds": "15"}, "spec.leaseDurationSeconds: expected an integer", 0.0, 3),
+        ({"leaseDurationSeconds": float("nan")}, "spec.leaseDurationSeconds", 0.0, 3),
+        ({"leaseTransitions": -1}, "spec.leaseTransitions: integer out of range", 15.0, -1),
+        ({"leaseTransitions": 2**31}, "spec.leaseTransitions: integer out of range", 15.0, -1),
+        ({"leaseTransitions": "3"}, "spec.leaseTransitions: expected an integer", 15.0, -1),
+        ({"leaseTransitions": 3.0}, "spec.leaseTransitions: expected an integer", 15.0, -1),
+        ({"leaseTransitions": False}, "spec.leaseTransitions: expected an integer", 15.0, -1),
+    ],
+)
+def test_coordination_fields_of_the_wrong_type_make_the_record_unreadable(
+    change: dict[str, Any], problem: str, duration: float, token: int
+) -> None:
+    """A bad spec field reads as unreadable (holder "", token as read or -1), never as free."""
+    record = COORDINATION.to_record("x", _lease(**{**HELD, **change}))
+    assert record.unreadable.startswith(problem)
+    assert not record.is_free
+    assert (record.holder, record.lease_duration, record.fencing_token) == ("", duration, token)
+    assert record.version == "7"
+
+
+def test_unreadable_holder_message_is_the_contracts() -> None:
+    """A list as holderIdentity gives exactly the message the contract names."""
+    record = COORDINATION.to_record("x", _lease(**{**HELD, "holderIdentity": ["someone"]}))
+    assert record.unreadable == "spec.holderIdentity: expected a string, got a list"
+    assert record.fencing_token == 3
+
+
+@pytest.mark.parametrize("spec", [["x"], "spec", 5, True])
+def test_spec_that_is_not_an_object_is_unreadable_without_a_token(spec: object) -> None:
+    """spec not an object (was an AttributeError): unreadable, token -1, version kept."""
+    obj = _lease()
+    obj["spec"] = spec
+    record = COORDINATION.to_record("x", obj)
+    assert record.unreadable.startswith("spec: expected an object")
+    assert (record.fencing_token, record.version) == (-1, "7")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"leaseDurationSeconds": 0}, {"leaseDurationSeconds": None}, {"leaseTransitions": None},
+     {"holderIdentity": None}, {"acquireTime": "yesterday"}, {"renewTime": 5},
+     {"acquireTime": "0000-01-01T00:00:00Z"}, {"renewTime": "0001-01-01T00:00:00+01:00"},
+     {"acquireTime": "9999-12-31T23:59:59-01:00"}, {"renewTime": "2026-03-01T10:00:00" + "9" * 99},
+     {"preferredHolder": ["b"]}, {"strategy": 5}],
+)
+def test_legal_or_informational_fields_never_make_a_record_unreadable(
+    change: dict[str, Any]
+) -> None:
+    """Duration 0 or absent, null fields, junk times and odd advisory fields read fine."""
+    record = COORDINATION.to_record("x", _lease(**{**HELD, **change}))
+    assert record.unreadable == ""
+    if "holderIdentity" not in change:
+        assert record.holder == "pod-a"
+    for field in ("acquireTime", "renewTime"):
+        if field in change:
+            assert (record.acquired_at if field == "acquireTime" else record.renewed_at) is None
+    assert isinstance(record, KubernetesLeaseRecord)
+    assert isinstance(record.preferred_holder, str)
+    assert isinstance(record.strategy, str)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "problem"),
+    [
+        (["a"], "metadata.annotations: expected an object, got a list"),
+        ("a=b", "metadata.annotations: expected an object, got a string"),
+        ({"trio-lease.io/key": 5}, 'metadata.annotations["trio-lease.io/key"]: expected a string'),
+        ({"trio-lease.io/whatever": [1]}, "metadata.annotations[a trio-lease.io/ key]"),
+    ],
+)
+def test_our_annotations_of_the_wrong_type_make_the_record_unreadable(
+    annotations: object, problem: str
+) -> None:
+    """Annotations not an object, or a trio-lease.io/* value not a string: unreadable."""
+    obj = _lease(**HELD)
+    obj["metadata"]["annotations"] = annotations
+    record = COORDINATION.to_record("x", obj)
+    assert record.unreadable.startswith(problem)
+    assert record.fencing_token == 3  # the built-in Lease keeps its token in the spec
+
+
+def test_other_annotations_are_never_read() -> None:
+    """Annotations outside trio-lease.io/ may hold anything: the record reads normally."""
+    obj = _lease(**HELD)
+    obj["metadata"]["annotations"] = {"note": 5, "other.io/x": {"a": [1]}}
+    record = COORDINATION.to_record("x", obj)
+    assert (record.unreadable, record.holder) == ("", "pod-a")
+
+
+@pytest.mark.parametrize(
+    ("annotations", "spec", "problem", "token", "duration"),
+    [
+        (None, {"owner": ["n1"]}, "spec.owner: expected a string, got a list", 4, 0.0),
+        ({"trio-lease.io/fencing-token": "abc"}, {"owner": "n1"},
+         'metadata.annotations["trio-lease.io/fencing-token"]', -1, 0.0),
+        ({"trio-lease.io/fencing-token": "-1"}, {"owner": "n1"}, "metadata.annotations", -1, 0.0),
+        ({"trio-lease.io/fencing-token": "9" * 20}, {"owner": "n1"}, "metadata.annotations", -1,
+         0.0),
+        ({"trio-lease.io/fencing-token": "1.5"}, {"owner": "n1"}, "metadata.annotations", -1, 0.0),
+        ({"trio-lease.io/fencing-token": ""}, {"owner": "n1"}, "metadata.annotations", -1, 0.0),
+        ({"trio-lease.io/fencing-token": 5}, {"owner": "n1"}, "metadata.annotations", -1, 0.0),
+        ({"trio-lease.io/fencing-token": "5", "trio-lease.io/lease-duration": "nan"},
+         {"owner": "n1"}, 'metadata.annotations["trio-lease.io/lease-duration"]', 5, 0.0),
+        ({"trio-lease.io/fencing-token": "5", "trio-lease.io/lease-duration": "1e999"},
+         {"owner": "n1"}, 'metadata.annotations["trio-lease.io/lease-duration"]', 5, 0.0),
+        ({"trio-lease.io/fencing-token": "5", "trio-lease.io/lease-duration": "inf"},
+         {"owner": "n1"}, 'metadata.annotations["trio-lease.io/lease-duration"]', 5, 0.0),
+        ({"trio-lease.io/fencing-token": "5", "trio-lease.io/lease-duration": "-5"},
+         {"owner": "n1"}, 'metadata.annotations["trio-lease.io/lease-duration"]', 5, 0.0),
+        ({"trio-lease.io/fencing-token": "5", "trio-lease.io/lease-duration": 15},
+         {"owner": "n1"}, 'metadata.annotations["trio-lease.io/lease-duration"]', 5, 0.0),
+        (["x"], {"owner": "n1"}, "metadata.annotations: expected an object", -1, 0.0),
+    ],
+)
+def test_akka_fields_of_the_wrong_type_make_the_record_unreadable(
+    annotations: dict[str, Any] | None, spec: dict[str, Any], problem: str, token: int,
+    duration: float,
+) -> None:
+    """akka.io/v1: a bad owner, token or duration annotation reads as unreadable, not free."""
+    record = AKKA.to_record("x", _akka(annotations, **spec))
+    assert record.unreadable.startswith(problem)
+    assert not record.is_free
+    assert (record.holder, record.fencing_token, record.lease_duration) == ("", token, duration)
+    assert record.version == "7"
+
+
+@pytest.mark.parametrize("generation", ["4", -1, 4.0, True, None])
+def test_akka_generation_fallback_must_be_an_integer(generation: object) -> None:
+    """Without our token annotation, a bad or absent metadata.generation gives token -1."""
+    obj = _akka(None, owner="akka@n1")
+    obj["metadata"]["generation"] = generation
+    record = AKKA.to_record("x", obj)
+    assert record.unreadable.startswith("metadata.generation")
+    assert record.fencing_token == -1
+
+
+@pytest.mark.parametrize("time", ["x", -5, 10**20, True, 1.5e12, None])
+def test_akka_time_is_informational(time: object) -> None:
+    """spec.time that is not epoch milliseconds in range reads as no time, never unreadable."""
+    record = AKKA.to_record("x", _akka(None, owner="akka@n1", time=time))
+    assert (record.unreadable, record.holder, record.renewed_at) == ("", "akka@n1", None)
+
+
+@pytest.mark.parametrize("kind", [COORDINATION, AKKA])
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        ({"metadata": ["x"]}, "metadata: expected an object"),
+        ({"metadata": None}, "metadata: expected an object"),
+        ({"metadata": {"name": "x", "uid": "u1"}}, "metadata.resourceVersion"),
+        ({"metadata": {"name": "x", "uid": "u1", "resourceVersion": ""}},
+         "metadata.resourceVersion"),
+        ({"metadata": {"name": "x", "uid": "u1", "resourceVersion": 7}},
+         "metadata.resourceVersion"),
+        ({"metadata": {"name": "x", "resourceVersion": "7"}}, "metadata.uid"),
+        ({"metadata": {"name": "y", "uid": "u1", "resourceVersion": "7"}}, "metadata.name"),
+        ({"metadata": {"name": ["x"], "uid": "u1", "resourceVersion": "7"}}, "metadata.name"),
+        ({"metadata": {"name": "x", "namespace": "other", "uid": "u1", "resourceVersion": "7"}},
+         "metadata.namespace"),
+        ({"kind": "Status"}, "kind: expected 'Lease', got a Status"),
+        ({"kind": "LeaseList"}, "kind: expected 'Lease', got a LeaseList"),
+        ({"kind": "ConfigMap"}, "kind: expected 'Lease', got another string"),
+        ({"kind": None}, "kind"),
+        ({"apiVersion": "v1"}, "apiVersion"),
+        ({"apiVersion": None}, "apiVersion"),
+    ],
+)
+def test_objects_that_are_not_ours_are_refused(
+    kind: Any, change: dict[str, Any], path: str
+) -> None:
+    """check_object refuses other kinds, names, namespaces, and objects without uid or version."""
+    obj = {**(_lease(**HELD) if kind is COORDINATION else _akka(None, owner="a")), **change}
+    with pytest.raises(Malformed) as info:
+        kind.check_object(obj, "x", "ns")
+    assert str(info.value).startswith(path)
+
+
+@pytest.mark.parametrize("kind", [COORDINATION, AKKA])
+def test_list_items_may_omit_api_version_and_kind(kind: Any) -> None:
+    """Items of a LIST (and watch objects) may omit apiVersion and kind; replies may not."""
+    obj = _lease(**HELD) if kind is COORDINATION else _akka(None, owner="a")
+    del obj["apiVersion"], obj["kind"]
+    assert kind.check_object(obj, "x", "ns", listed=True) is obj
+    with pytest.raises(Malformed, match="kind"):
+        kind.check_object(obj, "x", "ns")
+    obj["kind"] = "Status"
+    with pytest.raises(Malformed, match="kind"):
+        kind.check_object(obj, "x", "ns", listed=True)

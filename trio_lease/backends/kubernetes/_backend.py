@@ -22,6 +22,15 @@ Every request is bounded by min(request timeout, time left in the caller's cance
 that bound is sent to the server as ``?timeout=Ns``. A 429 is retried after ``Retry-After`` only
 while that fits in the bound (a 429 is a request the server did not run, so retrying a write is
 safe). Everything else is mapped by :mod:`._errors`.
+
+Every reply body is parsed with :func:`trio_lease._wire.load_json` (size and nesting capped)
+and read in one place, :meth:`KubernetesBackend.read_object` with the checks of
+:mod:`._models`: the answer to a GET, POST or PUT must be a ``Lease`` of our kind and
+apiVersion, named as asked, with a uid and a resourceVersion, or the call raises
+:class:`BackendProtocolError` (for a write: an unknown outcome, which the core resolves by
+reading again). A 200 to a PUT whose object has another ``metadata.uid`` than the one we sent is
+a protocol error too, not a conflict: the server ignored our uid precondition, so whether our
+write landed somewhere is unknown, and only a fresh read can tell.
 """
 
 from __future__ import annotations
@@ -36,19 +45,28 @@ import anyio
 import httpx
 
 from ..._abc import LeaseBackend, LeaseRecord
-from ..._exceptions import BackendUnavailable, ConflictError, LeaseConfigError
+from ..._exceptions import BackendProtocolError, ConflictError, LeaseConfigError
 from ..._http import Answer
+from ..._wire import Malformed, load_json
 from ._client import ClientLease, acquire_client
 from ._config import ClusterConfig, resolve_config
 from ._errors import (
     RequestContext,
+    clean_text,
     error_for,
     error_from,
     map_transport_error,
     parse_status,
     tls_verification_failed,
 )
-from ._models import COORDINATION, JsonObject, KubernetesLeaseRecord, LeaseKind, kind_named
+from ._models import (
+    COORDINATION,
+    JsonObject,
+    KubernetesLeaseRecord,
+    LeaseKind,
+    kind_named,
+    resource_version,
+)
 from ._names import KEY_ANNOTATION, lease_name_for, validate_lease_name
 
 if TYPE_CHECKING:
@@ -58,6 +76,9 @@ if TYPE_CHECKING:
 __all__ = ["KubernetesBackend"]
 
 DEFAULT_REQUEST_TIMEOUT = 5.0
+#: Shortest wait before retrying a 429, and the wait when it gives no usable Retry-After.
+MIN_RETRY_WAIT = 0.05
+DEFAULT_RETRY_WAIT = 1.0
 NONCE_ANNOTATION = "trio-lease.io/write-nonce"
 
 
@@ -171,15 +192,39 @@ class KubernetesBackend(LeaseBackend):
         return lease_name_for(key) if self.map_names else validate_lease_name(key)
 
     def _check_key(self, key: str, obj: JsonObject) -> None:
-        annotations = (obj.get("metadata") or {}).get("annotations") or {}
-        stored = annotations.get(KEY_ANNOTATION)
+        metadata = obj.get("metadata")
+        annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+        # Not a string, or no object at all: the record reads as unreadable (see _models).
+        stored = annotations.get(KEY_ANNOTATION) if isinstance(annotations, dict) else None
         if isinstance(stored, str) and stored != key:
             raise LeaseConfigError(
                 f"lease name collision: {key!r} maps to the object "
-                f"{self.object_name(key)!r}, which stores the lease {stored!r}; rename one"
+                f"{self.object_name(key)!r}, which stores the lease {clean_text(stored, 100)!r}; "
+                "rename one"
             )
 
+    def read_object(
+        self, body: object, object_name: str, ctx: RequestContext, *, listed: bool = False
+    ) -> JsonObject:
+        """``body`` if it is our kind's object ``object_name``, else BackendProtocolError.
+
+        The one place where an object from the server is accepted (replies to GET, POST and
+        PUT here; LIST items and watch events in :mod:`._watch`, with ``listed``).
+        """
+        try:
+            return self.kind.check_object(body, object_name, self.namespace, listed=listed)
+        except Malformed as exc:
+            raise BackendProtocolError(
+                f"the answer to {ctx.verb} of {ctx.target} is not that {self.kind.kind} "
+                f"({self.kind.api_version}): {exc}{_unknown(ctx)}"
+            ) from None
+
+    def _read(self, response: Answer, object_name: str, ctx: RequestContext) -> JsonObject:
+        what = f"the answer to {ctx.verb} of {ctx.target}"
+        return self.read_object(load_json(response.content, what), object_name, ctx)
+
     def _record(self, key: str, obj: JsonObject) -> KubernetesLeaseRecord:
+        """The record in ``obj`` (checked by :meth:`read_object`); keeps it for the next PUT."""
         self._check_key(key, obj)
         # List items of built-in kinds come without these; a PUT needs them.
         obj.setdefault("apiVersion", self.kind.api_version)
@@ -257,7 +302,7 @@ class KubernetesBackend(LeaseBackend):
             if response.status_code != 429:
                 return response
             status = parse_status(response)
-            wait = max(0.05, status.retry_after if status.retry_after is not None else 1.0)
+            wait = _retry_wait(status.retry_after)
             now = anyio.current_time()
             if now + wait >= deadline:
                 raise error_for(status, ctx)
@@ -267,25 +312,12 @@ class KubernetesBackend(LeaseBackend):
     def _ctx(self, verb: str, name: str = "") -> RequestContext:
         return RequestContext(verb=verb, kind=self.kind, namespace=self.namespace, name=name)
 
-    @staticmethod
-    def _json(response: Answer, ctx: RequestContext) -> JsonObject:
-        try:
-            data = response.json()
-        except ValueError:
-            raise BackendUnavailable(
-                f"{ctx.verb} of {ctx.target} got an answer that is not JSON; the outcome is "
-                "unknown"
-            ) from None
-        if not isinstance(data, dict):
-            raise BackendUnavailable(f"{ctx.verb} of {ctx.target} got an unexpected answer")
-        return data
-
     async def get_object(self, name: str) -> JsonObject | None:
-        """GET the object ``name`` (a quorum read); None if it does not exist."""
+        """GET the object ``name`` (a quorum read, checked); None if it does not exist."""
         ctx = self._ctx("get", name)
         response = await self.request("GET", self.kind.item_path(self.namespace, name), ctx)
         if response.status_code == 200:
-            return self._json(response, ctx)
+            return self._read(response, name, ctx)
         if response.status_code == 404:
             status = parse_status(response)
             if status.missing_resource or status.missing_namespace:
@@ -312,7 +344,7 @@ class KubernetesBackend(LeaseBackend):
             "POST", self.kind.collection_path(self.namespace), ctx, body=body
         )
         if response.status_code in (200, 201):
-            return self._record(record.name, self._json(response, ctx))
+            return self._record(record.name, self._read(response, object_name, ctx))
         raise error_from(response, ctx)
 
     async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
@@ -329,26 +361,37 @@ class KubernetesBackend(LeaseBackend):
             self._objects[object_name] = base
             if _version(base) != expected_version:
                 raise ConflictError(
-                    f"{ctx.target} is at resourceVersion {_version(base)!r}, "
-                    f"not {expected_version!r}"
+                    f"{ctx.target} is at resourceVersion {clean_text(_version(base), 40)!r}, "
+                    f"not {clean_text(expected_version, 40)!r}"
                 )
         self._refuse_renewal(object_name, base, record, ctx)
         body = self.kind.apply(base, record)
+        metadata = body["metadata"]  # an object: read_object checked it
         if body == base:
             # The apiserver skips a write that changes nothing and keeps the resourceVersion;
             # the SPI needs a new version for every successful write.
-            body["metadata"].setdefault("annotations", {})[NONCE_ANNOTATION] = secrets.token_hex(4)
-        metadata = body.setdefault("metadata", {})
+            annotations = metadata.get("annotations")
+            if not isinstance(annotations, dict):
+                annotations = metadata["annotations"] = {}
+            annotations[NONCE_ANNOTATION] = secrets.token_hex(4)
         metadata["resourceVersion"] = expected_version
         metadata["name"] = object_name
+        sent_uid = metadata.get("uid")
         path = self.kind.item_path(self.namespace, object_name)
         try:
             response = await self.request("PUT", path, ctx, body=body)
+            if response.status_code == 200:
+                stored = self._read(response, object_name, ctx)
+                if stored["metadata"]["uid"] != sent_uid:
+                    raise BackendProtocolError(
+                        f"the answer to update of {ctx.target} is another object (its "
+                        "metadata.uid is not the one we sent, so the server ignored our "
+                        "precondition); the outcome is unknown"
+                    )
+                return self._record(record.name, stored)
         except BaseException:
             self._objects.pop(object_name, None)  # unknown outcome: re-read before next write
             raise
-        if response.status_code == 200:
-            return self._record(record.name, self._json(response, ctx))
         self._objects.pop(object_name, None)
         if response.status_code == 201:
             raise ConflictError(
@@ -370,7 +413,9 @@ class KubernetesBackend(LeaseBackend):
         client-go steps down. A body that ends first releases normally (a release is not a
         renewal). Never writing a release here keeps DESIGN §4.4: release only after the body.
         """
-        spec = base.get("spec") or {}
+        spec = base.get("spec")
+        if not isinstance(spec, dict):
+            spec = {}  # an unreadable record: nothing to step down for
         preferred = spec.get("preferredHolder")
         asked = isinstance(preferred, str) and preferred not in ("", record.holder)
         renewal = (
@@ -413,5 +458,24 @@ class KubernetesBackend(LeaseBackend):
 
 
 def _version(obj: JsonObject) -> str:
-    value = (obj.get("metadata") or {}).get("resourceVersion")
-    return value if isinstance(value, str) else ""
+    """The resourceVersion of an object read_object accepted (so it has one)."""
+    try:
+        return resource_version(obj)
+    except Malformed:
+        return ""
+
+
+def _unknown(ctx: RequestContext) -> str:
+    return "; the outcome is unknown" if ctx.verb in ("create", "update") else ""
+
+
+def _retry_wait(retry_after: float | None) -> float:
+    """How long to wait before retrying a 429: Retry-After, at least MIN_RETRY_WAIT.
+
+    ``retry_after`` is finite or None (parse_status sees to it); this is the last guard, so a
+    NaN or infinity can never reach a sleep. The caller still refuses any wait that would end
+    past the request bound.
+    """
+    if retry_after is None or not math.isfinite(retry_after):
+        return DEFAULT_RETRY_WAIT
+    return max(MIN_RETRY_WAIT, retry_after)

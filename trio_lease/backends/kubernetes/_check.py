@@ -4,6 +4,12 @@ One call that finds, each with its fix: an unreachable server (or a TLS problem)
 credentials (401), missing RBAC verbs (asked with SelfSubjectAccessReviews; when those are not
 allowed, by probing ``get``), and a missing CRD for ``akka.io/v1`` (apply ``lease.yml``). It
 writes nothing.
+
+Its replies go through the same checks as the backend's: failure answers through
+:func:`._errors.parse_status`, a review's answer through :func:`trio_lease._wire.load_json` and
+the field checkers (a ``SelfSubjectAccessReview`` whose ``status.allowed`` is a boolean). A
+review answer that cannot be read counts as "reviews not available": the check then probes by
+reading, and says so in a note.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from typing import TYPE_CHECKING
 import anyio
 import httpx
 
-from ..._exceptions import BackendAuthError, LeaseConfigError, LeaseError
+from ... import _wire
+from ..._exceptions import BackendAuthError, BackendProtocolError, LeaseConfigError, LeaseError
 from ._errors import ApiStatus, RequestContext, parse_status
 
 if TYPE_CHECKING:
@@ -153,12 +160,24 @@ async def _review_verbs(backend: KubernetesBackend) -> list[str] | None:
         if response.status_code not in (200, 201):
             return None
         try:
-            allowed = response.json()["status"]["allowed"]
-        except (ValueError, KeyError, TypeError):
+            allowed = _allowed(response.content)
+        except (BackendProtocolError, _wire.Malformed):
             return None
-        if allowed is not True:
+        if not allowed:
             missing.append(verb)
     return missing
+
+
+def _allowed(content: bytes) -> bool:
+    """``status.allowed`` of a SelfSubjectAccessReview answer; Malformed if it is not one."""
+    review = _wire.obj(_wire.load_json(content, "a SelfSubjectAccessReview answer"), "")
+    if review.get("kind") != "SelfSubjectAccessReview":
+        raise _wire.Malformed("kind", "expected 'SelfSubjectAccessReview'")
+    allowed = _wire.obj(review.get("status"), "status").get("allowed")
+    if not isinstance(allowed, bool):
+        problem = f"expected a boolean, got {_wire.describe(allowed)}"
+        raise _wire.Malformed("status.allowed", problem)
+    return allowed
 
 
 async def _probe_get(backend: KubernetesBackend) -> ApiStatus:
@@ -167,7 +186,7 @@ async def _probe_get(backend: KubernetesBackend) -> ApiStatus:
     ctx = RequestContext("get", backend.kind, backend.namespace, name)
     response = await backend.request("GET", backend.kind.item_path(backend.namespace, name), ctx)
     if response.status_code < 400:
-        return ApiStatus(response.status_code, "OK", "", {}, None)
+        return ApiStatus(response.status_code, "OK")
     return parse_status(response)
 
 

@@ -36,7 +36,10 @@ Unary requests (everything but watch streams) take the lean HTTP/1.1 path
 (:mod:`trio_lease._http`): about a quarter of httpx's CPU per request, which is what limits how
 many leases one process holds. httpx still carries watch streams, and every request when a proxy
 or an injected transport (tests) is configured. Both paths send the same headers and
-credentials and retry once after a 401 with a refreshed token.
+credentials and retry once after a 401 with a refreshed token. On the httpx path the body is
+read with :func:`read_capped`: a reply over :data:`~trio_lease._wire.MAX_BODY_BYTES` is a
+:class:`~trio_lease.BackendProtocolError` after reading one byte more than the cap, never an
+unbounded buffer.
 """
 
 from __future__ import annotations
@@ -52,12 +55,14 @@ import anyio.lowlevel
 import httpx
 
 from ... import __version__
-from ..._http import Answer, LeanClient
+from ..._exceptions import BackendProtocolError
+from ..._http import Answer, Headers, LeanClient, Reply
 from ..._slots import Slots
+from ..._wire import MAX_BODY_BYTES
 from ._auth import KubeAuth, ssl_context, token_source_for
 from ._config import ClusterConfig
 
-__all__ = ["USER_AGENT", "ClientLease", "acquire_client"]
+__all__ = ["USER_AGENT", "ClientLease", "acquire_client", "read_capped"]
 
 USER_AGENT = f"trio-lease/{__version__} (python; httpx)"
 
@@ -183,9 +188,11 @@ class ClientLease:
         """One unary request (the caller holds a slot): the lean path when there is one."""
         lean = self._entry.lean
         if lean is None:
-            return await self.client.request(
+            request = self.client.build_request(
                 method, path, params=query, json=body, extensions=extensions
             )
+            response = await self.client.send(request, stream=True)
+            return await read_capped(response, method, path)
         target = f"{path}?{urlencode(query)}" if query else path
         data = None
         headers = await self._entry.auth.headers()
@@ -220,6 +227,28 @@ class ClientLease:
                 if entry.lean is not None:
                     await entry.lean.aclose()
                 await entry.client.aclose()
+
+
+async def read_capped(response: httpx.Response, method: str, target: str) -> Answer:
+    """Read a streamed ``response`` and close it; over MAX_BODY_BYTES is BackendProtocolError.
+
+    ``method`` and ``target`` (a path or an object's description, never server text) name the
+    request in the message.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise BackendProtocolError(
+                    f"the answer to {method} {target} is over {MAX_BODY_BYTES:,} bytes; the "
+                    "outcome is unknown"
+                )
+            chunks.append(chunk)
+    finally:
+        await response.aclose()
+    return Reply(response.status_code, Headers(response.headers.raw), b"".join(chunks))
 
 
 def acquire_client(

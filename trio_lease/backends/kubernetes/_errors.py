@@ -8,33 +8,47 @@ precondition failed), 404 on a lease
 401 (after one credential refresh)       :class:`BackendAuthError`: credentials
 403                                      :class:`BackendAuthError`: the verb, resource,
                                          API group, namespace and how to grant them
-404 "could not find the requested        :class:`LeaseConfigError`: apply ``lease.yml``
-resource" (no CRD) or a missing
-namespace
+404 for the URL itself (no CRD or API    :class:`LeaseConfigError`: apply ``lease.yml``
+group: a Status without details,
+``404 page not found`` as text/plain,
+or an empty body) or a missing namespace
 400, 422                                 :class:`LeaseConfigError` with the server's causes
+TLS certificate verification failed      :class:`LeaseConfigError`: configure the right CA
+(after one re-read of the CA file)       or ``tls-server-name``; retrying cannot fix it
 429 past the deadline, 5xx, timeouts,    :class:`BackendUnavailable` (outcome unknown)
-resets, TLS and connection errors
+resets, connection errors
+an answer that is not a valid reply      :class:`BackendProtocolError` (raised where
+(not JSON, wrong kind or shape)          replies are read: _backend, _watch)
 anything else                            :class:`BackendError`
 =======================================  ==============================================
 
-The server's ``Status`` body is parsed when there is one; otherwise (plain-text 429s, HTML pages
-from proxies) the reason is synthesised from the code as client-go does. Messages carry names,
-verbs, codes and the server's message (which never holds credentials), never a header or token.
+The server's ``Status`` body is parsed when there is one, and every field of it is checked (a
+``details`` that is not an object, ``causes`` that are not a list, a ``reason`` that is not a
+word: each is ignored, never an exception); otherwise (plain-text 429s, HTML pages from
+proxies, empty bodies) the reason is synthesised from the code as client-go does.
+
+What is quoted: a hostile or broken server (or a proxy echoing our request, Authorization
+header included) may put anything in a reply, so messages quote only ``Status.message`` and the
+causes' field and message, with control characters removed, anything that looks like a
+credential (``Bearer …``, ``Basic …``, a JWT) replaced by ``[redacted]``, and cut to a short
+bound. A body that is not a Status is never quoted: the message says only its content type
+(letters, digits and ``/.+-`` only) and size.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
+import re
 import ssl
-from typing import Any
 
 import httpx
 
+from ... import _wire
 from ..._exceptions import (
     BackendAuthError,
     BackendError,
+    BackendProtocolError,
     BackendUnavailable,
     ConflictError,
     LeaseConfigError,
@@ -46,6 +60,7 @@ from ._models import LeaseKind
 __all__ = [
     "ApiStatus",
     "RequestContext",
+    "clean_text",
     "error_from",
     "map_transport_error",
     "parse_status",
@@ -67,7 +82,18 @@ _SYNTHESISED = {
     503: "ServiceUnavailable",
     504: "Timeout",
 }
-_MAX_TEXT = 200
+#: Longest server text quoted: a Status message, one cause.
+_MAX_TEXT = 300
+_MAX_CAUSES = 5
+#: Retry-After as delay-seconds (a fraction tolerated); anything else is no hint. A long value
+#: still gives a finite float; the request bound then refuses to wait that long.
+_RETRY_AFTER = re.compile(r"[0-9]{1,32}(\.[0-9]{1,9})?")
+_REASON = re.compile(r"[A-Za-z]{1,64}")
+_CONTENT_TYPE = re.compile(r"[A-Za-z0-9.+/-]{1,64}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_CREDENTIAL = re.compile(
+    r"(?i)\b(bearer|basic)(\s+|%20)[^\s,;\"'<>]+|\beyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_.-]*"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,59 +115,118 @@ class RequestContext:
 
 @dataclasses.dataclass(frozen=True)
 class ApiStatus:
-    """A failure answer, parsed from a ``Status`` body or synthesised from the code."""
+    """A failure answer, parsed from a ``Status`` body or synthesised from the code.
+
+    Every field is checked: ``message`` and ``causes`` are cleaned server text (see the module
+    docstring), ``reason`` a single word, ``retry_after`` finite and >= 0 (or None: no hint).
+    ``body`` describes a reply that was not a Status ("a text/html body of 53 bytes"); it is
+    empty for a Status.
+    """
 
     code: int
     reason: str
-    message: str
-    details: dict[str, Any]
-    retry_after: float | None
+    message: str = ""
+    details_name: str = ""
+    details_kind: str = ""
+    causes: tuple[str, ...] = ()
+    retry_after: float | None = None
+    body: str = ""
 
     @property
     def missing_resource(self) -> bool:
-        """A 404 for the URL itself (API group or CRD not served), not for one object."""
-        return self.code == 404 and not self.details.get("name") and not self.details.get("kind")
+        """A 404 for the URL itself (API group or CRD not served), not for one object.
+
+        A Status without ``details.name``/``details.kind``, the mux's ``text/plain``
+        "404 page not found", and an empty body all say so.
+        """
+        return self.code == 404 and not self.details_name and not self.details_kind
 
     @property
     def missing_namespace(self) -> bool:
-        return self.code == 404 and self.details.get("kind") == "namespaces"
+        return self.code == 404 and self.details_kind == "namespaces"
 
     @property
     def uid_precondition_failed(self) -> bool:
         return self.code == 409 and "Precondition failed: UID" in self.message
 
-    def causes(self) -> str:
-        found = [
-            f"{c.get('field', '')}: {c.get('message', '')}".strip(": ")
-            for c in self.details.get("causes") or []
-            if isinstance(c, dict)
-        ]
-        return "; ".join(found) or self.message
+    def said(self) -> str:
+        """For messages: the server's (cleaned) message, else what kind of body came."""
+        if self.message:
+            return f"the server said: {self.message}"
+        return self.body or "no message"
+
+    def causes_text(self) -> str:
+        return "; ".join(self.causes) or self.said()
+
+
+def clean_text(text: str, limit: int = _MAX_TEXT) -> str:
+    """Server text made safe to quote: no control characters, no credentials, bounded."""
+    text = _CONTROL.sub(" ", text[: limit * 4])
+    text = _CREDENTIAL.sub("[redacted]", text)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _text(value: object, limit: int = _MAX_TEXT) -> str:
+    return clean_text(value, limit) if isinstance(value, str) else ""
+
+
+def _causes(details: _wire.JsonObject) -> tuple[str, ...]:
+    causes = details.get("causes")
+    if not isinstance(causes, list):
+        return ()
+    found = []
+    for cause in causes[:_MAX_CAUSES]:
+        if isinstance(cause, dict):
+            text = f"{_text(cause.get('field'), 100)}: {_text(cause.get('message'))}".strip(": ")
+            if text:
+                found.append(text)
+    return tuple(found)
+
+
+def _describe_body(response: Answer) -> str:
+    size = len(response.content)
+    if not size:
+        return "an empty body"
+    content_type = response.headers.get("content-type", "").split(";")[0].strip()
+    if not _CONTENT_TYPE.fullmatch(content_type):
+        content_type = "untyped"
+    return f"a {content_type} body of {size:,} bytes"
 
 
 def parse_status(response: Answer) -> ApiStatus:
-    """Read a failure answer; bodies that are not a JSON ``Status`` are handled too."""
-    body: Any = None
-    with contextlib.suppress(ValueError, UnicodeDecodeError):
-        body = json.loads(response.content)
-    retry_after = _retry_after(response.headers.get("Retry-After"))
-    if isinstance(body, dict) and body.get("kind") == "Status":
-        raw_details = body.get("details")
-        details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
-        if retry_after is None and isinstance(details.get("retryAfterSeconds"), int):
-            retry_after = float(details["retryAfterSeconds"])
-        return ApiStatus(
-            code=response.status_code,
-            reason=str(body.get("reason") or _synthesised(response.status_code)),
-            message=str(body.get("message") or ""),
-            details=details,
-            retry_after=retry_after,
-        )
-    text = response.content[:_MAX_TEXT].decode("utf-8", "replace").strip()
-    if "<" in text:  # an HTML page from a proxy or load balancer: do not quote markup
-        text = f"a non-JSON ({response.headers.get('content-type', 'unknown type')}) body"
+    """Read a failure answer, whatever its body: never raises for any content or header.
+
+    A body that is a ``Status`` gives its reason, message, details and causes (each field
+    checked, wrong types ignored); any other body (not JSON, too large, HTML, another kind) is
+    described, never quoted, and the reason is synthesised from the code.
+    """
     code = response.status_code
-    return ApiStatus(code, _synthesised(code), text, {}, retry_after)
+    retry_after = _retry_after(response.headers.get("Retry-After"))
+    body: object = None
+    with contextlib.suppress(BackendProtocolError):  # not JSON: described below, never quoted
+        body = _wire.load_json(response.content, "a failure answer")
+    if not (isinstance(body, dict) and body.get("kind") == "Status"):
+        return ApiStatus(code, _synthesised(code), retry_after=retry_after,
+                         body=_describe_body(response))
+    raw_details = body.get("details")
+    details = raw_details if isinstance(raw_details, dict) else {}
+    if retry_after is None:
+        seconds = details.get("retryAfterSeconds")
+        if isinstance(seconds, int) and not isinstance(seconds, bool) and 0 <= seconds < 10**9:
+            retry_after = float(seconds)
+    reason = body.get("reason")
+    return ApiStatus(
+        code=code,
+        reason=reason if isinstance(reason, str) and _REASON.fullmatch(reason) else (
+            _synthesised(code)
+        ),
+        message=_text(body.get("message")),
+        details_name=_text(details.get("name"), 253),
+        details_kind=_text(details.get("kind"), 63),
+        causes=_causes(details),
+        retry_after=retry_after,
+    )
 
 
 def _synthesised(code: int) -> str:
@@ -151,13 +236,14 @@ def _synthesised(code: int) -> str:
 
 
 def _retry_after(value: str | None) -> float | None:
+    """Retry-After as delay-seconds; anything else (a date, -1, NaN, inf, 1e999, "1, 2", "")
+    is no hint. Finite and >= 0 whenever it is a number."""
     if value is None:
         return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        return None  # an HTTP date: treat as "no hint"
-    return max(0.0, seconds)
+    text = value.strip()
+    if not _RETRY_AFTER.fullmatch(text):
+        return None
+    return float(text)
 
 
 def _grant_hint(ctx: RequestContext) -> str:
@@ -211,21 +297,21 @@ def error_for(status: ApiStatus, ctx: RequestContext) -> LeaseError:
     if code == 403:
         return BackendAuthError(
             f"forbidden: we may not {ctx.verb!r} resource {ctx.kind.plural!r} in API group "
-            f"{ctx.kind.group!r} in namespace {ctx.namespace!r} (server said: "
-            f"{status.message or 'Forbidden'}); {_grant_hint(ctx)}"
+            f"{ctx.kind.group!r} in namespace {ctx.namespace!r} ({status.said()}); "
+            f"{_grant_hint(ctx)}"
         )
     if code in (400, 422):
         return LeaseConfigError(
             f"the API server rejected {ctx.verb} of {ctx.target} as invalid ({code} "
-            f"{status.reason}): {status.causes()}"
+            f"{status.reason}): {status.causes_text()}"
         )
     if code == 429 or code >= 500:
         return BackendUnavailable(
-            f"{ctx.verb} of {ctx.target} failed with {code} {status.reason}"
-            f"{': ' + status.message if status.message else ''}; the outcome is unknown"
+            f"{ctx.verb} of {ctx.target} failed with {code} {status.reason} ({status.said()}); "
+            "the outcome is unknown"
         )
     return BackendError(
-        f"{ctx.verb} of {ctx.target} failed with {code} {status.reason}: {status.message}"
+        f"{ctx.verb} of {ctx.target} failed with {code} {status.reason} ({status.said()})"
     )
 
 
@@ -249,15 +335,19 @@ def map_transport_error(exc: BaseException, ctx: RequestContext) -> LeaseError:
         return LeaseConfigError(
             f"the API server URL is invalid ({type(exc).__name__}): fix 'server'"
         )
+    if isinstance(exc, httpx.ConnectError) and tls_verification_failed(exc):
+        # Not transient: the next try meets the same certificate (the backend has already
+        # re-read a CA file once). A LeaseConfigError ends a waiting contender's wait.
+        return LeaseConfigError(
+            f"{ctx.verb} of {ctx.target}: could not verify the API server's TLS certificate; "
+            "configure the CA that signed it (certificate-authority in kubeconfig, ca.crt in "
+            "cluster, or 'ca-file'), or 'tls-server-name' when the certificate names another "
+            "host; retrying cannot fix this"
+        )
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         what = "timed out"
     elif isinstance(exc, httpx.ConnectError):
-        what = (
-            "could not verify the server's TLS certificate (configure the right CA, or "
-            "tls-server-name)"
-            if tls_verification_failed(exc)
-            else "could not connect to the API server"
-        )
+        what = "could not connect to the API server"
     elif isinstance(exc, httpx.TransportError | OSError):
         what = f"lost the connection ({type(exc).__name__})"
     elif isinstance(exc, httpx.DecodingError | ValueError):

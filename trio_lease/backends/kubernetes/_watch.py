@@ -9,11 +9,33 @@ server ends the stream (timeoutSeconds, or its own 30-60 min limit) the watch re
 last version seen; a 410 Expired (at the start or as an in-stream ERROR) re-lists and watches
 again from the new version.
 
+Pacing: every reopening is paced by one backoff. A stream that ends without a *useful* event
+(an ADDED, MODIFIED or DELETED of our object at a version not yielded before; bookmarks and
+repeats do not count), a failed or unreadable LIST, a cut stream and a protocol error each wait
+before the next request, starting at :data:`FIRST_BACKOFF` and doubling up to
+``watch_poll_interval``, with jitter. A useful event resets it, so after a real change the watch
+resumes at once; so does a stream that stayed open at least ``watch_poll_interval`` (the
+server's normal end after ``timeoutSeconds``: reopening it at once costs at most one request per
+poll interval, and an idle lease is not left unwatched). A server whose every stream ends after
+a bookmark (or at once, or with garbage) therefore costs a few requests per poll interval,
+never a tight loop.
+
+Every line is read through the same checks as any other reply: at most
+:data:`~trio_lease._wire.MAX_BODY_BYTES` per line (a longer line is a protocol error, not
+unbounded memory), parsed by :func:`~trio_lease._wire.load_json`, ``type`` one of ADDED,
+MODIFIED, DELETED, BOOKMARK, ERROR, ``object`` an object; ADDED, MODIFIED and DELETED objects
+must be our object (checked by :meth:`KubernetesBackend.read_object`; they may omit
+``apiVersion`` and ``kind``), a BOOKMARK must carry a resourceVersion. The LIST must be a
+``LeaseList`` of our apiVersion whose ``items`` is a list of at most one object (ours) and whose
+``metadata.resourceVersion`` is a non-empty string. Anything else is a
+:class:`~trio_lease.BackendProtocolError`: the stream is dropped, and the watch re-lists after
+the backoff.
+
 A watch that is forbidden (403: the Role lacks ``watch`` or ``list``) falls back to polling with
-a GET every ``watch_poll_interval`` seconds. A failing watch (a cut stream, a 410) re-lists and
-watches again at once; if that fails too, it waits ``watch_poll_interval`` between tries. A 401
-that survives the credential refresh is raised. A dead holder emits no event: expiry is still
-judged by the core's local countdown, never here.
+a GET every ``watch_poll_interval`` seconds. A 401 that survives the credential refresh, and
+configuration errors (a missing CRD or namespace, a TLS certificate that cannot be verified),
+are raised. A dead holder emits no event: expiry is still judged by the core's local countdown,
+never here.
 
 Close the iterator when done (``async with contextlib.aclosing(backend.watch(name))``): it holds
 an open HTTP stream between items.
@@ -21,29 +43,42 @@ an open HTTP stream between items.
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncGenerator
+import random
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import anyio
 import httpx
 
+from ... import _wire
 from ..._abc import LeaseRecord
-from ..._exceptions import BackendAuthError, BackendUnavailable, LeaseConfigError
-from ._errors import error_for, error_from, map_transport_error, parse_status
-from ._models import JsonObject
+from ..._exceptions import (
+    BackendAuthError,
+    BackendProtocolError,
+    BackendUnavailable,
+    LeaseConfigError,
+)
+from ._client import read_capped
+from ._errors import RequestContext, error_for, error_from, map_transport_error, parse_status
+from ._models import JsonObject, resource_version
 
 if TYPE_CHECKING:
     from ._backend import KubernetesBackend
 
-__all__ = ["watch_lease"]
+__all__ = ["FIRST_BACKOFF", "watch_lease"]
 
 WATCH_TIMEOUT_SECONDS = 300
+#: The first wait before reopening a watch that ended without a useful event (doubles up to
+#: ``watch_poll_interval``).
+FIRST_BACKOFF: Final = 0.1
+#: Longest event line accepted (one object per line; the same cap as a whole reply).
+MAX_LINE_BYTES: Final = _wire.MAX_BODY_BYTES
+_EVENT_TYPES: Final = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
 
 
 class _Resync(Exception):
-    """The watch cannot continue from its resume point: GET and start again."""
+    """The watch cannot continue from its resume point: LIST and start again."""
 
 
 class _Forbidden(Exception):
@@ -51,11 +86,30 @@ class _Forbidden(Exception):
 
 
 class _Cursor:
-    """The resume point: the last resourceVersion seen (events and bookmarks)."""
+    """The resume point (the last resourceVersion seen) and what the current stream brought."""
 
-    def __init__(self, version: str | None) -> None:
+    def __init__(self, version: str, state_version: str | None) -> None:
         self.version = version
-        self.events = 0
+        #: The version of the last state yielded (None: "does not exist").
+        self.state_version = state_version
+        #: Useful events so far: changes of our object to a version not yielded before.
+        self.useful = 0
+
+
+class _Backoff:
+    """Jittered exponential backoff from FIRST_BACKOFF up to ``cap``; reset by useful events."""
+
+    def __init__(self, cap: float) -> None:
+        self.cap = max(cap, 0.01)  # never a zero wait, whatever the poll interval
+        self.delay = 0.0
+
+    def reset(self) -> None:
+        self.delay = 0.0
+
+    async def sleep(self) -> None:
+        first = min(FIRST_BACKOFF, self.cap)
+        self.delay = min(self.cap, self.delay * 2) if self.delay else first
+        await anyio.sleep(random.uniform(self.delay / 2, self.delay))
 
 
 async def watch_lease(
@@ -64,9 +118,9 @@ async def watch_lease(
     """Yield the current record of ``key``, then each change (see the module docstring)."""
     object_name = backend.object_name(key)
     use_watch = backend.watch_enabled
-    failures = 0  # consecutive watch failures: the first resyncs at once, later ones wait
+    backoff = _Backoff(backend.watch_poll_interval)
     while True:
-        version: str | None = None
+        version = ""
         try:
             if use_watch:
                 obj, version = await _list(backend, object_name)
@@ -75,43 +129,39 @@ async def watch_lease(
         except _Forbidden:
             use_watch = False  # the Role lacks list (so watch is useless): poll from now on
             continue
-        except BackendUnavailable:
-            await anyio.sleep(backend.watch_poll_interval)
+        except BackendUnavailable:  # protocol errors too
+            if use_watch:
+                await backoff.sleep()
+            else:
+                await anyio.sleep(backend.watch_poll_interval)
             continue
         if obj is None:
             backend._objects.pop(object_name, None)
             yield None
         else:
             yield backend._record(key, obj)
-        cursor = _Cursor(version)
         if not use_watch:
             await anyio.sleep(backend.watch_poll_interval)
             continue
-        quiet = False  # the watch ended or failed without delivering a single event
+        cursor = _Cursor(version, resource_version(obj) if obj is not None else None)
         try:
             while True:  # resume from the last version after each clean end of the stream
-                started, cursor.events = anyio.current_time(), 0
+                before, opened = cursor.useful, anyio.current_time()
                 async with aclosing(_stream(backend, key, object_name, cursor)) as events:
                     async for item in events:
                         yield item
-                if cursor.events:
-                    failures = 0
-                elif anyio.current_time() - started < 1.0:
-                    quiet = True  # ended at once without a word
-                    break
+                if cursor.useful > before or anyio.current_time() - opened >= backoff.cap:
+                    backoff.reset()  # a real change came, or a long healthy stream: at once
+                else:
+                    await backoff.sleep()  # nothing useful (bookmarks, or ended at once)
         except _Resync:
-            quiet = cursor.events == 0  # a 410 right after a fresh read is not normal
+            pass
         except _Forbidden:
             use_watch = False  # the Role lacks watch/list: poll from now on
-        except BackendUnavailable:
-            quiet = True
-        if quiet or cursor.events == 0:
-            failures += 1
-        else:
-            failures = 0
-        if use_watch and failures <= 1:
-            continue  # a cut or an expired stream: re-read and watch again at once
-        await anyio.sleep(backend.watch_poll_interval)
+            continue
+        except BackendUnavailable:  # a cut stream, a 5xx, an unreadable event
+            pass
+        await backoff.sleep()  # pace every re-list, even after useful events
 
 
 async def _list(backend: KubernetesBackend, object_name: str) -> tuple[JsonObject | None, str]:
@@ -132,10 +182,69 @@ async def _list(backend: KubernetesBackend, object_name: str) -> tuple[JsonObjec
         raise _Forbidden
     if response.status_code != 200:
         raise error_from(response, ctx)
-    body = backend._json(response, ctx)
-    items = [item for item in body.get("items") or [] if isinstance(item, dict)]
-    version = (body.get("metadata") or {}).get("resourceVersion")
-    return (items[0] if items else None), (version if isinstance(version, str) else "")
+    body = _wire.load_json(response.content, f"the answer to list of {ctx.target}")
+    try:
+        items, version = _list_items(backend, body)
+    except _wire.Malformed as exc:
+        raise BackendProtocolError(
+            f"the answer to list of {ctx.target} is not a {backend.kind.kind}List: {exc}"
+        ) from None
+    if not items:
+        return None, version
+    return backend.read_object(items[0], object_name, ctx, listed=True), version
+
+
+def _list_items(backend: KubernetesBackend, body: object) -> tuple[list[object], str]:
+    """The items and the resourceVersion of a LIST answer, or Malformed."""
+    listing = _wire.obj(body, "")
+    expected = f"{backend.kind.kind}List"
+    if listing.get("kind") != expected:
+        raise _wire.Malformed("kind", f"expected {expected!r}")
+    if listing.get("apiVersion") != backend.kind.api_version:
+        raise _wire.Malformed("apiVersion", f"expected {backend.kind.api_version!r}")
+    items = listing.get("items")
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        raise _wire.Malformed("items", f"expected a list, got {_wire.describe(items)}")
+    if len(items) > 1:
+        raise _wire.Malformed("items", "expected at most one object (the field selector names one)")
+    return items, resource_version(listing)
+
+
+async def _lines(response: httpx.Response, ctx: RequestContext) -> AsyncIterator[bytes]:
+    """The non-empty lines of a watch stream; a line over MAX_LINE_BYTES is a protocol error."""
+    buffer = bytearray()
+    async for chunk in response.aiter_bytes():
+        start = len(buffer)
+        buffer += chunk
+        while (end := buffer.find(b"\n", start)) >= 0:
+            if end > MAX_LINE_BYTES:
+                break
+            line = bytes(buffer[:end])
+            del buffer[: end + 1]
+            start = 0
+            if line.strip():
+                yield line
+        if len(buffer) > MAX_LINE_BYTES:
+            raise BackendProtocolError(
+                f"watch of {ctx.target} sent an event line over {MAX_LINE_BYTES:,} bytes"
+            )
+    if buffer.strip():
+        yield bytes(buffer)
+
+
+def _event(line: bytes, ctx: RequestContext) -> tuple[str, JsonObject]:
+    """One event line as (type, object), or BackendProtocolError."""
+    what = f"an event of the watch of {ctx.target}"
+    try:
+        event = _wire.obj(_wire.load_json(line, what), "")
+        kind = event.get("type")
+        if not isinstance(kind, str) or kind not in _EVENT_TYPES:
+            raise _wire.Malformed("type", "expected ADDED, MODIFIED, DELETED, BOOKMARK or ERROR")
+        return kind, _wire.obj(event.get("object"), "object")
+    except _wire.Malformed as exc:
+        raise BackendProtocolError(f"{what} is unreadable: {exc}") from None
 
 
 async def _stream(
@@ -172,8 +281,7 @@ async def _stream(
         if response.status_code == 410:
             raise _Resync
         if response.status_code != 200:
-            await response.aread()
-            status = parse_status(response)
+            status = parse_status(await read_capped(response, "GET", ctx.target))
             if status.code == 403:
                 raise _Forbidden
             error = error_for(status, ctx)
@@ -181,32 +289,42 @@ async def _stream(
                 raise error
             raise BackendUnavailable(f"watch of {ctx.target} failed with {status.code}")
         try:
-            async for line in response.aiter_lines():
-                if not line.strip():
-                    continue
-                try:
-                    event = json.loads(line)
-                    kind, obj = event["type"], event["object"]
-                except (ValueError, KeyError, TypeError):
-                    raise BackendUnavailable(f"watch of {ctx.target} sent a bad event") from None
-                cursor.events += 1
-                if not isinstance(obj, dict):
-                    continue
-                metadata = obj.get("metadata") or {}
+            async for line in _lines(response, ctx):
+                kind, obj = _event(line, ctx)
                 if kind == "ERROR":
-                    if obj.get("code") == 410:
+                    code = obj.get("code")
+                    if type(code) is int and code == 410:
                         raise _Resync
                     raise BackendUnavailable(f"watch of {ctx.target} ended with an error event")
-                cursor.version = metadata.get("resourceVersion") or cursor.version
-                if kind == "BOOKMARK" or metadata.get("name", object_name) != object_name:
+                if kind == "BOOKMARK":
+                    cursor.version = _bookmark_version(obj, ctx)
                     continue
+                obj = backend.read_object(obj, object_name, ctx, listed=True)
+                version = resource_version(obj)
+                cursor.version = version
                 if kind == "DELETED":
+                    changed = cursor.state_version is not None
+                    cursor.state_version = None
                     backend._objects.pop(object_name, None)
-                    yield None
-                elif kind in ("ADDED", "MODIFIED"):
-                    yield backend._record(key, obj)
+                    state: LeaseRecord | None = None
+                else:
+                    changed = cursor.state_version != version
+                    cursor.state_version = version
+                    state = backend._record(key, obj)
+                if changed:
+                    cursor.useful += 1
+                yield state
         except httpx.HTTPError as exc:
             raise map_transport_error(exc, ctx) from None
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(1):
             await response.aclose()
+
+
+def _bookmark_version(obj: JsonObject, ctx: RequestContext) -> str:
+    try:
+        return resource_version(obj)
+    except _wire.Malformed as exc:
+        raise BackendProtocolError(
+            f"a BOOKMARK of the watch of {ctx.target} is unreadable: {exc}"
+        ) from None
