@@ -13,7 +13,7 @@ import trustme
 
 from tests.backends.etcd.conftest import require_etcd
 from tests.etcd_server import EtcdCluster, etcd_cluster
-from trio_lease import BackendAuthError, BackendUnavailable, LeaseRecord
+from trio_lease import BackendAuthError, BackendUnavailable, LeaseConfigError, LeaseRecord
 from trio_lease.backends.etcd import EtcdBackend
 from trio_lease.backends.etcd._codec import b64
 from trio_lease.testing import check_backend
@@ -171,3 +171,13 @@ async def test_tls_without_client_certificate_is_refused(
     async with EtcdBackend(tls_server.endpoints, ca_file=str(tls_files["ca"])) as backend:
         with pytest.raises(BackendUnavailable):
             await backend.get("x")
+
+
+async def test_an_untrusted_server_certificate_is_a_configuration_error(
+    tls_server: EtcdCluster,
+) -> None:
+    """Without `ca-file` the member's certificate fails verification: LeaseConfigError, at once."""
+    async with EtcdBackend(tls_server.endpoints) as backend:  # the system store lacks the CA
+        with pytest.raises(LeaseConfigError, match="ca-file") as info:
+            await backend.get("x")
+    assert "certificate" in str(info.value)

@@ -17,7 +17,6 @@ import pytest
 
 from trio_lease import (
     BackendAuthError,
-    BackendError,
     BackendUnavailable,
     ConflictError,
     LeaseConfigError,
@@ -25,7 +24,7 @@ from trio_lease import (
 )
 from trio_lease._slots import urgent
 from trio_lease.backends.etcd import EtcdBackend
-from trio_lease.backends.etcd._codec import encode_record, int64
+from trio_lease.backends.etcd._codec import encode_record
 from trio_lease.backends.etcd._errors import GRPC_CODES, error_from_status
 
 pytestmark = pytest.mark.anyio
@@ -40,9 +39,18 @@ def backend(handler: Handler, **kwargs: Any) -> EtcdBackend:
     return EtcdBackend(transport=httpx.MockTransport(handler), **kwargs)
 
 
+KEY = base64.b64encode(b"trio_lease/x").decode()  # the default prefix + the lease name
+
+
 def kv(record: LeaseRecord, mod_revision: str) -> dict[str, Any]:
     value = base64.b64encode(encode_record(record)).decode()
-    return {"key": "eA==", "create_revision": "2", "mod_revision": mod_revision, "value": value}
+    return {
+        "key": KEY,
+        "create_revision": "2",
+        "mod_revision": mod_revision,
+        "version": "1",
+        "value": value,
+    }
 
 
 def ok(body: dict[str, Any]) -> httpx.Response:
@@ -71,8 +79,6 @@ async def test_versions_come_from_string_encoded_revisions() -> None:
         assert read.version == "12345678901234"
         assert (read.holder, read.lease_duration, read.fencing_token) == ("me", 7.5, 3)
         assert (await b.create(record)).version == "9"
-    assert int64("42") == 42
-    assert int64(None) == 0
 
 
 async def test_empty_range_omits_kvs_and_reads_as_none() -> None:
@@ -259,13 +265,14 @@ def test_every_grpc_code_maps_to_a_backend_error() -> None:
     assert "jobs/" in str(denied)
 
 
-def test_foreign_data_under_the_prefix_is_reported_not_parsed() -> None:
-    """A value that is not a trio_lease record raises BackendError telling to change prefix."""
+def test_foreign_data_under_the_prefix_reads_as_an_unreadable_record() -> None:
+    """A value that is not a trio_lease record is held by an unknown holder, token -1."""
     from trio_lease.backends.etcd._codec import decode_record
 
-    value = base64.b64encode(b"hello").decode()
-    with pytest.raises(BackendError, match="prefix"):
-        decode_record("x", {"mod_revision": "4", "value": value})
+    record = decode_record("x", b"hello", "4")
+    assert (record.holder, record.fencing_token, record.version) == ("", -1, "4")
+    assert "prefix" in record.unreadable
+    assert not record.is_free
 
 
 def test_from_config_takes_kebab_case_keys(tmp_path: Path) -> None:
@@ -324,7 +331,7 @@ async def test_watch_decodes_events_and_rereads_after_an_error_line() -> None:
             {"result": {"events": [{"kv": kv(dataclasses.replace(first, holder="b"), "6")}]}},
             {
                 "result": {
-                    "events": [{"type": "DELETE", "kv": {"key": "eA==", "mod_revision": "7"}}]
+                    "events": [{"type": "DELETE", "kv": {"key": KEY, "mod_revision": "7"}}]
                 }
             },
             {"error": {"grpc_code": 14, "http_code": 503, "message": "etcdserver: no leader"}},

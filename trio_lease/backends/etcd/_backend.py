@@ -10,7 +10,13 @@ The record's version is the key's ``mod_revision``:
 - the new version is the txn's header revision: etcd's revision of that very write;
 - ``get`` is a linearizable range (a quorum read, never served stale by a follower);
 - ``watch`` reads the key, then follows the gateway's streaming watch from the next revision,
-  reconnecting (to the next endpoint) after any failure.
+  reconnecting (to the next endpoint) after any failure, after a jittered pause that grows
+  while streams end without delivering anything.
+
+Every answer is checked in :mod:`._replies` before it becomes a record or a version: a txn
+answer that cannot be read is an unknown outcome (:class:`BackendProtocolError`), never a
+failed compare, and our key holding anything but a trio_lease record reads as an unreadable
+record (held by an unknown holder), never as a free lease or an exception.
 
 Writes are sent once: a write whose answer is lost raises :class:`BackendUnavailable` and the
 core re-reads to learn whether it landed. Cancelling a call (the core's deadline) abandons the
@@ -21,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import random
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,10 +38,17 @@ import httpx
 
 from ..._abc import LeaseBackend, LeaseRecord
 from ..._exceptions import BackendAuthError, BackendError, ConflictError, LeaseConfigError
+from ..._wire import INT64_MAX
 from ._client import EtcdClient, make_ssl_context
-from ._codec import b64, decode_record, encode_record, int64
+from ._codec import b64, encode_record
+from ._replies import RangeState, read_range, read_txn, read_watch_result
 
 __all__ = ["EtcdBackend"]
+
+#: First pause before a watch reopens (seconds); it doubles, up to WATCH_BACKOFF_MAX, while
+#: streams end without an event of the key, and is jittered (x 0.5 to 1).
+WATCH_BACKOFF = 0.05
+WATCH_BACKOFF_MAX = 2.0
 
 #: Keys of the lease configuration section that belong to the core, not to this backend.
 _CORE_KEYS = frozenset(
@@ -92,6 +107,12 @@ class EtcdBackend(LeaseBackend):
                 raise LeaseConfigError(
                     f"etcd `endpoints`: {endpoint!r} is not an http:// or https:// URL"
                 )
+            try:
+                host = httpx.URL(endpoint).host
+            except httpx.InvalidURL:
+                host = ""
+            if not host:
+                raise LeaseConfigError(f"etcd `endpoints`: {endpoint!r} has no valid host")
         if not isinstance(prefix, str) or not prefix:
             raise LeaseConfigError("etcd `prefix` must be a non-empty string such as 'leases/'")
         if (username is None) != (password is None):
@@ -179,36 +200,42 @@ class EtcdBackend(LeaseBackend):
         return ("etcd", frozenset(self.endpoints), self.prefix)
 
     def _key(self, name: str) -> bytes:
-        return (self.prefix + name).encode()
+        try:
+            return (self.prefix + name).encode()
+        except UnicodeEncodeError:  # a lone surrogate: no etcd key can name it
+            raise LeaseConfigError(
+                f"lease name {name!r} (or the etcd `prefix`) is not valid Unicode text"
+            ) from None
 
     async def aclose(self) -> None:
         await self._client.aclose()
 
     async def get(self, name: str) -> LeaseRecord | None:
-        answer = await self._client.range(self._key(name))
-        return self._first(name, answer.get("kvs"))
+        return (await self._range(name)).record
 
-    def _first(self, name: str, kvs: object) -> LeaseRecord | None:
-        if not kvs:  # omitted when empty
-            return None
-        if not isinstance(kvs, list) or not isinstance(kvs[0], dict):
-            raise BackendError(f"etcd returned a malformed range answer for lease {name!r}")
-        return decode_record(name, kvs[0])
+    async def _range(self, name: str) -> RangeState:
+        key = self._key(name)
+        return await self._client.call(
+            "kv/range",
+            {"key": b64(key)},
+            write=False,
+            read=functools.partial(read_range, key=key, name=name),
+            subject=f" for lease {name!r}",
+        )
 
     async def _swap(self, record: LeaseRecord, compare: dict[str, Any]) -> LeaseRecord | None:
         """Put ``record`` if ``compare`` holds; return it with its new version, else None."""
         key = b64(self._key(record.name))
-        answer = await self._client.txn(
-            compare=[{**compare, "key": key, "result": "EQUAL"}],
-            success=[{"request_put": {"key": key, "value": b64(encode_record(record))}}],
-            failure=[],
+        body = {
+            "compare": [{**compare, "key": key, "result": "EQUAL"}],
+            "success": [{"request_put": {"key": key, "value": b64(encode_record(record))}}],
+            "failure": [],
+        }
+        revision = await self._client.call(
+            "kv/txn", body, write=True, read=read_txn, subject=f" for lease {record.name!r}"
         )
-        if answer.get("succeeded") is not True:  # omitted when false
+        if revision is None:
             return None
-        header = answer.get("header")
-        revision = int64(header.get("revision") if isinstance(header, dict) else None)
-        if revision <= 0:
-            raise BackendError(f"etcd txn for lease {record.name!r} returned no revision")
         return dataclasses.replace(record, version=str(revision))
 
     async def create(self, record: LeaseRecord) -> LeaseRecord:
@@ -220,9 +247,9 @@ class EtcdBackend(LeaseBackend):
     async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
         try:
             expected = int(expected_version)
-        except ValueError:
+        except (TypeError, ValueError):
             expected = 0
-        if expected <= 0:  # comparing mod_revision with 0 would match a missing key
+        if not 0 < expected <= INT64_MAX:  # comparing mod_revision with 0 matches a missing key
             raise ConflictError(
                 f"lease {record.name!r}: {expected_version!r} is not an etcd mod_revision"
             )
@@ -236,35 +263,34 @@ class EtcdBackend(LeaseBackend):
     async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
         """Yield the current record, then the record after every change.
 
-        After a broken stream (member killed, no leader, compaction) it reads the key again and
-        resumes from there, so the latest state is always delivered eventually. Only
-        authentication errors end the iteration (retrying cannot fix them).
+        After a broken stream (member killed, no leader, compaction, an unreadable line) it
+        reads the key again and resumes from there, so the latest state is always delivered
+        eventually. Each reopening waits a jittered pause that doubles up to
+        :data:`WATCH_BACKOFF_MAX` and falls back to :data:`WATCH_BACKOFF` only after an event
+        of the key arrived: a server whose streams end without delivering anything is not
+        hammered. Only authentication and configuration errors end the iteration (retrying
+        cannot fix them).
         """
         key = self._key(name)
-        backoff = 0.05
+        subject = f" for lease {name!r}"
+        read = functools.partial(read_watch_result, key=key, name=name)
+        backoff = WATCH_BACKOFF
         while True:
             try:
-                answer = await self._client.range(key)
-                header = answer.get("header")
-                revision = int64(header.get("revision") if isinstance(header, dict) else None)
-                yield self._first(name, answer.get("kvs"))
-                async with contextlib.aclosing(self._client.watch(key, revision + 1)) as events:
-                    async for result in events:
-                        backoff = 0.05
-                        if result.get("canceled") or result.get("compact_revision"):
+                state = await self._range(name)
+                yield state.record
+                async with contextlib.aclosing(
+                    self._client.watch(key, state.revision + 1, read=read, subject=subject)
+                ) as batches:
+                    async for batch in batches:
+                        for record in batch.states:
+                            backoff = WATCH_BACKOFF  # the stream delivers: it is healthy
+                            yield record
+                        if batch.ended:
                             break  # the server dropped the watch: read again and resume
-                        for event in result.get("events") or ():
-                            kv = event.get("kv") if isinstance(event, dict) else None
-                            if not isinstance(kv, dict):
-                                continue
-                            if event.get("type") == "DELETE":  # PUT, the default, is omitted
-                                yield None
-                            else:
-                                yield decode_record(name, kv)
             except BackendAuthError:
                 raise
             except BackendError:
                 pass  # a read: retrying it is safe
-            # Back off so that a dead cluster or a flapping stream is not hammered.
-            await anyio.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
+            await anyio.sleep(backoff * random.uniform(0.5, 1.0))
+            backoff = min(backoff * 2, WATCH_BACKOFF_MAX)

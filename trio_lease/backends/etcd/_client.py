@@ -4,12 +4,20 @@ It knows endpoints, failover, authentication and TLS, and nothing about leases. 
 take the lean HTTP/1.1 path (:mod:`trio_lease._http`, one keep-alive client per endpoint);
 watch streams, and every call when a transport is injected (tests), go through httpx.
 
+Replies: whichever path carried it, a successful answer's bytes (a unary body, one line of a
+watch stream) go to :func:`._replies.read_answer` with the reader the caller chose, so every
+reply is checked in one place; error answers go to :mod:`._errors`. A watch line is capped at
+:data:`MAX_WATCH_LINE` bytes while it is read, an error body at ``MAX_ERROR_BODY``.
+
 Failover: requests go to the current endpoint. A connection that could not be *established*
 means the request was never sent, so the client moves to the next endpoint and sends it there,
 even for a write. Any other failure (a timeout or reset after sending, a 5xx) makes the client
 move on for the *next* call and raises :class:`BackendUnavailable`; for a write the outcome is
 then unknown, and it is the core, not this client, that decides what to do (it re-reads).
-Reads are idempotent, so a read also tries the remaining endpoints before giving up.
+Reads are idempotent, so a read also tries the remaining endpoints before giving up. An answer
+that cannot be read (:class:`BackendProtocolError`) also moves the client on. A server
+certificate that fails verification is not transient: once no endpoint answered, the call
+raises :class:`LeaseConfigError` saying to check ``ca-file`` (retrying cannot fix it).
 
 Every request carries ``Grpc-Metadata-hasleader: true`` (etcd's "require leader": a member that
 has lost its leader, e.g. on the minority side of a partition, fails at once with
@@ -22,25 +30,31 @@ from __future__ import annotations
 import json
 import math
 import ssl
-from collections.abc import AsyncGenerator, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
 
 import anyio
 import httpx
 
-from ..._exceptions import BackendError, BackendUnavailable
+from ..._exceptions import BackendProtocolError, BackendUnavailable, LeaseConfigError
 from ..._http import LeanClient
 from ..._slots import Slots
+from ..._wire import MAX_BODY_BYTES, JsonObject
 from ._codec import b64
-from ._errors import describe_body, error_from_status, is_invalid_token
+from ._errors import MAX_ERROR_BODY, error_body, error_from_status, is_invalid_token
+from ._replies import read_answer, read_token
 
-__all__ = ["EtcdClient"]
+__all__ = ["MAX_WATCH_LINE", "EtcdClient"]
 
+T = TypeVar("T")
 API = "/v3"
 _CONNECT_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout)
-# After sending: httpx's errors, plus what httpcore lets through unmapped (ssl.SSLError when the
-# server rejects our client certificate after a TLS 1.3 handshake, other socket errors).
-_SEND_FAILURES = (httpx.TransportError, OSError)
+# After sending: httpx's errors (a DecodingError too: a body that a Content-Encoding garbled),
+# plus what httpcore lets through unmapped (ssl.SSLError when the server rejects our client
+# certificate after a TLS 1.3 handshake, other socket errors).
+_SEND_FAILURES = (httpx.HTTPError, OSError)
+#: Longest line of a watch stream read (one ``WatchResponse``; a record's event is < 1 KiB).
+MAX_WATCH_LINE = MAX_BODY_BYTES
 
 
 def make_ssl_context(
@@ -51,6 +65,74 @@ def make_ssl_context(
     if cert_file is not None:
         context.load_cert_chain(cert_file, key_file)
     return context
+
+
+def _untrusted_certificate(exc: BaseException) -> str | None:
+    """Why the server's certificate failed verification, if that is what ``exc`` comes from.
+
+    Both HTTP paths wrap the handshake's :class:`ssl.SSLCertVerificationError` (the lean client
+    in ``httpx.ConnectError``, httpx in two layers), so the chain of causes is searched.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLCertVerificationError):
+            # Set by the ssl module's handshake (OpenSSL's reason), absent on hand-made ones.
+            reason = getattr(current, "verify_message", None)
+            text = "".join(c for c in str(reason or "")[:100] if c.isprintable())
+            return text or "certificate verify failed"
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _untrusted_error(endpoints: Sequence[str], reason: str) -> LeaseConfigError:
+    return LeaseConfigError(
+        f"etcd at {', '.join(endpoints)}: the server's TLS certificate could not be verified "
+        f"({reason}); check `ca-file` (the CA bundle that signed the members' certificates) and "
+        f"that each endpoint's host name is in its member's certificate"
+    )
+
+
+def _after_sending(exc: Exception, where: str, *, write: bool) -> BackendUnavailable:
+    """The error for a request that failed once sent: for a write, an unknown outcome."""
+    outcome = "; the outcome is unknown" if write else ""
+    if isinstance(exc, httpx.DecodingError):
+        return BackendProtocolError(
+            f"etcd's answer to {where} could not be decoded (its Content-Encoding){outcome}"
+        )
+    return BackendUnavailable(
+        f"etcd {where} failed after the request was sent ({type(exc).__name__}){outcome}"
+    )
+
+
+async def _read_capped(response: httpx.Response, cap: int) -> bytes:
+    """At most ``cap`` + 1 bytes of a streamed body (enough to tell it is too long)."""
+    content = bytearray()
+    async for chunk in response.aiter_bytes():
+        content += chunk
+        if len(content) > cap:
+            break
+    return bytes(content[: cap + 1])
+
+
+async def _lines(response: httpx.Response, where: str) -> AsyncIterator[bytes]:
+    """The lines of a streamed body, each at most :data:`MAX_WATCH_LINE` bytes."""
+    buffer = bytearray()
+    async for chunk in response.aiter_bytes():
+        searched = len(buffer)
+        buffer += chunk
+        while (end := buffer.find(b"\n", searched)) >= 0:
+            line = bytes(buffer[:end])
+            del buffer[: end + 1]
+            searched = 0
+            yield line
+        if len(buffer) > MAX_WATCH_LINE:
+            raise BackendProtocolError(
+                f"etcd's answer to {where} has a line longer than {MAX_WATCH_LINE:,} bytes"
+            )
+    if buffer:
+        yield bytes(buffer)
 
 
 #: Unary requests in flight per client. Without a cap, a burst of acquisitions (1,000 leases
@@ -119,16 +201,20 @@ class EtcdClient:
         return client
 
     async def _send(
-        self, endpoint: str, path: str, body: dict[str, Any], headers: dict[str, str],
+        self,
+        endpoint: str,
+        path: str,
+        body: dict[str, Any],
+        headers: dict[str, str],
         timeout: httpx.Timeout,
-    ) -> tuple[int, object]:
-        """One POST of ``body`` as JSON to ``endpoint``: status and JSON answer (or None)."""
+    ) -> tuple[int, bytes]:
+        """One POST of ``body`` as JSON to ``endpoint``: the status and the raw answer."""
         lean = self._lean_client(endpoint)
         if lean is None:
             response = await self._http.post(
                 f"{endpoint}{API}/{path}", json=body, headers=headers, timeout=timeout
             )
-            return response.status_code, _json_or_none(response.content)
+            return response.status_code, response.content
         connect, read = timeout.connect or self._connect_timeout, timeout.read
         with anyio.fail_after(connect + (read if read is not None else self._request_timeout)):
             reply = await lean.request(
@@ -138,7 +224,7 @@ class EtcdClient:
                 body=json.dumps(body, separators=(",", ":")).encode(),
                 connect_timeout=connect,
             )
-        return reply.status_code, _json_or_none(reply.content)
+        return reply.status_code, reply.content
 
     # -- endpoints -------------------------------------------------------------------------
 
@@ -163,37 +249,51 @@ class EtcdClient:
 
     # -- unary calls -----------------------------------------------------------------------
 
-    async def call(self, path: str, body: dict[str, Any], *, write: bool) -> dict[str, Any]:
-        """POST ``body`` to ``/v3/<path>``; return the JSON answer or raise a mapped error.
+    async def call(
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        write: bool,
+        read: Callable[[JsonObject], T],
+        subject: str = "",
+    ) -> T:
+        """POST ``body`` to ``/v3/<path>``; the answer read by ``read``, or a mapped error.
 
         ``write`` says whether the request changes state: a write is sent at most once past
-        the connection stage (never retried on an unknown outcome).
+        the connection stage (never retried on an unknown outcome). ``read`` turns the answer
+        object into a checked value (see :mod:`._replies`); ``subject`` (``" for lease 'x'"``)
+        goes into messages.
         """
         reauthenticated = False
         failures: list[str] = []
+        untrusted: list[str] = []
+        reason = ""
         attempts = 0
         while attempts < len(self.endpoints):
             endpoint = self.endpoints[self._current]
+            where = f"{path}{subject} at {endpoint}"
             try:
-                status, answer = await self._post(endpoint, path, body)
-            except _CONNECT_FAILURES as exc:
-                failures.append(f"{endpoint}: {type(exc).__name__}")
-                self._move_on_from(endpoint)
-                attempts += 1
-                continue
+                status, content = await self._post(endpoint, path, body)
             except _SEND_FAILURES as exc:
                 self._move_on_from(endpoint)
-                outcome = "; the outcome is unknown" if write else ""
-                raise BackendUnavailable(
-                    f"etcd {path} at {endpoint} failed after the request was sent "
-                    f"({type(exc).__name__}){outcome}"
-                ) from None
+                rejected = _untrusted_certificate(exc)
+                if rejected is None and not isinstance(exc, _CONNECT_FAILURES):
+                    raise _after_sending(exc, where, write=write) from None
+                # Not connected, so nothing was sent: the next endpoint may take it, even a write.
+                if rejected is not None:
+                    untrusted.append(endpoint)
+                    reason = rejected
+                failures.append(f"{endpoint}: {type(exc).__name__}")
+                attempts += 1
+                continue
             if status == 200:
-                if not isinstance(answer, dict):
-                    raise BackendError(
-                        f"etcd {path} at {endpoint} returned {describe_body(answer)}"
-                    )
-                return answer
+                try:
+                    return read_answer(content, where, read, write=write)
+                except BackendProtocolError:
+                    self._move_on_from(endpoint)
+                    raise
+            answer = error_body(content)
             if (
                 self._username is not None
                 and not reauthenticated
@@ -213,12 +313,14 @@ class EtcdClient:
                     attempts += 1
                     continue
             raise error
+        if untrusted:
+            raise _untrusted_error(untrusted, reason)
         raise BackendUnavailable(
             f"etcd {path}: no endpoint answered ({'; '.join(failures)}); check that etcd runs "
             f"and has quorum"
         )
 
-    async def _post(self, endpoint: str, path: str, body: dict[str, Any]) -> tuple[int, object]:
+    async def _post(self, endpoint: str, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
         """One POST to ``endpoint``, authenticating there first if needed."""
         slots = self._slots
         await slots.acquire()  # renewals first; bounded by the caller's deadline
@@ -236,7 +338,7 @@ class EtcdClient:
         if self._username is None:
             return
         if self._token is None:
-            status, answer = await self._send(
+            status, content = await self._send(
                 endpoint,
                 "auth/authenticate",
                 {"name": self._username, "password": self._password or ""},
@@ -246,52 +348,51 @@ class EtcdClient:
             if status != 200:
                 raise error_from_status(
                     status,
-                    answer,
+                    error_body(content),
                     operation="auth/authenticate",
                     endpoint=endpoint,
                     prefix=self._prefix,
                 )
-            token = answer.get("token") if isinstance(answer, dict) else None
-            if not isinstance(token, str) or not token:
-                raise BackendError(f"etcd auth/authenticate at {endpoint} returned no token")
-            self._token = token
+            where = f"auth/authenticate at {endpoint}"
+            self._token = read_answer(content, where, read_token, write=False)
         headers["Authorization"] = self._token  # etcd wants the bare token, no "Bearer"
-
-    # -- key-value helpers -----------------------------------------------------------------
-
-    async def range(self, key: bytes) -> dict[str, Any]:
-        """A linearizable read of one key (the answer's ``header.revision`` is the store's)."""
-        return await self.call("kv/range", {"key": b64(key)}, write=False)
-
-    async def txn(
-        self,
-        compare: list[dict[str, Any]],
-        success: list[dict[str, Any]],
-        failure: list[dict[str, Any]],
-    ) -> dict[str, Any]:
-        """A transaction; ``succeeded`` is absent from the answer when false."""
-        body = {"compare": compare, "success": success, "failure": failure}
-        return await self.call("kv/txn", body, write=True)
 
     # -- watch -----------------------------------------------------------------------------
 
-    async def watch(self, key: bytes, start_revision: int) -> AsyncGenerator[dict[str, Any], None]:
-        """Yield each ``result`` of a watch on ``key`` from ``start_revision`` on.
+    async def watch(
+        self,
+        key: bytes,
+        start_revision: int,
+        *,
+        read: Callable[[JsonObject], T],
+        subject: str = "",
+    ) -> AsyncGenerator[T, None]:
+        """Yield each line of a watch on ``key`` from ``start_revision`` on, read by ``read``.
 
         Ends (returns) when the server closes the stream; raises :class:`BackendUnavailable`
-        when it cannot connect or the stream fails, and the mapped error for an error line.
-        The caller reconnects; a watch is a read, so reconnecting is always safe.
+        when it cannot connect or the stream fails, :class:`BackendProtocolError` for a line
+        that cannot be read, and the mapped error for an error line. The caller reconnects; a
+        watch is a read, so reconnecting is always safe.
         """
         endpoint = self.endpoints[self._current]
+        where = f"watch{subject} at {endpoint}"
         timeout, headers = self._timeouts(stream=True)
         body = {"create_request": {"key": b64(key), "start_revision": str(start_revision)}}
+
+        def read_line(message: JsonObject) -> T:
+            if "error" in message:
+                raise error_from_status(
+                    200, message, operation="watch", endpoint=endpoint, prefix=self._prefix
+                )
+            return read(message)
+
         try:
             await self._authorize(endpoint, headers, timeout)
             async with self._http.stream(
                 "POST", f"{endpoint}{API}/watch", json=body, headers=headers, timeout=timeout
             ) as response:
                 if response.status_code != 200:
-                    answer = _json_or_none(await response.aread())
+                    answer = error_body(await _read_capped(response, MAX_ERROR_BODY))
                     if is_invalid_token(response.status_code, answer):
                         self._token = None
                     raise error_from_status(
@@ -301,37 +402,17 @@ class EtcdClient:
                         endpoint=endpoint,
                         prefix=self._prefix,
                     )
-                async for line in response.aiter_lines():
-                    result = self._watch_result(line, endpoint)
-                    if result is not None:
-                        yield result
+                async for line in _lines(response, where):
+                    if line.strip():
+                        yield read_answer(line, where, read_line, write=False)
         except _SEND_FAILURES as exc:
             self._move_on_from(endpoint)
-            raise BackendUnavailable(
-                f"etcd watch at {endpoint} failed ({type(exc).__name__})"
-            ) from None
+            rejected = _untrusted_certificate(exc)
+            if rejected is not None:
+                raise _untrusted_error([endpoint], rejected) from None
+            if isinstance(exc, httpx.DecodingError):
+                raise _after_sending(exc, where, write=False) from None
+            raise BackendUnavailable(f"etcd {where} failed ({type(exc).__name__})") from None
         except BackendUnavailable:
             self._move_on_from(endpoint)
             raise
-
-    def _watch_result(self, line: str, endpoint: str) -> dict[str, Any] | None:
-        """The ``result`` of one line of a watch stream; raise for an ``error`` line."""
-        if not line.strip():
-            return None
-        message = _json_or_none(line.encode())
-        if not isinstance(message, dict):
-            raise BackendUnavailable(f"etcd watch at {endpoint} sent a malformed line")
-        if "error" in message:
-            raise error_from_status(
-                200, message, operation="watch", endpoint=endpoint, prefix=self._prefix
-            )
-        result = message.get("result")
-        return result if isinstance(result, dict) else None
-
-
-def _json_or_none(content: bytes) -> object:
-    try:
-        result: object = json.loads(content)
-    except ValueError:
-        return None
-    return result

@@ -1,39 +1,34 @@
-"""The etcd v3 JSON gateway's encodings, and the lease record as a JSON value.
-
-The gateway speaks protobuf's JSON mapping, which has three traps this module handles in one
-place:
-
-- ``bytes`` fields (keys, values, ``range_end``) are base64 strings;
-- 64-bit integers (revisions, lease IDs, TTLs, counts) are JSON *strings*, e.g. ``"42"``;
-- fields holding their default value are *omitted*: a failed txn has no ``succeeded`` key, an
-  empty range has no ``kvs``, a PUT event has no ``type``, a missing key's revision is absent.
+"""The lease record as the JSON value stored under its key, both ways.
 
 A record is stored under ``prefix + name`` as a small JSON object; its version is the key's
 ``mod_revision`` (etcd's global revision of the write that last changed it), which is unique for
-every write to the cluster and so never reused for a name.
+every write to the cluster and so never reused for a name. The gateway carries keys and values
+as base64 (:func:`b64`); the answers around them are checked in :mod:`._replies`.
+
+:func:`decode_record` is total: whatever bytes sit under our key, it returns a record. A value
+that is not a record this library wrote (another program's data, another lease's record, a
+field of the wrong type or out of range) comes back with
+:attr:`~trio_lease.LeaseRecord.unreadable` set: held by an unknown holder, never free, and
+never taken over when its fencing token could not be read (``fencing_token`` -1).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
 
 from ..._abc import LeaseRecord
-from ..._exceptions import BackendError
+from ..._exceptions import BackendProtocolError
+from ..._wire import INT32_MAX, INT64_MAX, Malformed, describe, integer, load_json, number, string
 
-__all__ = [
-    "b64",
-    "decode_record",
-    "encode_record",
-    "int64",
-    "unb64",
-]
+__all__ = ["RECORD_FORMAT", "b64", "decode_record", "encode_record"]
 
 #: Bumped if the stored JSON ever changes incompatibly; readers reject formats they don't know.
 RECORD_FORMAT = 1
+#: Longest timestamp string parsed (an ISO 8601 time with offset and microseconds is 32).
+_MAX_TIME_CHARS = 64
+_FOREIGN = "another program may write under this prefix: choose a different `prefix`"
 
 
 def b64(data: str | bytes) -> str:
@@ -42,66 +37,23 @@ def b64(data: str | bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def unb64(text: object) -> bytes:
-    """Decode a base64 ``bytes`` field; a missing field is the default, empty bytes."""
-    if text is None:
-        return b""
-    if not isinstance(text, str):
-        raise BackendError(f"etcd returned a non-string bytes field: {type(text).__name__}")
-    return base64.b64decode(text)
-
-
-def int64(value: object) -> int:
-    """Parse a 64-bit integer field: a JSON string (how the gateway sends it) or number.
-
-    A missing field (``None``) is the default, 0.
-    """
-    if value is None:
-        return 0
-    if isinstance(value, bool):
-        raise BackendError(f"etcd returned a boolean where an integer was expected: {value}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            pass
-    raise BackendError(f"etcd returned a malformed integer field: {value!r}")
-
-
 def _time(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
 def _parse_time(value: object) -> datetime | None:
-    if value is None:
+    """An informational timestamp; one that does not read as ISO 8601 reads as None.
+
+    Timestamps are never compared with a clock (DESIGN §4.1), so a bad one does not make the
+    record unreadable. A time without an offset is taken as UTC (the library writes UTC).
+    """
+    if not isinstance(value, str) or len(value) > _MAX_TIME_CHARS:
         return None
-    if not isinstance(value, str):
-        raise TypeError("timestamp is not a string")
-    return datetime.fromisoformat(value)
-
-
-def _parse(name: str, value: bytes, version: str) -> LeaseRecord:
-    data = json.loads(value)
-    if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
-        raise ValueError("not a trio_lease record")
-    holder = data["holder"]
-    token = data["fencing_token"]
-    duration = data["lease_duration"]
-    if not isinstance(holder, str) or not isinstance(token, int):
-        raise TypeError("holder or fencing_token has the wrong type")
-    if isinstance(duration, bool) or not isinstance(duration, int | float):
-        raise TypeError("lease_duration is not a number")
-    return LeaseRecord(
-        name=name,
-        holder=holder,
-        lease_duration=float(duration),
-        fencing_token=token,
-        acquired_at=_parse_time(data.get("acquired_at")),
-        renewed_at=_parse_time(data.get("renewed_at")),
-        version=version,
-    )
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def encode_record(record: LeaseRecord) -> bytes:
@@ -120,19 +72,63 @@ def encode_record(record: LeaseRecord) -> bytes:
     ).encode()
 
 
-def decode_record(name: str, kv: Mapping[str, Any]) -> LeaseRecord:
-    """Turn a gateway ``KeyValue`` object into a record whose version is its mod_revision.
+def decode_record(name: str, value: bytes, version: str) -> LeaseRecord:
+    """The record stored as ``value`` at ``version`` (a mod_revision), readable or not.
 
-    Raises :class:`BackendError` (naming the lease, not the content) if the value is not a
-    record this library wrote: someone else's data sits under our prefix.
+    Never raises: a value that is not a well-formed record of lease ``name`` gives a record
+    with ``unreadable`` saying which field of the value is wrong, ``holder`` empty, and the
+    fencing token and duration where they could be read (token -1 when the token, the format
+    or the name is wrong: such a record's token history is not this lease's).
     """
-    revision = int64(kv.get("mod_revision"))
-    if revision <= 0:
-        raise BackendError(f"etcd returned lease {name!r} without a mod_revision")
+
+    def unreadable(problem: str, token: int = -1, duration: float = 0.0) -> LeaseRecord:
+        return LeaseRecord(
+            name=name,
+            lease_duration=duration,
+            fencing_token=token,
+            version=version,
+            unreadable=problem,
+        )
+
     try:
-        return _parse(name, unb64(kv.get("value")), str(revision))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BackendError(
-            f"the etcd key for lease {name!r} does not hold a trio_lease record ({exc}); "
-            f"another program writes under the same prefix: choose a different `prefix`"
-        ) from None
+        data = load_json(value, "value")
+    except BackendProtocolError as exc:
+        reason = str(exc).removeprefix("value ").removesuffix("; the outcome is unknown")
+        return unreadable(f"value: not a trio_lease record (it {reason}); {_FOREIGN}")
+    if not isinstance(data, dict) or "format" not in data:
+        kind = describe(data) if not isinstance(data, dict) else "an object without `format`"
+        return unreadable(f"value: not a trio_lease record ({kind}); {_FOREIGN}")
+    stored_format = data["format"]
+    if type(stored_format) is not int or stored_format != RECORD_FORMAT:
+        return unreadable(
+            f"value.format: not record format {RECORD_FORMAT} (written by a newer trio_lease?)"
+        )
+    if data.get("name") != name:
+        return unreadable("value.name: the record of another lease is stored under this key")
+    problems: list[str] = []
+    try:
+        token = integer(data.get("fencing_token"), "value.fencing_token", high=INT64_MAX)
+    except Malformed as exc:
+        problems.append(str(exc))
+        token = -1
+    try:
+        duration = number(data.get("lease_duration"), "value.lease_duration", high=INT32_MAX)
+    except Malformed as exc:
+        problems.append(str(exc))
+        duration = 0.0
+    try:
+        holder = string(data.get("holder"), "value.holder", default=None)
+    except Malformed as exc:
+        problems.append(str(exc))
+        holder = ""
+    if problems:
+        return unreadable("; ".join(problems), token, duration)
+    return LeaseRecord(
+        name=name,
+        holder=holder,
+        lease_duration=duration,
+        fencing_token=token,
+        acquired_at=_parse_time(data.get("acquired_at")),
+        renewed_at=_parse_time(data.get("renewed_at")),
+        version=version,
+    )

@@ -12,18 +12,21 @@ one is missing), so the mapping is total:
   → :class:`BackendAuthError`, with the fix in the message;
 - anything else → :class:`BackendError` (a bug or an unusual server; not retried).
 
-Messages carry the operation, endpoint and etcd's own message, never request bodies (a
-request to ``/v3/auth/authenticate`` carries the password).
+Error bodies are read as leniently as they are written by proxies: a ``code`` that is not a
+gRPC code (a string, a boolean, a float, out of range) is ignored and the HTTP status decides;
+a body that is not JSON (a proxy's HTML page) is never quoted. Messages carry the operation,
+the endpoint and at most a short excerpt of etcd's own message, stripped of control
+characters; never request bodies (a request to ``/v3/auth/authenticate`` carries the password).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from ..._exceptions import BackendAuthError, BackendError, BackendUnavailable
+from ..._exceptions import BackendAuthError, BackendError, BackendProtocolError, BackendUnavailable
+from ..._wire import load_json
 
-__all__ = ["GRPC_CODES", "error_from_status", "is_invalid_token"]
+__all__ = ["GRPC_CODES", "error_body", "error_from_status", "is_invalid_token"]
 
 #: gRPC status code → (name, exception class). Complete: codes 0-16.
 GRPC_CODES: dict[int, tuple[str, type[BackendError]]] = {
@@ -68,16 +71,41 @@ _NEEDS_AUTH = ("user name is empty", "user name not found")
 _AUTH_DISABLED = "authentication is not enabled"
 
 
+#: Longest excerpt of etcd's own message quoted in an error (etcd's are under 80 characters).
+MAX_EXCERPT = 120
+#: Largest error body read (etcd's are a few hundred bytes).
+MAX_ERROR_BODY = 64 * 1024
+
+
+def error_body(content: bytes) -> object:
+    """An error answer's body as JSON, or None when it is not (a proxy's page, garbage)."""
+    try:
+        return load_json(content, "an error body", max_bytes=MAX_ERROR_BODY)
+    except BackendProtocolError:
+        return None
+
+
+def _excerpt(message: str) -> str:
+    """At most :data:`MAX_EXCERPT` characters of ``message``, without control characters."""
+    head = message[: MAX_EXCERPT * 2]
+    text = " ".join("".join(c if c.isprintable() else " " for c in head).split())
+    return text if len(text) <= MAX_EXCERPT else text[: MAX_EXCERPT - 1] + "…"
+
+
 def _code_and_message(status: int, body: object) -> tuple[int, str]:
+    """The gRPC code (from the body if it carries a valid one, else from the HTTP status) and
+    etcd's message (empty when the body has none that is a string)."""
+    code: object = None
+    message: object = None
     if isinstance(body, Mapping):
         error = body.get("error")
         if isinstance(error, Mapping):  # stream lines: {"error": {"grpc_code":..,"message":..}}
             body = error
         code = body.get("code", body.get("grpc_code"))
         message = body.get("message", body.get("error"))
-        if isinstance(code, int) and isinstance(message, str):
-            return code, message
-    return _HTTP_TO_GRPC.get(status, 2 if status >= 500 else 3), f"HTTP {status}"
+    if type(code) is not int or code not in GRPC_CODES:
+        code = _HTTP_TO_GRPC.get(status, 2 if status >= 500 else 3)
+    return code, message if isinstance(message, str) else ""
 
 
 def is_invalid_token(status: int, body: object) -> bool:
@@ -93,11 +121,13 @@ def is_invalid_token(status: int, body: object) -> bool:
 def error_from_status(
     status: int, body: object, *, operation: str, endpoint: str, prefix: str
 ) -> BackendError:
-    """The exception for an error answer ``body`` (parsed JSON, or None) with HTTP ``status``."""
+    """The exception for an error answer ``body`` (from :func:`error_body`) with ``status``."""
     code, message = _code_and_message(status, body)
-    name, kind = GRPC_CODES.get(code, ("UNKNOWN", BackendUnavailable))
+    name, kind = GRPC_CODES[code]
     lowered = message.lower()
     where = f"etcd {operation} at {endpoint}"
+    excerpt = _excerpt(message)
+    said = f"{name}: {excerpt}" if excerpt else f"{name}, HTTP {status}"
     if _BAD_PASSWORD in lowered:
         return BackendAuthError(
             f"{where}: etcd rejected the username or password; check `username` and `password` "
@@ -106,7 +136,7 @@ def error_from_status(
     if any(m in lowered for m in _NEEDS_AUTH):
         return BackendAuthError(
             f"{where}: etcd has authentication enabled and needs a user; set `username` and "
-            f"`password` in the lease configuration ({message})"
+            f"`password` in the lease configuration ({excerpt})"
         )
     if _AUTH_DISABLED in lowered:
         return BackendAuthError(
@@ -115,16 +145,8 @@ def error_from_status(
         )
     if kind is BackendAuthError:
         return BackendAuthError(
-            f"{where} was refused ({name}: {message}); grant the user a role with "
+            f"{where} was refused ({said}); grant the user a role with "
             f"readwrite permission on the key prefix {prefix!r}: `etcdctl role grant-permission "
             f"ROLE --prefix=true readwrite {prefix}`"
         )
-    return kind(f"{where} failed ({name}: {message})")
-
-
-def describe_body(body: object) -> str:
-    """A short description of an unexpected successful answer, for error messages."""
-    if isinstance(body, Mapping):
-        keys: Any = sorted(str(k) for k in body)
-        return f"a JSON object with keys {keys}"
-    return f"a {type(body).__name__}"
+    return kind(f"{where} failed ({said})")

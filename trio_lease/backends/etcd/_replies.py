@@ -1,0 +1,215 @@
+"""Where the etcd gateway's answers become records: every successful reply is checked here.
+
+The client (:mod:`._client`) reads a reply's bytes on either HTTP path (the lean client or
+httpx) and hands them, with one of the readers below, to :func:`read_answer`; nothing else
+looks inside a reply. A reader returns a checked value or raises :class:`Malformed`, which
+becomes a :class:`~trio_lease.BackendProtocolError` naming the operation, the endpoint, the
+lease and the field (never a value: a reply may carry anything). For a write that is an
+unknown outcome, which the core resolves by reading again; a compare that failed is only ever
+a txn answer whose ``succeeded`` is absent or ``false``.
+
+The gateway speaks protobuf's JSON mapping: 64-bit integers arrive as strings (``"42"``),
+``bytes`` as base64, and fields holding their default value are omitted (a failed txn has no
+``succeeded``, an empty range no ``kvs``, a PUT event no ``type``). Every reader accepts
+exactly that and nothing looser. A key-value pair of another key than the one asked for is a
+lie, not a record: a protocol error. Our key holding something that is not a trio_lease record
+is a record all the same (its version, the ``mod_revision``, is readable): it comes back with
+:attr:`~trio_lease.LeaseRecord.unreadable` set (see :func:`._codec.decode_record`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from ..._abc import LeaseRecord
+from ..._exceptions import BackendProtocolError
+from ..._wire import JsonObject, Malformed, describe, integer, load_json, obj, optional_obj
+from ._codec import decode_record
+
+__all__ = [
+    "MAX_TOKEN_CHARS",
+    "RangeState",
+    "WatchBatch",
+    "read_answer",
+    "read_range",
+    "read_token",
+    "read_txn",
+    "read_watch_result",
+]
+
+T = TypeVar("T")
+
+#: Longest auth token accepted (etcd's simple tokens are 16 characters, JWTs a few hundred).
+MAX_TOKEN_CHARS = 4096
+
+
+def read_answer(content: bytes, where: str, reader: Callable[[JsonObject], T], *, write: bool) -> T:
+    """Parse a 200 reply's bytes and read the object with ``reader``.
+
+    ``where`` names the request (``"kv/txn for lease 'job' at http://..."``); ``write`` adds
+    that the outcome is unknown. Raises :class:`BackendProtocolError` naming the field.
+    """
+    suffix = "; the outcome is unknown" if write else ""
+    data = load_json(content, f"etcd's answer to {where}")
+    try:
+        return reader(obj(data, "the answer"))
+    except Malformed as exc:
+        message = f"etcd's answer to {where} is not valid: {exc}{suffix}"
+        raise BackendProtocolError(message) from None
+
+
+def _boolean(value: object, path: str) -> bool:
+    """An optional boolean field: absent is ``False`` (protobuf omits defaults); null is not."""
+    if not isinstance(value, bool):
+        raise Malformed(path, f"expected a boolean, got {describe(value)}")
+    return value
+
+
+def _optional_list(answer: JsonObject, field: str, path: str = "") -> list[object]:
+    """An optional repeated field: absent is empty (protobuf omits it); null is not a list."""
+    if field not in answer:
+        return []
+    value = answer[field]
+    if not isinstance(value, list):
+        raise Malformed(path or field, f"expected a list, got {describe(value)}")
+    return value
+
+
+def _int64(value: object, path: str, *, low: int = 0, required: bool = False) -> int:
+    """A protobuf int64 (a decimal string, or a JSON number); absent is 0 unless required."""
+    return integer(value, path, low=low, default=None if required else 0, from_string=True)
+
+
+def _bytes(value: object, path: str) -> bytes:
+    """A required base64 ``bytes`` field."""
+    if not isinstance(value, str):
+        raise Malformed(path, f"expected a base64 string, got {describe(value)}")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise Malformed(path, "not valid base64") from None
+
+
+def _key_value(
+    value: object, path: str, *, key: bytes, name: str, deleted: bool = False
+) -> LeaseRecord | None:
+    """A ``KeyValue`` of ``key`` as a record, or None when it is a deletion's.
+
+    Its identity (the key) and version (``mod_revision``, plus ``create_revision`` and
+    ``version`` of a live key) must read; its value need not (an unreadable record).
+    """
+    kv = obj(value, path)
+    if _bytes(kv.get("key"), f"{path}.key") != key:
+        raise Malformed(f"{path}.key", "is not the key that was asked for")
+    revision = _int64(kv.get("mod_revision"), f"{path}.mod_revision", low=1, required=True)
+    for field in ("create_revision", "version"):
+        _int64(kv.get(field), f"{path}.{field}", low=0 if deleted else 1, required=not deleted)
+    if deleted:
+        return None
+    version = str(revision)
+    stored = kv.get("value", "")  # an empty value is omitted
+    if not isinstance(stored, str):
+        problem = f"value: expected a base64 string, got {describe(stored)}"
+        return LeaseRecord(name=name, fencing_token=-1, version=version, unreadable=problem)
+    try:
+        raw = base64.b64decode(stored, validate=True)
+    except (binascii.Error, ValueError):
+        problem = "value: not valid base64"
+        return LeaseRecord(name=name, fencing_token=-1, version=version, unreadable=problem)
+    return decode_record(name, raw, version)
+
+
+def read_txn(answer: JsonObject) -> int | None:
+    """The revision of a txn that succeeded (the new version), or None if its compare failed.
+
+    ``succeeded`` must be absent (false) or a boolean: anything else is not a failed compare
+    but an unreadable answer, an unknown outcome.
+    """
+    succeeded = _boolean(answer["succeeded"], "succeeded") if "succeeded" in answer else False
+    header = obj(answer.get("header"), "header")
+    revision = _int64(header.get("revision"), "header.revision")
+    _optional_list(answer, "responses")
+    if not succeeded:
+        return None
+    if revision <= 0:
+        raise Malformed("header.revision", "missing or not positive in a txn that succeeded")
+    return revision
+
+
+@dataclass(frozen=True, slots=True)
+class RangeState:
+    """A checked range answer: the record (None: no such key) and the store's revision."""
+
+    record: LeaseRecord | None
+    revision: int
+
+
+def read_range(answer: JsonObject, *, key: bytes, name: str) -> RangeState:
+    """A single-key range: at most one ``kvs`` entry, of that key; ``count`` agreeing.
+
+    The header's revision (the store's, a positive int64) is where a watch resumes.
+    """
+    header = obj(answer.get("header"), "header")
+    revision = _int64(header.get("revision"), "header.revision", low=1, required=True)
+    kvs = _optional_list(answer, "kvs")
+    if len(kvs) > 1:
+        raise Malformed("kvs", f"{len(kvs)} entries for a single key")
+    if "count" in answer:
+        count = _int64(answer["count"], "count")
+        if count != len(kvs):  # a key said to exist but not sent must not read as missing
+            raise Malformed("count", "does not match the number of entries in kvs")
+    record = _key_value(kvs[0], "kvs[0]", key=key, name=name) if kvs else None
+    return RangeState(record, revision)
+
+
+@dataclass(frozen=True, slots=True)
+class WatchBatch:
+    """A checked watch ``result``: the states its events carry, and whether the watch ended.
+
+    ``states`` holds a record per PUT event and None per DELETE. ``ended`` is true when the
+    server canceled the watch or compacted past it: the stream carries nothing more.
+    """
+
+    states: list[LeaseRecord | None]
+    ended: bool
+
+
+def read_watch_result(message: JsonObject, *, key: bytes, name: str) -> WatchBatch:
+    """The ``result`` of one watch stream line on ``key`` (every event must be of that key)."""
+    result = obj(message.get("result"), "result")
+    header = optional_obj(result.get("header"), "result.header")
+    _int64(header.get("revision"), "result.header.revision")
+    for flag in ("canceled", "created"):
+        if flag in result:
+            _boolean(result[flag], f"result.{flag}")
+    ended = result.get("canceled", False) is True
+    if _int64(result.get("compact_revision"), "result.compact_revision") > 0:
+        ended = True
+    states: list[LeaseRecord | None] = []
+    for i, item in enumerate(_optional_list(result, "events", "result.events")):
+        path = f"result.events[{i}]"
+        event = obj(item, path)
+        kind = event.get("type", "PUT")  # PUT, the default, is omitted
+        if kind not in ("PUT", "DELETE"):
+            raise Malformed(f"{path}.type", "expected PUT or DELETE")
+        deleted = kind == "DELETE"
+        states.append(
+            _key_value(event.get("kv"), f"{path}.kv", key=key, name=name, deleted=deleted)
+        )
+    return WatchBatch(states, ended)
+
+
+def read_token(answer: JsonObject) -> str:
+    """The token of an ``auth/authenticate`` answer: visible ASCII only, fit for a header."""
+    token = answer.get("token")
+    if not isinstance(token, str) or not token:
+        raise Malformed("token", f"expected a non-empty string, got {describe(token)}")
+    if len(token) > MAX_TOKEN_CHARS:
+        raise Malformed("token", f"longer than {MAX_TOKEN_CHARS} characters")
+    if not all("!" <= c <= "~" for c in token):
+        raise Malformed("token", "has characters other than visible ASCII (not fit for a header)")
+    return token
