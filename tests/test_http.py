@@ -18,6 +18,7 @@ import anyio.abc
 import httpx
 import pytest
 
+from trio_lease import BackendProtocolError
 from trio_lease._http import LeanClient
 
 
@@ -290,3 +291,22 @@ async def test_reprs_show_no_header_values() -> None:
         await client.aclose()
     assert "sekrit" not in repr(client) + repr(answer) + repr(answer.headers)
     assert answer.headers["set-cookie"] == "session=sekrit"
+
+
+@pytest.mark.anyio
+async def test_a_reply_body_over_the_cap_is_refused_while_reading() -> None:
+    """A body past max_body raises BackendProtocolError mid-read; the connection is dropped."""
+
+    def script(line: str, connection: int) -> list[bytes | str]:
+        if connection == 0:  # an endless chunked body: never read whole into memory
+            chunk = b"400\r\n" + b"x" * 1024 + b"\r\n"
+            return [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", *[chunk] * 64]
+        return echo(line, connection)
+
+    async with scripted(script) as server:
+        client = LeanClient(server.url, max_body=16 * 1024)
+        with pytest.raises(BackendProtocolError, match="over 16,384 bytes"):
+            await client.request("GET", "/a")
+        answer = await client.request("GET", "/b")
+        await client.aclose()
+    assert answer.json() == {"line": "GET /b HTTP/1.1", "connection": 1}

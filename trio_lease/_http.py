@@ -40,6 +40,9 @@ import anyio.abc
 import h11
 import httpx
 
+from ._exceptions import BackendProtocolError
+from ._wire import MAX_BODY_BYTES
+
 __all__ = ["Answer", "Headers", "LeanClient", "Reply"]
 
 _READ_SIZE = 65536
@@ -142,6 +145,8 @@ class LeanClient:
         headers: sent with every request (for example ``Accept`` and ``User-Agent``).
         connect_timeout: seconds to open a connection (and finish the TLS handshake).
         max_idle: idle connections kept for reuse.
+        max_body: the largest reply body read; a longer one raises
+            :class:`~trio_lease.BackendProtocolError` (default: ``_wire.MAX_BODY_BYTES``).
 
     Not safe for concurrent use beyond what ``max_idle`` connections carry well: callers cap
     the requests in flight (the backends' slots).
@@ -156,6 +161,7 @@ class LeanClient:
         headers: Sequence[tuple[str, str]] = (),
         connect_timeout: float = 30.0,
         max_idle: int = 4,
+        max_body: int = MAX_BODY_BYTES,
     ) -> None:
         parsed = httpx.URL(url)
         if parsed.scheme not in ("http", "https"):
@@ -175,6 +181,7 @@ class LeanClient:
         self.origin = f"{parsed.scheme}://{netloc}{self._prefix}"
         self._connect_timeout = connect_timeout
         self._max_idle = max_idle
+        self._max_body = max_body
         self._idle: list[_Connection] = []
         self._closed = False
         #: Connections opened so far (for tests and the benchmarks).
@@ -268,6 +275,7 @@ class LeanClient:
         status = 0
         headers: Headers | None = None
         chunks: list[bytes] = []
+        size = 0
         parser = conn.h11
         while True:
             try:
@@ -287,6 +295,14 @@ class LeanClient:
                 status = event.status_code
                 headers = Headers(event.headers)
             elif isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > self._max_body:
+                    # A reply is input: never read an unbounded body into memory. The caller
+                    # closes the connection (it is mid-reply), and the outcome is unknown.
+                    raise BackendProtocolError(
+                        f"the reply from {self.origin} is over {self._max_body:,} bytes; the "
+                        "outcome is unknown"
+                    )
                 chunks.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 assert headers is not None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Final
 
 from ._exceptions import BackendProtocolError
@@ -45,6 +46,8 @@ MAX_BODY_BYTES: Final = 4 * 1024 * 1024
 MAX_DEPTH: Final = 64
 #: Longest integer literal accepted (int64 has 19 digits; Python refuses > 4,300 on its own).
 _MAX_INT_DIGITS: Final = 24
+
+_DECIMAL: Final = re.compile(r"-?[0-9]+")
 
 INT32_MAX: Final = 2**31 - 1
 INT64_MAX: Final = 2**63 - 1
@@ -197,7 +200,7 @@ def integer(
         return default
     if isinstance(value, str) and from_string:
         text = value.strip()
-        if not (text.lstrip("-").isdigit() and len(text) <= _MAX_INT_DIGITS and text.isascii()):
+        if len(text) > _MAX_INT_DIGITS or _DECIMAL.fullmatch(text) is None:
             raise Malformed(path, "expected a decimal integer string")
         value = int(text)
     if isinstance(value, bool) or not isinstance(value, int):

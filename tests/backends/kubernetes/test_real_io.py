@@ -57,18 +57,18 @@ async def test_https_with_ca_data_and_tls_server_name(tmp_path: Path) -> None:
         document["clusters"][0]["cluster"]["tls-server-name"] = "wrong.example"
         path.write_text(json.dumps(document))
         async with KubernetesBackend(load_kubeconfig([path])) as backend:
-            with pytest.raises(BackendUnavailable, match="TLS certificate"):
+            with pytest.raises(LeaseConfigError, match="TLS certificate"):
                 await backend.get("tls")
 
 
 async def test_https_with_an_unknown_ca_fails_with_a_tls_hint() -> None:
-    """A server whose CA we do not trust gives BackendUnavailable naming TLS verification."""
+    """A server whose CA we do not trust gives LeaseConfigError naming TLS verification."""
     emulator = KubeEmulator()
     async with emulator.serve() as server:
         other_ca = trustme.CA().cert_pem.bytes()
         config = ClusterConfig(server=server.url, ca_data=other_ca)
         async with KubernetesBackend(config) as backend:
-            with pytest.raises(BackendUnavailable, match="TLS certificate"):
+            with pytest.raises(LeaseConfigError, match="TLS certificate"):
                 await backend.get("x")
 
 
@@ -188,7 +188,7 @@ async def test_rotated_ca_file_is_reread_after_a_verification_failure(tmp_path: 
         ca_file.write_bytes(trustme.CA().cert_pem.bytes())  # the old, now wrong, CA
         config = ClusterConfig(server=server.url, ca_file=ca_file)
         async with KubernetesBackend(config) as backend:
-            with pytest.raises(BackendUnavailable, match="TLS certificate"):
+            with pytest.raises(LeaseConfigError, match="TLS certificate"):
                 await backend.get("x")
             ca_file.write_bytes(server.ca_pem)  # the kubelet rotated ca.crt
             assert await backend.get("x") is None
