@@ -583,8 +583,13 @@ class Lease:
                         if version != known:
                             wakeup.set()
                         known = version
-            except Exception as exc:
+            except BackendUnavailable as exc:
                 logger.info("lease %r: watch failed (%s); polling meanwhile", self.name, exc)
+            except Exception as exc:
+                # Not transient (credentials, TLS, a missing CRD): wake the waiting loop, whose
+                # next attempt meets the error too and ends the wait with it.
+                logger.info("lease %r: watch failed (%s)", self.name, exc)
+                wakeup.set()
             await anyio.sleep(self.settings.wait_interval)
 
     # -- holding as a scope ---------------------------------------------------------------------

@@ -493,6 +493,7 @@ class _BadWatch(MemoryBackend):
         super().__init__()
         self.item = item
         self.error = error
+        self.reads = 0
 
     async def watch(self, name: str) -> Any:
         yield await self.get(name)
@@ -535,3 +536,30 @@ async def test_waiting_contender_survives_a_bad_watch_and_acquires_on_release() 
         async with lease.held(timeout=10) as grant:
             assert grant.fencing_token == 2
             assert anyio.current_time() - start < 3 + SETTINGS.wait_interval + 1
+
+
+async def test_a_watch_meeting_an_error_retrying_cannot_fix_ends_the_wait_at_once() -> None:
+    """When the store starts refusing us (TLS, CRD gone) the watch wakes the wait, which ends."""
+    store = MemoryStore()
+    seed(store, holder="other", fencing_token=1, lease_duration=15)
+    error = LeaseConfigError("the server's TLS certificate does not verify")
+
+    class Refusing(_BadWatch):
+        """Answers the first read; then every read and the watch fail with ``error``."""
+
+        async def get(self, name: str) -> LeaseRecord | None:
+            if self.reads:
+                raise error
+            self.reads += 1
+            return await super().get(name)
+
+    backend = Refusing(error=error)
+    backend.reads = 0
+    backend.store = store
+    lease = Lease("job", "me", backend, SETTINGS)
+    start = anyio.current_time()
+    with pytest.raises(LeaseConfigError) as info:
+        async with lease.held(timeout=60):
+            pytest.fail("granted")
+    assert info.value is error
+    assert anyio.current_time() - start < SETTINGS.wait_interval
