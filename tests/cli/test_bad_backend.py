@@ -61,10 +61,10 @@ def test_waiting_run_on_a_sqlite_path_under_a_file_exits_78_without_a_traceback(
 
 
 def test_unreadable_sqlite_row_is_shown_as_such_and_never_taken_as_free(cli: Cli) -> None:
-    """A row whose holder is not text: status says unreadable; run --no-wait exits 75 (busy)."""
+    """A row whose holder is a blob: status says unreadable; run --no-wait exits 75 (busy)."""
     assert cli.run("run", "job", *FAST, "--", "true").returncode == 0  # creates the file
-    with sqlite3.connect(cli.db) as conn:
-        conn.execute("UPDATE leases SET holder = 5 WHERE name = 'job'")
+    with sqlite3.connect(cli.db) as conn:  # TEXT affinity would turn a number into text
+        conn.execute("UPDATE leases SET holder = X'00ff' WHERE name = 'job'")
     rows = cli.status("job")
     assert rows[0]["unreadable"] and "holder" in rows[0]["unreadable"]
     table = cli.run("status", "job")
@@ -72,3 +72,15 @@ def test_unreadable_sqlite_row_is_shown_as_such_and_never_taken_as_free(cli: Cli
     busy = cli.run("run", "job", *FAST, "--no-wait", "--", "true")
     assert busy.returncode == EXIT_BUSY, busy.stderr
     assert "unreadable" in busy.stderr
+
+
+def test_release_force_refuses_a_record_whose_token_is_unreadable(cli: Cli) -> None:
+    """release --force will not write over a record whose fencing token cannot be read."""
+    assert cli.run("run", "job", *FAST, "--", "true").returncode == 0
+    with sqlite3.connect(cli.db) as conn:
+        conn.execute("UPDATE leases SET fencing_token = 'abc' WHERE name = 'job'")
+    result = cli.run("release", "job", "--force")
+    assert result.returncode == EXIT_UNAVAILABLE, result.stderr
+    assert "fencing token" in result.stderr and "Traceback" not in result.stderr
+    with sqlite3.connect(cli.db) as conn:
+        assert conn.execute("SELECT fencing_token FROM leases").fetchone() == ("abc",)
