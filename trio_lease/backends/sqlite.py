@@ -36,7 +36,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -153,8 +153,20 @@ def _time(value: object, column: str) -> datetime | None:
     except ValueError:
         raise Malformed(column, "expected an ISO-8601 time") from None
     if moment.utcoffset() is None:
-        raise Malformed(column, "expected a time with a UTC offset, got a local (naive) time")
+        moment = moment.replace(tzinfo=UTC)  # as the etcd backend reads one
     return moment
+
+
+def _informational_time(value: object, column: str) -> datetime | None:
+    """A timestamp column: for humans only (never compared), so a bad one reads as None.
+
+    The same rule as the other backends: an unreadable wall-clock time does not make the record
+    unreadable, since no decision depends on it (DESIGN §4.1).
+    """
+    try:
+        return _time(value, column)
+    except Malformed:
+        return None
 
 
 def _iso(value: object) -> object:
@@ -192,8 +204,8 @@ def _record_from_row(row: Sequence[object], path: Path) -> LeaseRecord:
     holder = read(_text, 1)
     duration = read(_wire.number, 2)  # finite, in [0, 2**31 - 1]
     token = read(_wire.integer, 3)  # an integer in [0, 2**63 - 1]: not a real, not text
-    acquired = read(_time, 4)
-    renewed = read(_time, 5)
+    acquired = _informational_time(row[4], _LEASE_COLUMNS[4])
+    renewed = _informational_time(row[5], _LEASE_COLUMNS[5])
     return LeaseRecord(
         name=name,
         holder=holder if holder is not None and not problems else "",
