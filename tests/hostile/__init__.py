@@ -1,0 +1,1 @@
+"""The hostile-server suite: fake API servers that lie, and checks that the library never does."""
