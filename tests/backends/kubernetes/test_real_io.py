@@ -13,7 +13,7 @@ import anyio
 import pytest
 import trustme
 
-from trio_lease import BackendAuthError, BackendUnavailable, LeaseConfigError, LeaseRecord
+from trio_lease import BackendAuthError, LeaseConfigError, LeaseRecord
 from trio_lease.backends.kubernetes import (
     ClusterConfig,
     Credentials,
