@@ -170,6 +170,27 @@ async def test_an_idle_connection_the_server_closed_is_replaced_without_an_error
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("separate_write", [False, True])
+async def test_bytes_after_a_reply_are_never_read_as_the_next_answer(separate_write: bool) -> None:
+    """A server that answers a request twice: the second copy, sent with the first (one write)
+    or just after it, must not become the answer to the next request on that connection."""
+
+    def script(line: str, connection: int) -> list[bytes | str]:
+        answer = echo(line, connection)[0]
+        return [answer, answer] if separate_write else [answer + answer]
+
+    async with scripted(script) as server:
+        client = LeanClient(server.url)
+        first = await client.request("GET", "/a")
+        await anyio.sleep(0.05)  # the second copy reaches the idle connection
+        second = await client.request("GET", "/b")
+        await client.aclose()
+    assert first.json()["line"] == "GET /a HTTP/1.1"
+    assert second.json()["line"] == "GET /b HTTP/1.1"
+    assert client.connections_opened == 2
+
+
+@pytest.mark.anyio
 async def test_connection_close_in_the_reply_is_honoured() -> None:
     def script(line: str, connection: int) -> list[bytes | str]:
         return [reply(b"{}", "Connection: close")]

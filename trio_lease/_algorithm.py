@@ -127,32 +127,34 @@ def decide_acquire(
     now: float,
     settings: LeaseSettings,
     wall_now: datetime,
+    token_floor: int = 0,
 ) -> Busy | Write:
     """Decide what an acquire attempt does after reading ``record``.
 
     The caller has already checked that it holds no live grant of this lease in this process
     (reentrancy is resolved before reading). So a record naming our own identity is a leftover
     of ours (a write whose outcome we never learned, a crashed scope): take it as a new grant.
+
+    ``token_floor`` is the highest fencing token the caller has seen on this lease: a new grant's
+    token is above it even if the record read shows a lower one (a reply that dropped the token
+    must not make a token repeat).
     """
     if record is None:
-        return Write(_grant(name, identity, 0, settings, wall_now), None)
+        return Write(_grant(name, identity, token_floor, settings, wall_now), None)
+    previous = max(record.fencing_token, token_floor)
     if record.unreadable:
         remaining = expires_in(record, observation, now, settings)
         if record.fencing_token < 0:
             remaining = math.inf  # no token to continue from: fencing forbids a takeover
         if remaining > 0:
             return Busy(UNKNOWN_HOLDER, remaining, record.unreadable)
-        return Write(
-            _grant(name, identity, record.fencing_token, settings, wall_now), record.version
-        )
+        return Write(_grant(name, identity, previous, settings, wall_now), record.version)
     if record.is_free or record.holder == identity:
-        return Write(
-            _grant(name, identity, record.fencing_token, settings, wall_now), record.version
-        )
+        return Write(_grant(name, identity, previous, settings, wall_now), record.version)
     remaining = expires_in(record, observation, now, settings)
     if remaining > 0:
         return Busy(record.holder, remaining)
-    return Write(_grant(name, identity, record.fencing_token, settings, wall_now), record.version)
+    return Write(_grant(name, identity, previous, settings, wall_now), record.version)
 
 
 def renewal(current: LeaseRecord, wall_now: datetime) -> LeaseRecord:

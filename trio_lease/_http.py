@@ -237,7 +237,11 @@ class LeanClient:
         except BaseException:
             await conn.close()
             raise
-        if conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE:
+        # Reuse the connection only if the reply ended cleanly and nothing followed it: bytes
+        # the server sent beyond the reply (a second copy of it, say) would otherwise be read
+        # as the answer to the next request.
+        unasked, _ = conn.h11.trailing_data
+        if conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE and not unasked:
             conn.h11.start_next_cycle()
             if len(self._idle) < self._max_idle and not self._closed:
                 self._idle.append(conn)

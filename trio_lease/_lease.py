@@ -202,6 +202,8 @@ class Lease:
         self._wall_clock = wall_clock if wall_clock is not None else _utc_now
         self._observation: algo.Observation | None = None
         self._last_record: LeaseRecord | None = None
+        #: The highest fencing token seen on this lease (read or granted): new grants go above.
+        self._token_floor = 0
         self._host: TaskGroup | None = None
         self._host_stack: AsyncExitStack | None = None
         self._akka: _AkkaHold | None = None
@@ -228,6 +230,8 @@ class Lease:
     def _observe(self, record: LeaseRecord | None) -> None:
         self._observation = algo.observe(self._observation, record, self._clock())
         self._last_record = record
+        if record is not None and not record.unreadable:
+            self._token_floor = max(self._token_floor, record.fencing_token)
 
     async def _read(self) -> LeaseRecord | None:
         try:
@@ -322,11 +326,13 @@ class Lease:
                 now=self._clock(),
                 settings=self.settings,
                 wall_now=self._wall_clock(),
+                token_floor=self._token_floor,
             )
             if isinstance(decision, algo.Busy):
                 return decision
             holding = await self._write_grant(decision)
             if holding is not None:
+                self._token_floor = max(self._token_floor, holding.token)
                 holding.holds += 1
                 return holding
             conflicts += 1

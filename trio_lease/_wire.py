@@ -94,6 +94,13 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: valid JSON, but no double holds it, and no JSON
+        raise ValueError(f"contains a number out of range ({text[:24]})")  # writer can re-send it
+    return value
+
+
 def _depth_exceeds(content: bytes, limit: int) -> bool:
     """Whether objects/arrays in ``content`` nest deeper than ``limit`` (strings skipped)."""
     # Fast path: fewer opening brackets than the limit cannot nest deeper than it (a Lease
@@ -133,7 +140,8 @@ def load_json(
 
     ``what`` names the reply for the message (``"the answer to update of leases … 'job'"``).
     Refused before parsing: bodies over ``max_bytes`` and nesting deeper than ``max_depth``;
-    while parsing: invalid JSON or UTF-8, ``NaN``/``Infinity``, integers longer than 24 digits.
+    while parsing: invalid JSON or UTF-8, ``NaN``/``Infinity``, integers longer than 24 digits,
+    numbers out of a double's range (``1e999``, which would read as infinity).
     """
     data = content.encode("utf-8", "surrogatepass") if isinstance(content, str) else content
     if len(data) > max_bytes:
@@ -146,7 +154,12 @@ def load_json(
             f"{what} nests deeper than {max_depth} levels; the outcome is unknown"
         )
     try:
-        return json.loads(data, parse_constant=_refuse_constant, parse_int=_parse_int)
+        return json.loads(
+            data,
+            parse_constant=_refuse_constant,
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+        )
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
         if isinstance(exc, json.JSONDecodeError):
             reason = "is not valid JSON"

@@ -278,6 +278,24 @@ async def test_lying_release_echo_is_an_unknown_outcome() -> None:
             await lease.release()
 
 
+async def test_a_read_that_drops_the_token_never_makes_a_grant_token_repeat() -> None:
+    """A reply missing the token (read as 0, as a record no library of ours wrote) after our
+    grant 1 was released: the next grant goes above every token this lease has seen, so the
+    sequence 1, 1 the hostile-server suite found cannot happen (tokens strictly increase)."""
+    backend = Scripted()
+    lease = Lease("job", "me", backend, SETTINGS)
+    async with lease.try_held() as first:
+        pass
+    backend.on_get = lambda record: (
+        dataclasses.replace(record, fencing_token=0) if record is not None else None
+    )
+    async with lease.try_held() as second:
+        stored = await MemoryBackend.get(backend, "job")
+        assert stored is not None and stored.fencing_token == second.fencing_token
+    assert (first.fencing_token, second.fencing_token) == (1, 2)
+
+
+
 # -- bounded, paced loops -------------------------------------------------------------------------
 
 

@@ -153,6 +153,22 @@ async def test_readable_txn_answers_are_versions_or_conflicts() -> None:
         assert (await b.create(LeaseRecord(name="x"))).version == "5"
 
 
+@pytest.mark.parametrize("revision", ["2", "3"])
+async def test_an_update_answered_success_at_or_below_the_compared_revision_is_unknown(
+    revision: str,
+) -> None:
+    """A txn that writes makes a new revision: a success at or below the mod_revision it
+    compared (3) was not applied as answered, an unknown outcome; above it is the version."""
+    answers = iter([
+        {"header": {"revision": revision}, "succeeded": True},
+        {"header": {"revision": "4"}, "succeeded": True},
+    ])
+    async with backend(lambda request: respond(next(answers))) as b:
+        with pytest.raises(BackendProtocolError, match="not above the compared revision 3"):
+            await b.update(LeaseRecord(name="x", holder="me"), "3")
+        assert (await b.update(LeaseRecord(name="x", holder="me"), "3")).version == "4"
+
+
 async def test_try_held_does_not_spin_on_an_unreadable_txn_answer() -> None:
     """A txn answered `"succeeded": "true"` ends try_held with one write, not a retry loop."""
     requests: list[str] = []

@@ -187,6 +187,9 @@ NOT_A_LEASE: dict[str, Callable[[JSON], object]] = {
     "int-resource-version": _set_metadata(resourceVersion=12),
     "no-uid": _set_metadata(uid=_DROP),
     "nan": lambda obj: json.dumps(obj).encode()[:-1] + b',"x":NaN}',
+    # 1e999 is valid JSON that reads as infinity, which no JSON writer can send back (a PUT
+    # built from the object would fail in the encoder, untyped)
+    "out-of-range-float": lambda obj: json.dumps(obj).encode()[:-1] + b',"x":1e999}',
     "400-digit-duration": lambda obj: json.dumps({**obj, "spec": {}}).encode().replace(
         b'"spec": {}', b'"spec": {"leaseDurationSeconds": ' + b"9" * 400 + b"}"),
     "deeply-nested": _deep,
@@ -575,6 +578,7 @@ HOSTILE_STREAMS: dict[str, Callable[[str], bytes]] = {
     "object-not-an-object": lambda kind: _line({"type": "MODIFIED", "object": 5}),
     "json-list": lambda kind: _line([1, 2]),
     "nan": lambda kind: b'{"type": "MODIFIED", "object": {"x": NaN}}\n',
+    "out-of-range-float": lambda kind: b'{"type": "MODIFIED", "object": {"x": -1e999}}\n',
     "deep": lambda kind: b"[" * 100_000 + b"]" * 100_000 + b"\n",
     "bookmark-without-version": lambda kind: _line({"type": "BOOKMARK", "object": {
         "metadata": {"resourceVersion": 5}}}),

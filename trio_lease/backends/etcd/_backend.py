@@ -223,8 +223,13 @@ class EtcdBackend(LeaseBackend):
             subject=f" for lease {name!r}",
         )
 
-    async def _swap(self, record: LeaseRecord, compare: dict[str, Any]) -> LeaseRecord | None:
-        """Put ``record`` if ``compare`` holds; return it with its new version, else None."""
+    async def _swap(
+        self, record: LeaseRecord, compare: dict[str, Any], *, above: int = 0
+    ) -> LeaseRecord | None:
+        """Put ``record`` if ``compare`` holds; return it with its new version, else None.
+
+        ``above``: the revision compared against; a success must be newer than it.
+        """
         key = b64(self._key(record.name))
         body = {
             "compare": [{**compare, "key": key, "result": "EQUAL"}],
@@ -232,7 +237,11 @@ class EtcdBackend(LeaseBackend):
             "failure": [],
         }
         revision = await self._client.call(
-            "kv/txn", body, write=True, read=read_txn, subject=f" for lease {record.name!r}"
+            "kv/txn",
+            body,
+            write=True,
+            read=functools.partial(read_txn, above=above),
+            subject=f" for lease {record.name!r}",
         )
         if revision is None:
             return None
@@ -253,7 +262,9 @@ class EtcdBackend(LeaseBackend):
             raise ConflictError(
                 f"lease {record.name!r}: {expected_version!r} is not an etcd mod_revision"
             )
-        stored = await self._swap(record, {"target": "MOD", "mod_revision": str(expected)})
+        stored = await self._swap(
+            record, {"target": "MOD", "mod_revision": str(expected)}, above=expected
+        )
         if stored is None:
             raise ConflictError(
                 f"lease {record.name!r} is missing or no longer at version {expected_version}"

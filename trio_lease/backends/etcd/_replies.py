@@ -123,11 +123,13 @@ def _key_value(
     return decode_record(name, raw, version)
 
 
-def read_txn(answer: JsonObject) -> int | None:
+def read_txn(answer: JsonObject, *, above: int = 0) -> int | None:
     """The revision of a txn that succeeded (the new version), or None if its compare failed.
 
     ``succeeded`` must be absent (false) or a boolean: anything else is not a failed compare
-    but an unreadable answer, an unknown outcome.
+    but an unreadable answer, an unknown outcome. A txn that wrote creates a new revision, so
+    a success must carry a revision above ``above`` (the ``mod_revision`` it compared against);
+    one that does not was not applied as answered.
     """
     succeeded = _boolean(answer["succeeded"], "succeeded") if "succeeded" in answer else False
     header = obj(answer.get("header"), "header")
@@ -137,6 +139,11 @@ def read_txn(answer: JsonObject) -> int | None:
         return None
     if revision <= 0:
         raise Malformed("header.revision", "missing or not positive in a txn that succeeded")
+    if revision <= above:
+        raise Malformed(
+            "header.revision",
+            f"{revision} in a txn that succeeded, not above the compared revision {above}",
+        )
     return revision
 
 
