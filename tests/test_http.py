@@ -177,6 +177,7 @@ async def test_bytes_after_a_reply_are_never_read_as_the_next_answer(separate_wr
 
     def script(line: str, connection: int) -> list[bytes | str]:
         answer = echo(line, connection)[0]
+        assert isinstance(answer, bytes)
         return [answer, answer] if separate_write else [answer + answer]
 
     async with scripted(script) as server:
