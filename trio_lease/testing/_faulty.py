@@ -48,16 +48,19 @@ class FaultyBackend(LeaseBackend):
         lost_reply_rate: float = 0.0,
         watch_enabled: bool = True,
     ) -> None:
-        self.inner = inner
-        self.random = random.Random(seed)
-        self.latency = latency
-        self.reply_latency = reply_latency
-        self.error_rate = error_rate
-        self.lost_reply_rate = lost_reply_rate
-        self.supports_watch = inner.supports_watch and watch_enabled
+        #: The wrapped backend: every request that gets through goes to it.
+        self.inner: LeaseBackend = inner
+        #: Draws the random faults and delays (seeded, so a run can be replayed).
+        self.random: random.Random = random.Random(seed)
+        self.latency: Delay = latency
+        self.reply_latency: Delay = reply_latency
+        self.error_rate: float = error_rate
+        self.lost_reply_rate: float = lost_reply_rate
+        self.supports_watch: bool = inner.supports_watch and watch_enabled
+        #: Requests made so far, by operation ("get", "create", "update", "watch").
         self.calls: Counter[str] = Counter()
-        self._fail_next = 0
-        self._lose_next = 0
+        self._fail_next: int = 0
+        self._lose_next: int = 0
         self._resumed: anyio.Event | None = None
 
     def __repr__(self) -> str:
@@ -84,12 +87,14 @@ class FaultyBackend(LeaseBackend):
             self._resumed = anyio.Event()
 
     def resume(self) -> None:
+        """Let hanging and new requests through again (after :meth:`pause`)."""
         if self._resumed is not None:
             self._resumed.set()
             self._resumed = None
 
     @property
     def paused(self) -> bool:
+        """True between :meth:`pause` and :meth:`resume`."""
         return self._resumed is not None
 
     def _delay(self, delay: Delay) -> float:
