@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from trio_lease import LeaseConfigError, LeaseProvider, LeaseSettings
-from trio_lease._cli import CLI_DEFAULTS
+from trio_lease._cli._options import CLI_DEFAULTS
 from trio_lease._settings import parse_duration
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,0 +1,178 @@
+"""The operator's commands on records: ``status`` and ``release --force``.
+
+``status`` reads records and shows them (wall-clock ages, for humans only); ``release --force``
+frees a lease whoever holds it (the break-glass, unsafe: fencing tokens protect the data). Both
+read through :func:`_checked_get`, which turns anything a backend raises outside the exception
+tree into a typed error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+
+from .. import _algorithm as algo
+from .._abc import LeaseBackend, LeaseRecord
+from .._exceptions import (
+    BackendError,
+    BackendProtocolError,
+    BackendUnavailable,
+    ConflictError,
+    LeaseConfigError,
+    LeaseError,
+)
+from ._options import add_backend_options, env_flag, open_backend
+
+__all__ = ["add_admin_commands"]
+
+#: How often ``release --force`` reads and writes again when the record changed meanwhile.
+RELEASE_ATTEMPTS = 5
+
+
+def add_admin_commands(commands: Any) -> None:
+    """Register ``status`` and ``release`` on the command's subparsers."""
+    status = commands.add_parser("status", help="show holder, token, age, expiry")
+    status.add_argument("names", nargs="*")
+    status.add_argument("--json", action="store_true", default=bool(env_flag("json")))
+    add_backend_options(status)
+    status.set_defaults(func=status_command)
+
+    release = commands.add_parser("release", help="break-glass: free a lease (unsafe)")
+    release.add_argument("name")
+    # Deliberately not from the environment: breaking a lease must be asked for each time.
+    release.add_argument("--force", action="store_true")
+    add_backend_options(release)
+    release.set_defaults(func=release_command)
+
+
+async def status_command(args: argparse.Namespace) -> int:
+    """Show the named leases (all of them when the backend can list them) as a table or JSON."""
+    backend, _ = open_backend(args)
+    async with backend:
+        names: list[str] = list(args.names) or await _all_names(backend)
+        rows = [_describe(await _checked_get(backend, name), name) for name in names]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'NAME':24} {'HOLDER':36} {'TOKEN':>6} {'AGE':>9} {'EXPIRES IN':>10}")
+    for row in rows:
+        print(_table_line(row))
+    return 0
+
+
+async def _all_names(backend: LeaseBackend) -> list[str]:
+    lister = getattr(backend, "names", None)
+    if lister is None:
+        raise LeaseConfigError("this backend cannot list leases: name them")
+    names: list[str] = await lister()
+    return names
+
+
+def _describe(record: LeaseRecord | None, name: str) -> dict[str, Any]:
+    if record is None:
+        return {"name": name, "exists": False}
+    now = datetime.now(UTC)
+    renewed = record.renewed_at
+    return {
+        "name": name,
+        "exists": True,
+        "holder": record.holder or None,
+        "fencing_token": record.fencing_token,
+        "lease_duration": record.lease_duration,
+        "acquired_at": record.acquired_at.isoformat() if record.acquired_at else None,
+        "renewed_at": renewed.isoformat() if renewed else None,
+        "age_s": round((now - record.acquired_at).total_seconds(), 3)
+        if record.acquired_at and record.holder
+        else None,
+        # From wall clocks, for humans only: contenders judge expiry on their own clock.
+        "expires_in_s": round(record.lease_duration - (now - renewed).total_seconds(), 3)
+        if renewed and record.holder
+        else None,
+        "version": record.version,
+        "unreadable": record.unreadable or None,
+    }
+
+
+def _table_line(row: dict[str, Any]) -> str:
+    if not row["exists"]:
+        return f"{row['name']:24} {'(no record)':36}"
+    if row["unreadable"]:
+        return (
+            f"{row['name']:24} {'(unreadable record)':36} version {row['version']}: "
+            f"{row['unreadable']}"
+        )
+    age = "-" if row["age_s"] is None else f"{row['age_s']:.1f}s"
+    expires = "-" if row["expires_in_s"] is None else f"{row['expires_in_s']:.1f}s"
+    return (
+        f"{row['name']:24} {row['holder'] or '(free)':36} {row['fencing_token']:>6} "
+        f"{age:>9} {expires:>10}"
+    )
+
+
+async def release_command(args: argparse.Namespace) -> int:
+    """Free the lease whoever holds it, keeping its fencing token (needs ``--force``)."""
+    if not args.force:
+        print(
+            "trio-lease: release needs --force. It frees the lease whoever holds it: the holder "
+            "may still be working until it notices (fencing tokens protect your data).",
+            file=sys.stderr,
+        )
+        return 2
+    backend, _ = open_backend(args)
+    async with backend:
+        for attempt in range(RELEASE_ATTEMPTS):
+            if attempt:
+                await anyio.sleep(0.05 * 2**attempt)  # renewed or taken over meanwhile
+            if await _release_once(backend, args.name):
+                return 0
+    raise BackendUnavailable(f"lease {args.name!r} kept changing while releasing it; try again")
+
+
+async def _release_once(backend: LeaseBackend, name: str) -> bool:
+    """One read and compare-and-swap; False if the record changed in between."""
+    record = await _checked_get(backend, name)
+    if record is None or record.is_free:
+        print(f"trio-lease: {name!r} is not held")
+        return True
+    if record.unreadable and record.fencing_token < 0:
+        raise BackendError(
+            f"the record of lease {name!r} is unreadable ({record.unreadable}), "
+            "its fencing token included: a release would lose the token history that "
+            "fencing relies on. Fix or delete the record with the store's own tools"
+        )
+    # The same record a holder's own release writes: no holder, the token kept.
+    written = algo.release_record(dataclasses.replace(record, unreadable=""), datetime.now(UTC))
+    try:
+        stored = await backend.update(written, record.version)
+    except ConflictError:
+        return False
+    problem = algo.echo_problem(stored, written, record.version)
+    if problem:
+        raise BackendProtocolError(
+            f"releasing {name!r}: {problem}; run `trio-lease status {name}` "
+            "to see what the store holds"
+        )
+    was = algo.UNKNOWN_HOLDER if record.unreadable else repr(record.holder)
+    print(f"trio-lease: released {name!r} (was held by {was})")
+    return True
+
+
+async def _checked_get(backend: LeaseBackend, name: str) -> LeaseRecord | None:
+    """``backend.get`` with anything outside the exception tree turned into a typed error."""
+    try:
+        record = await backend.get(name)
+    except LeaseError:
+        raise
+    except Exception as exc:
+        raise BackendProtocolError(
+            f"reading lease {name!r}: {backend!r} raised {type(exc).__name__}"
+        ) from exc
+    if record is not None and not isinstance(record, LeaseRecord):
+        raise BackendProtocolError(f"reading lease {name!r}: {backend!r} returned no record")
+    return record

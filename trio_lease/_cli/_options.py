@@ -1,0 +1,126 @@
+"""Options shared by the commands, and how they resolve to a backend and its settings.
+
+Every option but ``release --force`` can come from the command line or from an environment
+variable ``TRIO_LEASE_<OPTION>`` (``TRIO_LEASE_SQLITE_PATH``, ``TRIO_LEASE_OWNER``,
+``TRIO_LEASE_NO_WAIT=1``); the environment gives the parser's defaults, so the command line
+wins. The backend comes from ``--config FILE --section PATH`` (a LeaseProvider TOML section),
+else from ``--backend NAME`` (default ``sqlite`` at the per-user path). Timings: the command
+line, else the environment, else the ``--config`` section (as LeaseProvider reads it), else,
+without ``--config``, :data:`CLI_DEFAULTS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from typing import Any
+
+from .._abc import LeaseBackend
+from .._exceptions import LeaseConfigError
+from .._provider import LeaseProvider, build_backend, load_backend_class
+from .._settings import LeaseSettings, parse_duration
+
+__all__ = [
+    "CLI_DEFAULTS",
+    "add_backend_options",
+    "default_owner",
+    "duration",
+    "env",
+    "env_flag",
+    "open_backend",
+]
+
+#: Timings when neither the command line, the environment nor a --config section sets them.
+CLI_DEFAULTS = {
+    "heartbeat_timeout": "15s",
+    "heartbeat_interval": "2s",
+    "lease_operation_timeout": "1s",
+    "stop_timeout": "2s",
+}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    """The option ``name`` from the environment (``TRIO_LEASE_<NAME>``), else ``default``."""
+    return os.environ.get(_env_name(name), default)
+
+
+def _env_name(name: str) -> str:
+    return f"TRIO_LEASE_{name.upper().replace('-', '_')}"
+
+
+def env_flag(name: str) -> bool | None:
+    """A boolean option from the environment (1/true/yes/on, 0/false/no/off), None if unset."""
+    value = env(name)
+    if value is None:
+        return None
+    if value.strip().lower() in _TRUE:
+        return True
+    if value.strip().lower() in _FALSE:
+        return False
+    raise LeaseConfigError(f"{_env_name(name)}={value!r}: use 1/true/yes/on or 0/false/no/off")
+
+
+def default_owner() -> str:
+    """``TRIO_LEASE_OWNER``, else ``POD_NAME`` (Kubernetes downward API), else the hostname."""
+    return env("owner") or os.environ.get("POD_NAME") or socket.gethostname()
+
+
+def duration(value: str) -> float:
+    """An argparse type: seconds or a duration (``30``, ``30s``, ``2m``)."""
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_backend_options(parser: argparse.ArgumentParser) -> None:
+    """The backend and timing options of every command that touches leases."""
+    group = parser.add_argument_group("backend")
+    group.add_argument("--config", default=env("config"), help="LeaseProvider TOML file")
+    group.add_argument("--section", default=env("section"), help="section path in --config")
+    group.add_argument(
+        "--backend",
+        default=env("backend", "sqlite"),
+        help="backend name when no --config is given (default: sqlite)",
+    )
+    group.add_argument(
+        "--sqlite-path", default=env("sqlite_path"), help="SQLite file (default: per-user path)"
+    )
+    timing = parser.add_argument_group("timing (seconds or '1.5s', '250ms', '2m')")
+    for option, default in CLI_DEFAULTS.items():
+        flag = option.replace("_", "-")
+        # None means "not given": the --config section, else CLI_DEFAULTS, decides.
+        timing.add_argument(
+            f"--{flag}", dest=option, default=env(option), help=f"default: {default}"
+        )
+
+
+def _settings(args: argparse.Namespace, base: LeaseSettings | None) -> LeaseSettings:
+    """Timings given on the command line or in the environment, over ``base`` (a section)."""
+    given = {option: getattr(args, option) for option in CLI_DEFAULTS}
+    given = {option: value for option, value in given.items() if value is not None}
+    if base is None:
+        return LeaseSettings(**(CLI_DEFAULTS | given))
+    if not given:
+        return base
+    return LeaseSettings(**(base.model_dump(exclude_unset=True) | given))
+
+
+def open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]:
+    """The backend and settings the options name (not entered yet: ``async with`` it)."""
+    if args.config:
+        if not args.section:
+            raise LeaseConfigError("--config needs --section (the TOML section of the lease)")
+        provider = LeaseProvider(args.config)
+        backend, section_settings = provider._backend_for(args.section)
+        return backend, _settings(args, section_settings)
+    settings = _settings(args, None)  # validate before opening anything
+    config: dict[str, Any] = {}
+    if args.backend == "sqlite" and args.sqlite_path:
+        config["path"] = args.sqlite_path
+    cls = load_backend_class(args.backend, "--backend")
+    return build_backend(cls, config, "--backend"), settings

@@ -1,0 +1,145 @@
+"""``trio-lease run NAME -- CMD...``: run CMD only while this process holds the lease NAME.
+
+It waits for the lease (or, with ``--no-wait``, gives up at once if another owner holds it),
+saying on stderr what it waits for (:mod:`._waiting`), then runs CMD under the lease
+(:mod:`._child`). SIGINT or SIGTERM stops the child the same way a lost lease does, then
+releases the lease, and the command exits 128+N. The lease's errors reach the entry point,
+which maps them to exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from .._lease import Lease
+from .._settings import LeaseSettings
+from ._child import check_command, run_child
+from ._options import add_backend_options, default_owner, duration, env, env_flag, open_backend
+from ._waiting import report_waiting
+
+__all__ = ["add_run_command", "run"]
+
+
+def add_run_command(commands: Any) -> None:
+    """Register ``run`` on the ``trio-lease`` command's subparsers."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "run", help="run a command only while holding the lease"
+    )
+    parser.add_argument("name", help="lease name")
+    parser.add_argument("--owner", default=default_owner(), help="owner name (default: hostname)")
+    wait = parser.add_mutually_exclusive_group()
+    no_wait, env_wait = env_flag("no_wait"), env_flag("wait")
+    waits = not no_wait if no_wait is not None else (env_wait if env_wait is not None else True)
+    wait.add_argument("--wait", dest="wait", action="store_true", default=waits)
+    wait.add_argument("--no-wait", dest="wait", action="store_false", help="exit 75 if busy")
+    env_timeout = env("timeout")
+    parser.add_argument(
+        "--timeout",
+        type=duration,
+        default=None if env_timeout is None else duration(env_timeout),
+        help="give up waiting after this long (exit 124)",
+    )
+    parser.add_argument("command", nargs="*", help="-- CMD [ARGS...]")
+    add_backend_options(parser)
+    parser.set_defaults(func=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Hold the lease while CMD runs; CMD's exit code, or 128+N if stopped by signal N."""
+    command: list[str] = args.command
+    check_command(command)
+    backend, settings = open_backend(args)
+    lease = Lease(args.name, args.owner, backend, settings)
+    supervisor = _Supervisor(lease, settings, command, wait=args.wait, timeout=args.timeout)
+    async with backend:
+        await supervisor.supervise()
+    return supervisor.exit_code()
+
+
+class _Supervisor:
+    """One run: the lease held around the child, both stopped on SIGINT or SIGTERM."""
+
+    lease: Lease
+    settings: LeaseSettings
+    command: list[str]
+    wait: bool
+    timeout: float | None
+    #: The child's exit code, once it ran.
+    code: int
+    #: The error that ended the run (re-raised outside the task group), if any.
+    error: Exception | None
+    #: The signal that stopped the run, if any.
+    stopped_by: int | None
+
+    def __init__(
+        self,
+        lease: Lease,
+        settings: LeaseSettings,
+        command: list[str],
+        *,
+        wait: bool,
+        timeout: float | None,
+    ) -> None:
+        self.lease = lease
+        self.settings = settings
+        self.command = command
+        self.wait = wait
+        self.timeout = timeout
+        self.code = 0
+        self.error = None
+        self.stopped_by = None
+
+    async def supervise(self) -> None:
+        """Hold and run until the child exits, the lease is lost or a signal arrives."""
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._cancel_on_signal, signals, tg)
+                tg.start_soon(self._hold_and_run, tg)
+
+    def exit_code(self) -> int:
+        """The command's exit code; raises the error that ended the run, if any."""
+        if self.error is not None:
+            raise self.error
+        if self.stopped_by is not None:
+            return 128 + self.stopped_by
+        return self.code
+
+    async def _cancel_on_signal(
+        self, signals: AsyncIterator[signal.Signals], tg: TaskGroup
+    ) -> None:
+        async for signum in signals:
+            print(f"trio-lease: got signal {signum}; stopping", file=sys.stderr)
+            self.stopped_by = int(signum)
+            tg.cancel_scope.cancel()
+            return
+
+    async def _hold_and_run(self, tg: TaskGroup) -> None:
+        lease = self.lease
+        try:
+            scope = lease.held(timeout=self.timeout) if self.wait else lease.try_held()
+            reporter = anyio.CancelScope()
+            tg.start_soon(report_waiting, lease, self.settings, reporter)
+            try:
+                async with scope as grant:
+                    reporter.cancel()
+                    lease_env = {
+                        "TRIO_LEASE_NAME": lease.name,
+                        "TRIO_LEASE_OWNER": lease.identity,
+                        "TRIO_LEASE_FENCING_TOKEN": str(grant.fencing_token),
+                    }
+                    self.code = await run_child(
+                        self.command, lease_env, self.settings.stop_timeout
+                    )
+            finally:
+                reporter.cancel()
+        except Exception as exc:  # re-raised by exit_code(), outside the task group
+            self.error = exc
+        finally:
+            tg.cancel_scope.cancel()
