@@ -8,9 +8,9 @@ from ._backend import KubernetesBackend as KubernetesBackend
 from ._check import CheckProblem as CheckProblem
 from ._check import CheckReport as CheckReport
 from ._check import check as check
-from ._config import ClusterConfig as ClusterConfig
-from ._config import Credentials as Credentials
-from ._config import ExecConfig as ExecConfig
+from ._cluster import ClusterConfig as ClusterConfig
+from ._cluster import Credentials as Credentials
+from ._cluster import ExecConfig as ExecConfig
 from ._config import explicit_config as explicit_config
 from ._config import in_cluster_config as in_cluster_config
 from ._config import resolve_config as resolve_config

@@ -65,7 +65,7 @@ import anyio
 import httpx
 
 from ..._exceptions import BackendAuthError, LeaseConfigError
-from ._config import ClusterConfig, Credentials, ExecConfig
+from ._cluster import ClusterConfig, Credentials, ExecConfig
 from ._models import parse_time
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Where the API server is and how to authenticate: explicit, in-cluster or kubeconfig.
+"""Where the cluster configuration comes from: explicit keys, in-cluster or a kubeconfig.
 
 Precedence (the first that applies wins; documented in docs/kubernetes.md):
 
@@ -15,123 +15,26 @@ Precedence (the first that applies wins; documented in docs/kubernetes.md):
 section's ``namespace``, else the source's (in cluster: ``POD_NAMESPACE``, then the namespace
 file; kubeconfig: the context's), else ``"default"``.
 
-:class:`ClusterConfig` never shows a token, key or exec plugin argument in its ``repr``. Token
-contents are checked where they are read (:mod:`._auth`), not here, so a token file is checked
-on every re-read and a :class:`Credentials` built by hand is checked the same way.
+The types built here (:class:`ClusterConfig`, :class:`Credentials`) are in :mod:`._cluster`;
+kubeconfig files are read by :mod:`._kubeconfig`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..._exceptions import LeaseConfigError
-from ._names import validate_namespace
+from ._cluster import DEFAULT_TOKEN_REFRESH, Credentials
+from ._cluster import ClusterConfig as ClusterConfig  # still imported from here by ._client
+from ._kubeconfig import load_kubeconfig
 
-__all__ = [
-    "SERVICE_ACCOUNT_DIR",
-    "ClusterConfig",
-    "Credentials",
-    "ExecConfig",
-    "explicit_config",
-    "in_cluster_config",
-    "resolve_config",
-]
+__all__ = ["SERVICE_ACCOUNT_DIR", "explicit_config", "in_cluster_config", "resolve_config"]
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-#: client-go re-reads a token file every minute; so do we, and at once after a 401.
-DEFAULT_TOKEN_REFRESH = 60.0
-
-
-@dataclasses.dataclass(frozen=True)
-class ExecConfig:
-    """A kubeconfig ``exec`` credential plugin (``client.authentication.k8s.io/v1``).
-
-    Messages and the ``repr`` name the ``command`` only: ``args`` and ``env`` may carry secrets
-    (``--client-secret=...``), so they are never shown.
-    """
-
-    command: str
-    args: tuple[str, ...] = dataclasses.field(default=(), repr=False)
-    env: tuple[tuple[str, str], ...] = dataclasses.field(default=(), repr=False)
-    api_version: str = "client.authentication.k8s.io/v1"
-    install_hint: str = ""
-    provide_cluster_info: bool = False
-    interactive_mode: str = "Never"
-
-
-@dataclasses.dataclass(frozen=True)
-class Credentials:
-    """How requests authenticate. Secrets are excluded from ``repr``."""
-
-    token: str | None = dataclasses.field(default=None, repr=False)
-    token_file: Path | None = None
-    token_refresh: float = DEFAULT_TOKEN_REFRESH
-    client_cert_file: Path | None = None
-    client_key_file: Path | None = None
-    client_cert_data: bytes | None = dataclasses.field(default=None, repr=False)
-    client_key_data: bytes | None = dataclasses.field(default=None, repr=False)
-    exec: ExecConfig | None = None
-    impersonate_user: str | None = None
-    impersonate_groups: tuple[str, ...] = ()
-    #: Where these credentials were configured, for messages ("kubeconfig user 'dev'
-    #: (/home/me/.kube/config)", "the in-cluster service account"); never a secret. Empty: the
-    #: cluster configuration's ``source`` is named instead.
-    origin: str = ""
-
-    @property
-    def kind(self) -> str:
-        """A name for the method, for messages: "token-file", "exec", ..."""
-        if self.token_file is not None:
-            return "token-file"
-        if self.token is not None:
-            return "token"
-        if self.exec is not None:
-            return "exec"
-        if self.client_cert_file is not None or self.client_cert_data is not None:
-            return "client-certificate"
-        return "none"
-
-
-@dataclasses.dataclass(frozen=True)
-class ClusterConfig:
-    """One API server and how to talk to it."""
-
-    server: str
-    namespace: str = "default"
-    credentials: Credentials = dataclasses.field(default_factory=Credentials)
-    ca_data: bytes | None = dataclasses.field(default=None, repr=False)
-    ca_file: Path | None = None
-    insecure_skip_tls_verify: bool = False
-    tls_server_name: str | None = None
-    proxy_url: str | None = None
-    #: Where this came from, for messages ("in-cluster", "kubeconfig ~/.kube/config context x").
-    source: str = "explicit"
-
-    def __post_init__(self) -> None:
-        if not self.server.startswith(("https://", "http://")):
-            raise LeaseConfigError(
-                f"server {self.server!r} must be an http:// or https:// URL ({self.source})"
-            )
-        if self.insecure_skip_tls_verify and (self.ca_data or self.ca_file):
-            raise LeaseConfigError(
-                "specifying a root certificate with insecure-skip-tls-verify is not allowed "
-                f"({self.source}): drop one of them"
-            )
-        has_cert = self.credentials.client_cert_file or self.credentials.client_cert_data
-        has_key = self.credentials.client_key_file or self.credentials.client_key_data
-        if bool(has_cert) != bool(has_key):
-            raise LeaseConfigError(
-                f"a client certificate needs its key and a key its certificate ({self.source})"
-            )
-        validate_namespace(self.namespace)
-
-    @property
-    def server_url(self) -> str:
-        return self.server.rstrip("/")
 
 
 def _bracket(host: str) -> str:
@@ -229,51 +132,62 @@ def resolve_config(
     home: Path | None = None,
 ) -> ClusterConfig:
     """Pick the configuration by the documented precedence (module docstring)."""
-    from ._kubeconfig import load_kubeconfig
-
     env = os.environ if env is None else env
     in_cluster = _bool(section, "in-cluster")
     namespace = _opt_str(section, "namespace")
     context = _opt_str(section, "context")
-    raw_paths = section.get("kubeconfig")
-    if isinstance(raw_paths, str):
-        paths = [Path(p).expanduser() for p in raw_paths.split(os.pathsep) if p]
-    elif isinstance(raw_paths, list) and all(isinstance(p, str) for p in raw_paths):
-        paths = [Path(p).expanduser() for p in raw_paths]
-    elif raw_paths is None:
-        paths = []
-    else:
-        raise LeaseConfigError("'kubeconfig' must be a path or a list of paths")
+    paths = _listed_paths(section)
 
-    config: ClusterConfig
-    if section.get("server"):
-        config = explicit_config(section)
-    elif in_cluster:
-        config = in_cluster_config(env, service_account_dir)
-    elif paths or context:
-        if not paths:
-            paths = _default_kubeconfig_paths(env, home)
-        config = load_kubeconfig(paths, context=context)
-    elif env.get("KUBECONFIG"):
-        config = load_kubeconfig(_default_kubeconfig_paths(env, home))
-    elif in_cluster is None and env.get("KUBERNETES_SERVICE_HOST"):
-        config = in_cluster_config(env, service_account_dir)
-    else:
-        default = _default_kubeconfig_paths(env, home)
-        if not any(p.exists() for p in default):
-            raise LeaseConfigError(
-                "no Kubernetes configuration found: set 'server' (and 'token-file') in the "
-                "section, run in a pod (in-cluster), or provide a kubeconfig (KUBECONFIG or "
-                "~/.kube/config)"
-            )
-        config = load_kubeconfig(default)
+    def defaults() -> list[Path]:
+        return _default_kubeconfig_paths(env, home)
+
+    def pod() -> ClusterConfig:
+        return in_cluster_config(env, service_account_dir)
+
+    #: (whether the step applies, how it builds the configuration), in precedence order.
+    steps: tuple[tuple[bool, Callable[[], ClusterConfig]], ...] = (
+        (bool(section.get("server")), lambda: explicit_config(section)),
+        (bool(in_cluster), pod),
+        (bool(paths or context), lambda: load_kubeconfig(paths or defaults(), context=context)),
+        (bool(env.get("KUBECONFIG")), lambda: load_kubeconfig(defaults())),
+        (in_cluster is None and bool(env.get("KUBERNETES_SERVICE_HOST")), pod),
+    )
+    build = next((build for applies, build in steps if applies), None)
+    config = build() if build is not None else _home_kubeconfig(defaults())
     if namespace:
         config = dataclasses.replace(config, namespace=namespace)
     return config
 
 
+def _split(listed: str) -> list[Path]:
+    return [Path(p).expanduser() for p in listed.split(os.pathsep) if p]
+
+
+def _listed_paths(section: Mapping[str, Any]) -> list[Path]:
+    """The section's ``kubeconfig``: a path list (``os.pathsep``) or a list of paths."""
+    raw_paths = section.get("kubeconfig")
+    if raw_paths is None:
+        return []
+    if isinstance(raw_paths, str):
+        return _split(raw_paths)
+    if isinstance(raw_paths, list) and all(isinstance(p, str) for p in raw_paths):
+        return [Path(p).expanduser() for p in raw_paths]
+    raise LeaseConfigError("'kubeconfig' must be a path or a list of paths")
+
+
 def _default_kubeconfig_paths(env: Mapping[str, str], home: Path | None) -> list[Path]:
     listed = env.get("KUBECONFIG")
     if listed:
-        return [Path(p).expanduser() for p in listed.split(os.pathsep) if p]
+        return _split(listed)
     return [(home or Path.home()) / ".kube" / "config"]
+
+
+def _home_kubeconfig(default: list[Path]) -> ClusterConfig:
+    """The last step: ~/.kube/config, which must exist."""
+    if not any(p.exists() for p in default):
+        raise LeaseConfigError(
+            "no Kubernetes configuration found: set 'server' (and 'token-file') in the "
+            "section, run in a pod (in-cluster), or provide a kubeconfig (KUBECONFIG or "
+            "~/.kube/config)"
+        )
+    return load_kubeconfig(default)

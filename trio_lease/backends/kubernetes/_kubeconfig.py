@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 import yaml
 
 from ..._exceptions import LeaseConfigError
-from ._config import ClusterConfig, Credentials, ExecConfig
+from ._cluster import ClusterConfig, Credentials, ExecConfig
 
 __all__ = ["load_kubeconfig"]
 
@@ -123,6 +124,8 @@ def _strings(entry: dict[str, Any], key: str, where: str, prefix: str = "") -> t
 
 
 class _Merged:
+    """The files read so far, merged by clientcmd's rules: the first definition of a name wins."""
+
     def __init__(self) -> None:
         # name -> (entry, the file that defined it)
         self.clusters: dict[str, tuple[dict[str, Any], Path]] = {}
@@ -131,44 +134,64 @@ class _Merged:
         self.current_context: str | None = None
         self.files: list[Path] = []
 
+    def add(self, data: dict[str, Any], path: Path) -> None:
+        """Merge one file's document (already read as a mapping)."""
+        where = f"kubeconfig {path}"
+        self.files.append(path)
+        for section, key, target in (
+            ("clusters", "cluster", self.clusters),
+            ("users", "user", self.users),
+            ("contexts", "context", self.contexts),
+        ):
+            for index, item in enumerate(_items(data.get(section), where, section)):
+                named = _named_entry(item, where, f"{section}[{index}]", section, key)
+                if named is not None:
+                    target.setdefault(named[0], (named[1], path))
+        current = data.get("current-context")
+        if current is not None and not isinstance(current, str):
+            raise _wrong(where, "current-context", "a string", current)
+        if self.current_context is None and current:
+            self.current_context = current
+
+
+def _named_entry(
+    item: object, where: str, field: str, section: str, key: str
+) -> tuple[str, dict[str, Any]] | None:
+    """(name, entry) of one list item of ``clusters``, ``users`` or ``contexts``.
+
+    None for an item without a name: nothing can refer to it.
+    """
+    item = _mapping(item, where, field)
+    name = item.get("name")
+    if name is None or name == "":
+        return None
+    if not isinstance(name, str):
+        raise _wrong(where, f"{field}.name", "a string", name)
+    return name, _mapping(item.get(key), where, f"{section}[{name}].{key}")
+
+
+def _read_document(path: Path) -> dict[str, Any] | None:
+    """The YAML mapping in ``path``; None when the file does not exist."""
+    try:
+        content = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise LeaseConfigError(f"cannot read kubeconfig {path}: {exc.strerror}") from None
+    try:
+        # Bytes: PyYAML detects the encoding and reports bad bytes as a ReaderError.
+        data = yaml.safe_load(content)
+    except (yaml.YAMLError, RecursionError, ValueError, TypeError, OverflowError) as exc:
+        raise _yaml_error(path, exc) from None
+    return _mapping(data, f"kubeconfig {path}", "the document")
+
 
 def _load(paths: list[Path]) -> _Merged:
     merged = _Merged()
     for path in paths:
-        try:
-            content = path.read_bytes()
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise LeaseConfigError(f"cannot read kubeconfig {path}: {exc.strerror}") from None
-        try:
-            # Bytes: PyYAML detects the encoding and reports bad bytes as a ReaderError.
-            data = yaml.safe_load(content)
-        except (yaml.YAMLError, RecursionError, ValueError, TypeError, OverflowError) as exc:
-            raise _yaml_error(path, exc) from None
-        where = f"kubeconfig {path}"
-        data = _mapping(data, where, "the document")
-        merged.files.append(path)
-        for section, key, target in (
-            ("clusters", "cluster", merged.clusters),
-            ("users", "user", merged.users),
-            ("contexts", "context", merged.contexts),
-        ):
-            for index, item in enumerate(_items(data.get(section), where, section)):
-                field = f"{section}[{index}]"
-                item = _mapping(item, where, field)
-                name = item.get("name")
-                if name is None or name == "":
-                    continue  # nothing can refer to an entry without a name
-                if not isinstance(name, str):
-                    raise _wrong(where, f"{field}.name", "a string", name)
-                entry = _mapping(item.get(key), where, f"{section}[{name}].{key}")
-                target.setdefault(name, (entry, path))
-        current = data.get("current-context")
-        if current is not None and not isinstance(current, str):
-            raise _wrong(where, "current-context", "a string", current)
-        if merged.current_context is None and current:
-            merged.current_context = current
+        data = _read_document(path)
+        if data is not None:
+            merged.add(data, path)
     return merged
 
 
@@ -230,10 +253,40 @@ def _exec(raw: dict[str, Any], base: Path, where: str) -> ExecConfig | None:
     )
 
 
-def load_kubeconfig(paths: list[Path], *, context: str | None = None) -> ClusterConfig:
-    """Merge ``paths`` and resolve ``context`` (default: the current context)."""
-    merged = _load(paths)
-    shown = ", ".join(str(p) for p in paths)
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    """A merged entry (a context, cluster or user): its fields, its file's folder, its name."""
+
+    fields: dict[str, Any]
+    base: Path
+    #: For messages: "kubeconfig cluster 'c1' (/home/me/.kube/config)".
+    where: str
+
+    def string(self, key: str, prefix: str = "") -> str | None:
+        return _string(self.fields, key, self.where, prefix)
+
+    def path(self, key: str) -> Path | None:
+        """A path field, relative to the file that named it."""
+        return _resolve(self.base, self.string(key))
+
+    def data(self, key: str) -> bytes | None:
+        """A base64 ``*-data`` field, decoded."""
+        return _b64(self.string(key), key, self.where)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Selected:
+    """The context ``where`` names, and its cluster and user."""
+
+    where: str
+    context: _Entry
+    cluster_name: str
+    cluster: _Entry
+    user: _Entry
+
+
+def _select(merged: _Merged, shown: str, context: str | None) -> _Selected:
+    """The context named ``context`` (default: the current one), its cluster and user."""
     if not merged.files:
         raise LeaseConfigError(f"no kubeconfig file found (looked at {shown})")
     name = context or merged.current_context
@@ -243,73 +296,83 @@ def load_kubeconfig(paths: list[Path], *, context: str | None = None) -> Cluster
         raise LeaseConfigError(f"context {name!r} is not defined in kubeconfig ({shown})")
     ctx, ctx_file = merged.contexts[name]
     where = f"kubeconfig context {name!r}"
-    ctx_where = f"{where} ({ctx_file})"
-    cluster_name = _string(ctx, "cluster", ctx_where, "context.")
-    user_name = _string(ctx, "user", ctx_where, "context.")
+    chosen = _Entry(ctx, ctx_file.parent, f"{where} ({ctx_file})")
+    cluster_name = chosen.string("cluster", "context.")
+    user_name = chosen.string("user", "context.")
     if cluster_name is None or cluster_name not in merged.clusters:
         raise LeaseConfigError(f"{where} names cluster {cluster_name!r}, which is not defined")
     cluster, cluster_file = merged.clusters[cluster_name]
-    cluster_where = f"kubeconfig cluster {cluster_name!r} ({cluster_file})"
     user: dict[str, Any] = {}
     user_file = cluster_file
     if user_name is not None:
         if user_name not in merged.users:
             raise LeaseConfigError(f"{where} names user {user_name!r}, which is not defined")
         user, user_file = merged.users[user_name]
-    user_where = f"kubeconfig user {user_name!r} ({user_file})"
-    cluster_base, user_base = cluster_file.parent, user_file.parent
+    return _Selected(
+        where=where,
+        context=chosen,
+        cluster_name=cluster_name,
+        cluster=_Entry(
+            cluster, cluster_file.parent, f"kubeconfig cluster {cluster_name!r} ({cluster_file})"
+        ),
+        user=_Entry(user, user_file.parent, f"kubeconfig user {user_name!r} ({user_file})"),
+    )
 
-    server = _string(cluster, "server", cluster_where)
-    if server is None:
-        raise LeaseConfigError(f"cluster {cluster_name!r} in {where} has no server")
-    ca_data = _b64(
-        _string(cluster, "certificate-authority-data", cluster_where),
-        "certificate-authority-data",
-        cluster_where,
-    )
-    ca_file = None
-    if not ca_data:
-        ca_file = _resolve(cluster_base, _string(cluster, "certificate-authority", cluster_where))
-    cert_data = _b64(
-        _string(user, "client-certificate-data", user_where), "client-certificate-data",
-        user_where,
-    )
-    key_data = _b64(_string(user, "client-key-data", user_where), "client-key-data", user_where)
-    cert_file = _resolve(user_base, _string(user, "client-certificate", user_where))
-    key_file = _resolve(user_base, _string(user, "client-key", user_where))
-    token_file = _resolve(user_base, _string(user, "tokenFile", user_where))
-    token = _string(user, "token", user_where)
-    if user.get("username") or user.get("password"):
+
+def _credentials(user: _Entry, where: str) -> Credentials:
+    """The credentials of a kubeconfig user (``where``: its context, for messages)."""
+    cert_data = user.data("client-certificate-data")
+    key_data = user.data("client-key-data")
+    cert_file = user.path("client-certificate")
+    key_file = user.path("client-key")
+    token_file = user.path("tokenFile")
+    token = user.string("token")
+    if user.fields.get("username") or user.fields.get("password"):
         raise LeaseConfigError(
             f"{where} uses username/password, which Kubernetes removed in 1.19: use a token, "
             "a client certificate or an exec plugin"
         )
-    if user.get("auth-provider"):
+    if user.fields.get("auth-provider"):
         raise LeaseConfigError(
             f"{where} uses a legacy auth-provider: switch the user to an exec plugin "
             "(for example kubelogin, gke-gcloud-auth-plugin, aws eks get-token)"
         )
-    credentials = Credentials(
+    return Credentials(
         token=None if token_file else token,
         token_file=token_file,
         client_cert_file=None if cert_data else cert_file,
         client_key_file=None if key_data else key_file,
         client_cert_data=cert_data,
         client_key_data=key_data,
-        exec=_exec(_mapping(user.get("exec"), user_where, "exec"), user_base, user_where),
-        impersonate_user=_string(user, "as", user_where),
-        impersonate_groups=_strings(user, "as-groups", user_where),
-        origin=user_where,
+        exec=_exec(_mapping(user.fields.get("exec"), user.where, "exec"), user.base, user.where),
+        impersonate_user=user.string("as"),
+        impersonate_groups=_strings(user.fields, "as-groups", user.where),
+        origin=user.where,
     )
-    namespace = _string(ctx, "namespace", ctx_where, "context.")
+
+
+def load_kubeconfig(paths: list[Path], *, context: str | None = None) -> ClusterConfig:
+    """Merge ``paths`` and resolve ``context`` (default: the current context)."""
+    merged = _load(paths)
+    chosen = _select(merged, ", ".join(str(p) for p in paths), context)
+    cluster = chosen.cluster
+    server = cluster.string("server")
+    if server is None:
+        raise LeaseConfigError(
+            f"cluster {chosen.cluster_name!r} in {chosen.where} has no server"
+        )
+    ca_data = cluster.data("certificate-authority-data")
+    ca_file = None if ca_data else cluster.path("certificate-authority")
+    credentials = _credentials(chosen.user, chosen.where)
+    namespace = chosen.context.string("namespace", "context.")
     return ClusterConfig(
         server=server,
         namespace=namespace or "default",
         credentials=credentials,
         ca_data=ca_data,
         ca_file=ca_file,
-        insecure_skip_tls_verify=_flag(cluster, "insecure-skip-tls-verify", cluster_where),
-        tls_server_name=_string(cluster, "tls-server-name", cluster_where),
-        proxy_url=_string(cluster, "proxy-url", cluster_where),
-        source=f"{where} ({merged.files[0]})",
+        insecure_skip_tls_verify=_flag(cluster.fields, "insecure-skip-tls-verify", cluster.where),
+        tls_server_name=cluster.string("tls-server-name"),
+        proxy_url=cluster.string("proxy-url"),
+        source=f"{chosen.where} ({merged.files[0]})",
     )
