@@ -27,6 +27,7 @@ from .._exceptions import (
 )
 from .._lease import WAITING_LOG, reraise, sole_error
 from ._admin import add_admin_commands
+from ._manifests import add_manifests_command
 from ._run import add_run_command
 
 __all__ = ["build_parser", "main"]
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command_name", required=True)
     add_run_command(commands)
     add_admin_commands(commands)
+    add_manifests_command(commands)
     _add_optional_commands(commands)
     return parser
 
