@@ -71,3 +71,11 @@ def test_release_force_frees_the_lease_and_keeps_the_token(cli: Cli) -> None:
     next_log, next_child = cli.child("next", sleep=0)
     assert cli.run("run", "job", *FAST, "--", *next_child).returncode == 0
     assert wait_for_event(next_log, "start")["token"] == 2
+
+
+def test_status_without_names_on_a_backend_that_cannot_list_exits_78(cli: Cli) -> None:
+    """`status` with no names on a backend without names() asks for names and exits 78."""
+    result = cli.run("status", "--backend", "memory")
+    assert result.returncode == 78
+    assert result.stderr == "trio-lease: this backend cannot list leases: name them\n"
+    assert result.stdout == ""
