@@ -10,7 +10,8 @@ import pytest
 
 from trio_lease import BackendAuthError
 from trio_lease.backends.kubernetes import Credentials
-from trio_lease.backends.kubernetes._auth import FileTokenSource, KubeAuth, StaticTokenSource
+from trio_lease.backends.kubernetes._auth import KubeAuth
+from trio_lease.backends.kubernetes._tokens import FileTokenSource, StaticTokenSource
 
 pytestmark = pytest.mark.anyio
 

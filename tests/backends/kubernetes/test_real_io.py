@@ -21,7 +21,8 @@ from trio_lease.backends.kubernetes import (
     KubernetesBackend,
     load_kubeconfig,
 )
-from trio_lease.backends.kubernetes._auth import ExecTokenSource, ssl_context
+from trio_lease.backends.kubernetes._auth import ssl_context
+from trio_lease.backends.kubernetes._exec import ExecTokenSource
 from trio_lease.testing.kube import KubeEmulator
 
 pytestmark = pytest.mark.anyio

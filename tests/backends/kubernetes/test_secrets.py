@@ -29,15 +29,16 @@ from trio_lease.backends.kubernetes import (
     load_kubeconfig,
     resolve_config,
 )
-from trio_lease.backends.kubernetes._auth import (
+from trio_lease.backends.kubernetes._auth import KubeAuth, ssl_context
+from trio_lease.backends.kubernetes._exec import (
     MAX_EXEC_OUTPUT_BYTES,
-    MAX_TOKEN_FILE_BYTES,
     ExecTokenSource,
-    FileTokenSource,
-    KubeAuth,
-    StaticTokenSource,
     read_exec_credential,
-    ssl_context,
+)
+from trio_lease.backends.kubernetes._tokens import (
+    MAX_TOKEN_FILE_BYTES,
+    FileTokenSource,
+    StaticTokenSource,
     token_problem,
 )
 from trio_lease.testing.kube import KubeEmulator
