@@ -20,6 +20,8 @@ from typing import Any
 import anyio
 
 from ..._exceptions import LeaseConfigError
+from ._backend import KubernetesBackend
+from ._check import CheckReport
 
 __all__ = ["add_check_command", "run_check"]
 
@@ -42,22 +44,8 @@ def add_check_command(subparsers: Any) -> None:
 
 
 def _section(args: argparse.Namespace) -> dict[str, Any]:
-    if args.config:
-        if not args.section:
-            raise LeaseConfigError("--config needs --section (the TOML section of the lease)")
-        try:
-            data: Any = tomllib.loads(Path(args.config).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise LeaseConfigError(f"cannot read {args.config}: {exc}") from None
-        for part in args.section.split("."):
-            if not isinstance(data, dict) or part not in data:
-                raise LeaseConfigError(f"{args.config} has no section [{args.section}]")
-            data = data[part]
-        if not isinstance(data, dict):
-            raise LeaseConfigError(f"[{args.section}] in {args.config} is not a table")
-        section = dict(data)
-    else:
-        section = {}
+    """The backend's keys: the ``--config`` section, if any, with the options given over it."""
+    section = _config_section(args.config, args.section) if args.config else {}
     for option in _OPTIONS:
         value = getattr(args, option.replace("-", "_"), None)
         if value is not None:
@@ -65,27 +53,42 @@ def _section(args: argparse.Namespace) -> dict[str, Any]:
     return section
 
 
+def _config_section(config: str, path: str | None) -> dict[str, Any]:
+    """The table at the dotted ``path`` in the TOML file ``config``."""
+    if not path:
+        raise LeaseConfigError("--config needs --section (the TOML section of the lease)")
+    try:
+        data: Any = tomllib.loads(Path(config).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise LeaseConfigError(f"cannot read {config}: {exc}") from None
+    for part in path.split("."):
+        if not isinstance(data, dict) or part not in data:
+            raise LeaseConfigError(f"{config} has no section [{path}]")
+        data = data[part]
+    if not isinstance(data, dict):
+        raise LeaseConfigError(f"[{path}] in {config} is not a table")
+    return dict(data)
+
+
 def run_check(args: argparse.Namespace) -> int:
     """Build the backend, run the check, print the report; 0 if fine, 1 if not."""
-    from ._backend import KubernetesBackend
+    report = anyio.run(_check, _section(args))
+    print(json.dumps(_as_json(report), indent=2) if args.json else report)
+    return 0 if report.ok else 1
 
-    section = _section(args)
 
-    async def main() -> int:
-        async with KubernetesBackend.from_config(section) as backend:
-            report = await backend.check()
-        if args.json:
-            print(json.dumps({
-                "ok": report.ok,
-                "server": report.server,
-                "namespace": report.namespace,
-                "lease_kind": report.lease_kind,
-                "source": report.source,
-                "problems": [{"what": p.what, "fix": p.fix} for p in report.problems],
-                "notes": report.notes,
-            }, indent=2))
-        else:
-            print(report)
-        return 0 if report.ok else 1
+async def _check(section: dict[str, Any]) -> CheckReport:
+    async with KubernetesBackend.from_config(section) as backend:
+        return await backend.check()
 
-    return anyio.run(main)
+
+def _as_json(report: CheckReport) -> dict[str, Any]:
+    return {
+        "ok": report.ok,
+        "server": report.server,
+        "namespace": report.namespace,
+        "lease_kind": report.lease_kind,
+        "source": report.source,
+        "problems": [{"what": p.what, "fix": p.fix} for p in report.problems],
+        "notes": report.notes,
+    }
