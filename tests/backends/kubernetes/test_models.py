@@ -9,14 +9,9 @@ import pytest
 
 from trio_lease import LeaseRecord
 from trio_lease._wire import Malformed
-from trio_lease.backends.kubernetes._models import (
-    AKKA,
-    COORDINATION,
-    KubernetesLeaseRecord,
-    format_micro_time,
-    kind_named,
-    parse_time,
-)
+from trio_lease.backends.kubernetes._models import AKKA, COORDINATION, kind_named
+from trio_lease.backends.kubernetes._reading import KubernetesLeaseRecord
+from trio_lease.backends.kubernetes._times import format_micro_time, parse_time
 
 T0 = datetime(2026, 3, 1, 10, 0, 0, tzinfo=UTC)
 

@@ -18,11 +18,11 @@ from ._identity import default_owner as default_owner
 from ._kubeconfig import load_kubeconfig as load_kubeconfig
 from ._models import AKKA as AKKA
 from ._models import COORDINATION as COORDINATION
-from ._models import KubernetesLeaseRecord as KubernetesLeaseRecord
 from ._models import LeaseKind as LeaseKind
 from ._names import KEY_ANNOTATION as KEY_ANNOTATION
 from ._names import lease_name_for as lease_name_for
 from ._names import validate_lease_name as validate_lease_name
+from ._reading import KubernetesLeaseRecord as KubernetesLeaseRecord
 
 __all__ = [
     "AKKA",

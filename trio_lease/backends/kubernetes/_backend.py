@@ -47,7 +47,7 @@ import httpx
 from ..._abc import LeaseBackend, LeaseRecord
 from ..._exceptions import BackendProtocolError, ConflictError, LeaseConfigError
 from ..._http import Answer
-from ..._wire import Malformed, load_json
+from ..._wire import JsonObject, Malformed, load_json
 from ._client import ClientLease, acquire_client
 from ._config import ClusterConfig, resolve_config
 from ._errors import (
@@ -59,15 +59,9 @@ from ._errors import (
     parse_status,
     tls_verification_failed,
 )
-from ._models import (
-    COORDINATION,
-    JsonObject,
-    KubernetesLeaseRecord,
-    LeaseKind,
-    kind_named,
-    resource_version,
-)
+from ._models import COORDINATION, LeaseKind, kind_named
 from ._names import KEY_ANNOTATION, lease_name_for, validate_lease_name
+from ._reading import KubernetesLeaseRecord, resource_version
 
 if TYPE_CHECKING:
     from ..._settings import LeaseSettings

@@ -24,7 +24,7 @@ import anyio
 
 from ..._exceptions import BackendAuthError, LeaseConfigError
 from ._cluster import ClusterConfig, ExecConfig
-from ._models import parse_time
+from ._times import parse_time
 from ._tokens import TokenSource, bad_token, token_problem
 
 __all__ = ["MAX_EXEC_OUTPUT_BYTES", "ExecTokenSource", "read_exec_credential"]

@@ -1,4 +1,4 @@
-"""Lease objects on the wire ⇄ :class:`LeaseRecord`, for both lease kinds.
+"""The two lease kinds: where a Lease object lives, whether a reply is one, how it maps.
 
 ``coordination.k8s.io/v1`` (the default, :data:`COORDINATION`)::
 
@@ -16,11 +16,6 @@ written by Akka reads with ``lease_duration`` 0 (contenders then wait their own 
 timeout) and ``fencing_token`` = ``metadata.generation``: the object's spec-change counter, which
 is at least every token written before, so the next grant's token stays strictly greater.
 
-Writes start from the last object read (kept by the backend) so every field we do not model
-(``strategy``, ``preferredHolder``, labels, annotations, managedFields, Akka's ``version``)
-survives. MicroTime is always written ``YYYY-MM-DDTHH:MM:SS.ffffffZ``: the server requires
-exactly six digits, and ``datetime.isoformat()`` drops them when microseconds are 0.
-
 Reading is strict and total, in two steps (the backend turns :class:`~trio_lease._wire.Malformed`
 into :class:`~trio_lease.BackendProtocolError`):
 
@@ -32,154 +27,24 @@ into :class:`~trio_lease.BackendProtocolError`):
     Anything else (a ``Status``, a ``LeaseList``, ``{}``, another object) raises ``Malformed``:
     without a version no compare-and-swap is possible, and another object's record is not ours.
 :meth:`LeaseKind.to_record` (content: what does it say?)
-    a field of the wrong type or out of range makes the record *unreadable*
-    (:attr:`LeaseRecord.unreadable` names every such field; holder ``""``; the token as read, or
-    -1 when the token itself could not be read). The rules, per field:
-
-    ==================================  ===================================================
-    spec (absent/null = empty)          not an object → unreadable (coordination: token -1)
-    spec.holderIdentity, spec.owner     string, absent or null; else unreadable
-    spec.leaseDurationSeconds           int32 >= 0, absent = 0; else unreadable
-    spec.leaseTransitions               int32 >= 0, absent = 0; else unreadable, token -1
-    metadata.annotations                an object (else unreadable; akka: token -1); a
-                                        ``trio-lease.io/*`` value that is not a string →
-                                        unreadable; other annotations are never read
-    trio-lease.io/fencing-token         decimal string within int64; else token -1
-    trio-lease.io/lease-duration        decimal number string, finite, >= 0; else unreadable
-    metadata.generation (akka fallback) integer >= 0; else unreadable, token -1
-    acquireTime, renewTime, spec.time,  informational only: unparseable or out of range
-    trio-lease.io/acquire-time          reads as None, never fails the record
-    spec.preferredHolder, spec.strategy advisory only: not a string reads as "" (ignored)
-    ==================================  ===================================================
+    the rules per field are in :mod:`._reading`. Writing a record onto an object is
+    :mod:`._writing`; times are :mod:`._times`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from typing import Final, TypeVar
+from typing import Final
 
 from ... import _wire
 from ..._abc import LeaseRecord
-from ..._wire import INT32_MAX, JsonObject, Malformed, describe
+from ..._wire import JsonObject, Malformed, describe
+from ._reading import KubernetesLeaseRecord, identifier, read_record
+from ._writing import apply_record
 
-__all__ = [
-    "AKKA",
-    "COORDINATION",
-    "JsonObject",
-    "KubernetesLeaseRecord",
-    "LeaseKind",
-    "format_micro_time",
-    "kind_named",
-    "parse_time",
-    "resource_version",
-]
+__all__ = ["AKKA", "COORDINATION", "COORDINATION_GROUP", "LeaseKind", "kind_named"]
 
-_T = TypeVar("_T")
-_ANNOTATION = "trio-lease.io/"
-_TOKEN = _ANNOTATION + "fencing-token"
-_DURATION = _ANNOTATION + "lease-duration"
-_ACQUIRED = _ANNOTATION + "acquire-time"
-#: Our annotations named in messages; any other ``trio-lease.io/*`` key is named generically.
-_KNOWN = frozenset(
-    _ANNOTATION + n for n in ("key", "fencing-token", "lease-duration", "acquire-time",
-                              "write-nonce")
-)
-_DECIMAL_INT = re.compile(r"[0-9]{1,19}")
-_DECIMAL_NUMBER = re.compile(r"[0-9]{1,12}(\.[0-9]{1,12})?([eE][+-]?[0-9]{1,3})?")
-#: Longest resourceVersion or uid accepted (real ones are about 20 and 36 characters).
-_MAX_ID = 1024
-#: 9999-12-31T23:59:59.999Z in epoch milliseconds: the latest spec.time read as a time.
-_MAX_EPOCH_MS: Final = 253_402_300_799_999
-_TIME = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(Z|z|[+-]\d{2}:?\d{2})?",
-    re.ASCII,
-)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class KubernetesLeaseRecord(LeaseRecord):
-    """A :class:`LeaseRecord` plus the coordinated-leader-election fields of the Lease.
-
-    ``preferred_holder`` (``spec.preferredHolder``) names the identity the cluster wants to hold
-    the lease; when it names someone else, the holder should step down gracefully.
-    ``strategy`` is ``spec.strategy``. Both are read-only for trio_lease: they are preserved
-    on every write, whatever the core puts here.
-    """
-
-    preferred_holder: str = ""
-    strategy: str = ""
-
-
-def format_micro_time(value: datetime) -> str:
-    """Format as Kubernetes MicroTime: UTC, ``Z``, exactly six fraction digits."""
-    if value.tzinfo is None:
-        raise ValueError("MicroTime needs an aware datetime (UTC)")
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(value: object) -> datetime | None:
-    """Parse MicroTime or RFC 3339 leniently (any fraction, ``Z`` or offset); junk reads as None.
-
-    Total: any value (a list, a 4 MiB string, year 0, an offset past year 1) gives a datetime
-    or None, never an exception. Times are informational, so junk never fails a record.
-    """
-    if not isinstance(value, str) or len(value) > 64:
-        return None
-    match = _TIME.fullmatch(value.strip())
-    if match is None:
-        return None
-    year, month, day, hour, minute, second, fraction, zone = match.groups()
-    try:
-        micro = int((fraction or "0")[:6].ljust(6, "0"))
-        parsed = datetime(
-            int(year), int(month), int(day), int(hour), int(minute), int(second), micro, UTC
-        )
-        if zone and zone not in "Zz":
-            sign = 1 if zone[0] == "+" else -1
-            digits = zone[1:].replace(":", "")
-            offset = sign * (int(digits[:2]) * 60 + int(digits[2:]))
-            parsed -= timedelta(minutes=offset)
-    except (ValueError, OverflowError):
-        return None
-    return parsed
-
-
-class _Reader:
-    """Reads the fields of one record, collecting what could not be read instead of raising."""
-
-    def __init__(self) -> None:
-        self.problems: list[str] = []
-
-    def read(self, read: Callable[[], _T], fallback: _T) -> _T:
-        """``read()``, or ``fallback`` with the problem noted when it raises Malformed."""
-        try:
-            return read()
-        except Malformed as exc:
-            self.problems.append(str(exc))
-            return fallback
-
-    def note(self, path: str, problem: str) -> None:
-        self.problems.append(f"{path}: {problem}")
-
-
-def _identifier(metadata: JsonObject, field: str) -> str:
-    """``metadata.<field>`` as a non-empty string of bounded length, or Malformed."""
-    path = f"metadata.{field}"
-    value = _wire.string(metadata.get(field), path, default=None)
-    if not value:
-        raise Malformed(path, "expected a non-empty string, got an empty one")
-    if len(value) > _MAX_ID:
-        raise Malformed(path, f"longer than {_MAX_ID} characters")
-    return value
-
-
-def resource_version(obj: JsonObject) -> str:
-    """``metadata.resourceVersion`` of ``obj``, or Malformed (no compare-and-swap without it)."""
-    return _identifier(_wire.obj(obj.get("metadata"), "metadata"), "resourceVersion")
+COORDINATION_GROUP: Final = "coordination.k8s.io"
 
 
 def _named(value: object, known: tuple[str, ...]) -> str:
@@ -187,61 +52,6 @@ def _named(value: object, known: tuple[str, ...]) -> str:
     if isinstance(value, str) and value in known:
         return f"a {value}"
     return "another string" if isinstance(value, str) else describe(value)
-
-
-def _our_annotations(metadata: JsonObject, reader: _Reader) -> dict[str, object] | None:
-    """The ``trio-lease.io/*`` annotations, or None when the annotations are not an object.
-
-    A value that is not a string under one of our keys is noted (it makes the record
-    unreadable); other annotations are never read, so whatever they hold cannot matter.
-    """
-    annotations = reader.read(
-        lambda: _wire.optional_obj(metadata.get("annotations"), "metadata.annotations"), None
-    )
-    if annotations is None:
-        return None
-    ours = {k: v for k, v in annotations.items() if k.startswith(_ANNOTATION)}
-    for key, value in ours.items():
-        if not isinstance(value, str):
-            where = f'"{key}"' if key in _KNOWN else "a trio-lease.io/ key"
-            problem = f"expected a string, got {describe(value)}"
-            reader.note(f"metadata.annotations[{where}]", problem)
-    return ours
-
-
-def _akka_token(reader: _Reader, metadata: JsonObject, ours: dict[str, object] | None) -> int:
-    """The fencing token of an akka.io/v1 object (annotation, else metadata.generation)."""
-    if ours is None:
-        return -1  # the annotations could not be read: whether a token is stored is unknown
-    if _TOKEN not in ours:
-        return reader.read(
-            lambda: _wire.integer(metadata.get("generation"), "metadata.generation"), -1
-        )
-    text = ours[_TOKEN]
-    if not isinstance(text, str):
-        return -1  # noted by _our_annotations
-    if not _DECIMAL_INT.fullmatch(text):
-        reader.note(f'metadata.annotations["{_TOKEN}"]', "expected a decimal integer string")
-        return -1
-    return reader.read(lambda: _wire.integer(int(text), f'metadata.annotations["{_TOKEN}"]'), -1)
-
-
-def _akka_duration(reader: _Reader, ours: dict[str, object] | None) -> float:
-    text = ours.get(_DURATION) if ours is not None else None
-    if not isinstance(text, str):
-        return 0.0  # absent (an Akka node wrote it), or noted by _our_annotations
-    path = f'metadata.annotations["{_DURATION}"]'
-    if not _DECIMAL_NUMBER.fullmatch(text):
-        reader.note(path, "expected a decimal number string")
-        return 0.0
-    return reader.read(lambda: _wire.number(float(text), path), 0.0)
-
-
-def _duration_seconds(seconds: float) -> int | None:
-    """Whole seconds for leaseDurationSeconds: rounded up (contenders wait longer, never less)."""
-    if seconds <= 0:
-        return None
-    return max(1, math.ceil(seconds - 1e-9))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,61 +113,18 @@ class LeaseKind:
                 "metadata.namespace",
                 f"expected {namespace!r}, got {_named(stored_namespace, ())}",
             )
-        _identifier(metadata, "uid")
-        _identifier(metadata, "resourceVersion")
+        identifier(metadata, "uid")
+        identifier(metadata, "resourceVersion")
         return obj
 
     def to_record(self, key: str, obj: JsonObject) -> KubernetesLeaseRecord:
         """Read the record named ``key`` from an object (identity checked by check_object).
 
         Raises Malformed only when ``metadata`` or its ``resourceVersion`` cannot be read; a
-        field that cannot be read makes the record unreadable instead (see the module
-        docstring), so that it is held by an unknown holder: never free, never ours.
+        field that cannot be read makes the record unreadable instead (see :mod:`._reading`),
+        so that it is held by an unknown holder: never free, never ours.
         """
-        metadata = _wire.obj(obj.get("metadata"), "metadata")
-        version = _identifier(metadata, "resourceVersion")
-        reader = _Reader()
-        ours = _our_annotations(metadata, reader)
-        spec = reader.read(lambda: _wire.optional_obj(obj.get("spec"), "spec"), None)
-        fields = spec if spec is not None else {}
-        preferred = strategy = ""
-        if self.group == COORDINATION_GROUP:
-            holder = reader.read(
-                lambda: _wire.string(fields.get("holderIdentity"), "spec.holderIdentity"), ""
-            )
-            duration = float(reader.read(lambda: _wire.integer(
-                fields.get("leaseDurationSeconds"), "spec.leaseDurationSeconds",
-                high=INT32_MAX, default=0,
-            ), 0))
-            token = reader.read(lambda: _wire.integer(
-                fields.get("leaseTransitions"), "spec.leaseTransitions",
-                high=INT32_MAX, default=0,
-            ), -1)
-            acquired = parse_time(fields.get("acquireTime"))
-            renewed = parse_time(fields.get("renewTime"))
-            preferred = _advisory(fields.get("preferredHolder"))
-            strategy = _advisory(fields.get("strategy"))
-            if spec is None:
-                token = -1  # the token lives in the spec, which could not be read
-        else:
-            holder = reader.read(lambda: _wire.string(fields.get("owner"), "spec.owner"), "")
-            duration = _akka_duration(reader, ours)
-            token = _akka_token(reader, metadata, ours)
-            renewed = _akka_time(fields.get("time"))
-            acquired = parse_time(ours.get(_ACQUIRED) if ours else None) or renewed
-        unreadable = "; ".join(reader.problems)
-        return KubernetesLeaseRecord(
-            name=key,
-            holder="" if unreadable else holder,
-            lease_duration=duration,
-            fencing_token=token,
-            acquired_at=acquired,
-            renewed_at=renewed,
-            version=version,
-            unreadable=unreadable,
-            preferred_holder=preferred,
-            strategy=strategy,
-        )
+        return read_record(key, obj, coordination=self.group == COORDINATION_GROUP)
 
     # -- record → object ---------------------------------------------------------------------
 
@@ -374,80 +141,10 @@ class LeaseKind:
     def apply(self, base: JsonObject, record: LeaseRecord) -> JsonObject:
         """``base`` (the last object read) with the record's fields written over it.
 
-        ``base`` is not changed: the dicts written here (the object, ``metadata``, its
-        ``annotations`` and ``spec``) are copied; the rest (``managedFields`` and the like) is
-        shared with ``base`` and must not be changed through the result.
+        ``base`` is not changed (see :func:`._writing.apply_record`).
         """
-        obj = _copy_for_write(base)
-        spec = obj.get("spec")
-        if not isinstance(spec, dict):
-            spec = obj["spec"] = {}
-        if self.group == COORDINATION_GROUP:
-            spec["holderIdentity"] = record.holder
-            _set(spec, "leaseDurationSeconds", _duration_seconds(record.lease_duration))
-            spec["leaseTransitions"] = max(0, record.fencing_token)
-            _set(spec, "acquireTime", _micro(record.acquired_at))
-            _set(spec, "renewTime", _micro(record.renewed_at))
-            return obj
-        spec["owner"] = record.holder
-        stamp = record.renewed_at or record.acquired_at
-        spec["time"] = int(stamp.timestamp() * 1000) if stamp is not None else 0
-        metadata = obj.setdefault("metadata", {})
-        annotations = metadata.get("annotations")
-        if not isinstance(annotations, dict):
-            annotations = metadata["annotations"] = {}
-        annotations[_ANNOTATION + "fencing-token"] = str(max(0, record.fencing_token))
-        annotations[_ANNOTATION + "lease-duration"] = f"{record.lease_duration:g}"
-        if record.acquired_at is not None:
-            annotations[_ANNOTATION + "acquire-time"] = format_micro_time(record.acquired_at)
-        else:
-            annotations.pop(_ANNOTATION + "acquire-time", None)
-        return obj
+        return apply_record(base, record, coordination=self.group == COORDINATION_GROUP)
 
-
-def _copy_for_write(base: JsonObject) -> JsonObject:
-    """A copy of ``base`` whose top level, metadata, annotations and spec can be written.
-
-    Renewals apply a record to the last object read many times a second: a deep copy of the
-    whole object (with ``managedFields``) was the largest cost outside HTTP in the profile.
-    """
-    obj = dict(base)
-    metadata = obj.get("metadata")
-    if isinstance(metadata, dict):
-        metadata = obj["metadata"] = dict(metadata)
-        annotations = metadata.get("annotations")
-        if isinstance(annotations, dict):
-            metadata["annotations"] = dict(annotations)
-    spec = obj.get("spec")
-    if isinstance(spec, dict):
-        obj["spec"] = dict(spec)
-    return obj
-
-
-def _set(spec: JsonObject, key: str, value: object) -> None:
-    if value is None:
-        spec.pop(key, None)
-    else:
-        spec[key] = value
-
-
-def _micro(value: datetime | None) -> str | None:
-    return format_micro_time(value) if value is not None else None
-
-
-def _advisory(value: object) -> str:
-    """spec.preferredHolder and spec.strategy are advisory: a non-string value is ignored."""
-    return value if isinstance(value, str) else ""
-
-
-def _akka_time(value: object) -> datetime | None:
-    """spec.time (epoch milliseconds) as a datetime; informational, so junk reads as None."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= _MAX_EPOCH_MS:
-        return None
-    return datetime.fromtimestamp(value / 1000, UTC)
-
-
-COORDINATION_GROUP: Final = "coordination.k8s.io"
 
 #: The built-in Lease (``coordination.k8s.io/v1``): the default kind.
 COORDINATION: Final = LeaseKind(

@@ -59,9 +59,10 @@ from ..._exceptions import (
     BackendUnavailable,
     LeaseConfigError,
 )
+from ..._wire import JsonObject
 from ._client import read_capped
 from ._errors import RequestContext, error_for, error_from, map_transport_error, parse_status
-from ._models import JsonObject, resource_version
+from ._reading import resource_version
 
 if TYPE_CHECKING:
     from ._backend import KubernetesBackend

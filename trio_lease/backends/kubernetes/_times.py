@@ -1,0 +1,63 @@
+"""Kubernetes times: MicroTime as written, RFC 3339 read leniently, Akka's epoch milliseconds.
+
+MicroTime is always written ``YYYY-MM-DDTHH:MM:SS.ffffffZ``: the server requires exactly six
+digits, and ``datetime.isoformat()`` drops them when microseconds are 0. Times read from the
+server are informational (expiry is judged by the core's local countdown), so reading is total:
+junk reads as None, never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+__all__ = ["akka_time", "format_micro_time", "parse_time"]
+
+#: 9999-12-31T23:59:59.999Z in epoch milliseconds: the latest spec.time read as a time.
+_MAX_EPOCH_MS: Final = 253_402_300_799_999
+_TIME = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(Z|z|[+-]\d{2}:?\d{2})?",
+    re.ASCII,
+)
+
+
+def format_micro_time(value: datetime) -> str:
+    """Format as Kubernetes MicroTime: UTC, ``Z``, exactly six fraction digits."""
+    if value.tzinfo is None:
+        raise ValueError("MicroTime needs an aware datetime (UTC)")
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(value: object) -> datetime | None:
+    """Parse MicroTime or RFC 3339 leniently (any fraction, ``Z`` or offset); junk reads as None.
+
+    Total: any value (a list, a 4 MiB string, year 0, an offset past year 1) gives a datetime
+    or None, never an exception. Times are informational, so junk never fails a record.
+    """
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    match = _TIME.fullmatch(value.strip())
+    if match is None:
+        return None
+    year, month, day, hour, minute, second, fraction, zone = match.groups()
+    try:
+        micro = int((fraction or "0")[:6].ljust(6, "0"))
+        parsed = datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), micro, UTC
+        )
+        if zone and zone not in "Zz":
+            sign = 1 if zone[0] == "+" else -1
+            digits = zone[1:].replace(":", "")
+            offset = sign * (int(digits[:2]) * 60 + int(digits[2:]))
+            parsed -= timedelta(minutes=offset)
+    except (ValueError, OverflowError):
+        return None
+    return parsed
+
+
+def akka_time(value: object) -> datetime | None:
+    """spec.time (epoch milliseconds) as a datetime; informational, so junk reads as None."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= _MAX_EPOCH_MS:
+        return None
+    return datetime.fromtimestamp(value / 1000, UTC)
