@@ -22,10 +22,10 @@ def _finite_or_nan(value: Any) -> bool:
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Run ``python -m benchmarks --smoke`` once and load what it wrote."""
+    """Run ``python -m tools.benchmarks --smoke`` once and load what it wrote."""
     out = tmp_path_factory.mktemp("bench")
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "tools.benchmarks", "--smoke", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from campaign._checker import Report, check, intervals_from_events
+from tools.campaign._checker import Report, check, intervals_from_events
 
 MARGIN = 0.66
 L = 2.0

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from campaign._config import FAULTS_BY_BACKEND, RunConfig
-from campaign._harness import run
 from tests.etcd_server import MISSING_REASON, etcd_binary
+from tools.campaign._config import FAULTS_BY_BACKEND, RunConfig
+from tools.campaign._harness import run
 
 pytestmark = pytest.mark.slow
 

@@ -9,10 +9,10 @@ import anyio
 import pytest
 from anyio.abc import SocketAttribute
 
-from campaign._cli import _parser, config_from_args
-from campaign._clock import ReplyAnchorClock, SkewedClock
-from campaign._config import FAULTS_BY_BACKEND, RunConfig
-from campaign._fencing import FencingClient, FencingStore
+from tools.campaign._cli import _parser, config_from_args
+from tools.campaign._clock import ReplyAnchorClock, SkewedClock
+from tools.campaign._config import FAULTS_BY_BACKEND, RunConfig
+from tools.campaign._fencing import FencingClient, FencingStore
 
 
 class FakeTime:

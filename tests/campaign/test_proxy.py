@@ -9,7 +9,7 @@ import anyio
 import pytest
 from anyio.abc import SocketAttribute, SocketStream
 
-from campaign._proxy import FaultProxy, open_proxy
+from tools.campaign._proxy import FaultProxy, open_proxy
 
 
 @pytest.fixture(params=["asyncio", "trio"])

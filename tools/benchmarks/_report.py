@@ -1,4 +1,4 @@
-"""Markdown tables from a results document (``benchmarks/results/<mode>.json``)."""
+"""Markdown tables from a results document (``tools/benchmarks/results/<mode>.json``)."""
 
 from __future__ import annotations
 

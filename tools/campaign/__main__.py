@@ -1,4 +1,4 @@
-"""Command line: ``python -m campaign --help``."""
+"""Command line: ``python -m tools.campaign --help``."""
 
 from __future__ import annotations
 

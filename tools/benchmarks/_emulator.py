@@ -1,7 +1,7 @@
 """The Kubernetes API emulator as its own process, with request counting for the benchmarks.
 
-``python -m benchmarks._emulator KUBECONFIG`` serves a :class:`KubeEmulator` over plain HTTP on
-a free loopback port, writes a kubeconfig (no token: anonymous requests are admin), prints
+``python -m tools.benchmarks._emulator KUBECONFIG`` serves a :class:`KubeEmulator` over plain
+HTTP on a free loopback port, writes a kubeconfig (no token: anonymous requests are admin), prints
 ``ready <url>`` and then answers one line per command read from stdin:
 
 - ``reset``: forget the counts; answers ``{"ok": true}``;

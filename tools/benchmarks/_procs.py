@@ -15,7 +15,7 @@ from typing import Any
 
 __all__ = ["Emulator", "Proc"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository root (tools/<tool>/this file)
 
 
 class Proc:
@@ -80,11 +80,11 @@ class Proc:
 
 
 class Emulator:
-    """The emulator process (``benchmarks._emulator``) and its counting commands."""
+    """The emulator process (``tools.benchmarks._emulator``) and its counting commands."""
 
     def __init__(self, kubeconfig: Path) -> None:
         self.kubeconfig = kubeconfig
-        self.proc = Proc("benchmarks._emulator", str(kubeconfig))
+        self.proc = Proc("tools.benchmarks._emulator", str(kubeconfig))
         line = self.proc.readline(30)
         if not line.startswith("ready "):
             raise RuntimeError(f"emulator did not start: {line!r}")

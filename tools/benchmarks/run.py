@@ -1,10 +1,10 @@
-"""Run every benchmark and write the results: ``python -m benchmarks --smoke|--full``.
+"""Run every benchmark and write the results: ``python -m tools.benchmarks --smoke|--full``.
 
 One emulator process (plain HTTP on loopback) serves every Kubernetes scenario; each scenario
-runs in a fresh worker process (``benchmarks._ours`` for trio_lease, ``benchmarks._theirs`` for
-kubernetes_asyncio), one at a time, so their CPU figures do not mix. The raw results, the
-parameters, the machine and its load go to ``<out>/<mode>.json`` and the tables to
-``<out>/<mode>.md`` (default ``benchmarks/results``).
+runs in a fresh worker process (``tools.benchmarks._ours`` for trio_lease,
+``tools.benchmarks._theirs`` for kubernetes_asyncio), one at a time, so their CPU figures do not
+mix. The raw results, the parameters, the machine and its load go to ``<out>/<mode>.json`` and the
+tables to ``<out>/<mode>.md`` (default ``tools/benchmarks/results``).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class Runner:
 
     def worker(self, lib: str, scenario: str, params: Params, timeout: float) -> Params:
         """One scenario in a fresh worker; brackets ``steady`` windows with emulator counts."""
-        module = "benchmarks._ours" if lib != "theirs" else "benchmarks._theirs"
+        module = "tools.benchmarks._ours" if lib != "theirs" else "tools.benchmarks._theirs"
         proc = Proc(module, scenario, json.dumps(params))
         emulator: Params = {}
         try:
@@ -221,7 +221,7 @@ def _knee(steps: list[Params]) -> int | None:
 
 
 def _module(lib: str) -> str:
-    return "benchmarks._theirs" if lib == "theirs" else "benchmarks._ours"
+    return "tools.benchmarks._theirs" if lib == "theirs" else "tools.benchmarks._ours"
 
 
 def _ms(seconds: list[float]) -> dict[str, float]:
@@ -371,7 +371,7 @@ def run(mode: str, out: Path, only: set[str] | None = None) -> Params:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``--smoke`` (default) or ``--full``, ``--out DIR``, ``--only NAME``."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.benchmarks", description=__doc__)
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--smoke", action="store_true", help="seconds; checks that all runs")
     group.add_argument("--full", action="store_true", help="the recorded numbers (~20 min)")

@@ -37,13 +37,12 @@ import os
 import random
 import signal
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-if TYPE_CHECKING:
-    from ._harness import Harness, Worker
+from ._state import Harness, Worker
 
 __all__ = ["Nemesis"]
 

@@ -1,10 +1,10 @@
-"""``python -m campaign``: run one campaign and print its totals.
+"""``python -m tools.campaign``: run one campaign and print its totals.
 
 Examples::
 
-    python -m campaign --short                                 # the CI mix (one round)
-    python -m campaign --backend kubernetes --seed 7 --handovers 10000 --duration 3600
-    python -m campaign --broken no-fencing                     # must report violations
+    python -m tools.campaign --short                                 # the CI mix (one round)
+    python -m tools.campaign --backend kubernetes --seed 7 --handovers 10000 --duration 3600
+    python -m tools.campaign --broken no-fencing                     # must report violations
 
 Exit status: 0 when the run is clean and its faults bit, 1 otherwise (with ``--broken``:
 0 only when the checker did find violations).
@@ -27,7 +27,8 @@ __all__ = ["main"]
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m campaign", description="Fault-injection safety campaign for trio_lease."
+        prog="python -m tools.campaign",
+        description="Fault-injection safety campaign for trio_lease.",
     )
     parser.add_argument("--backend", choices=sorted(FAULTS_BY_BACKEND), default="kubernetes")
     parser.add_argument("--seed", type=int, default=1)

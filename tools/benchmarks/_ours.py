@@ -1,7 +1,7 @@
 """trio_lease's side of every benchmark, one scenario per run of this program.
 
-``python -m benchmarks._ours SCENARIO PARAMS_JSON`` prints JSON event lines (see
-:mod:`benchmarks._common`) and ends with one ``result`` event. Scenarios:
+``python -m tools.benchmarks._ours SCENARIO PARAMS_JSON`` prints JSON event lines (see
+:mod:`tools.benchmarks._common`) and ends with one ``result`` event. Scenarios:
 
 - ``steady``: hold ``n`` leases (acquisitions spread over ``ramp`` seconds), then print
   ``start``, wait for a line on stdin (the runner resets the emulator's counts), measure CPU for
@@ -302,7 +302,7 @@ SCENARIOS = {
 
 
 def main() -> None:
-    """Run one scenario: ``python -m benchmarks._ours SCENARIO PARAMS_JSON``."""
+    """Run one scenario: ``python -m tools.benchmarks._ours SCENARIO PARAMS_JSON``."""
     scenario, params = sys.argv[1], json.loads(sys.argv[2])
     anyio.run(SCENARIOS[scenario], params, backend=params.get("anyio_backend", "asyncio"))
 

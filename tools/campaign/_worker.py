@@ -1,6 +1,6 @@
 """One contending worker process: holds the lease through the public API, logs what it believes.
 
-    python -m campaign._worker CONFIG_JSON
+    python -m tools.campaign._worker CONFIG_JSON
 
 Each round runs ``async with lease.held() as grant:`` and, inside, the guarded work: writes of
 ``grant.fencing_token`` to the fencing store, ``gap`` apart, for a short or (sometimes) a long

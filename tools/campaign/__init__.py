@@ -7,5 +7,5 @@ token, to a fencing store (a separate process that rejects stale tokens). A chec
 overlapping beliefs that no injected fault explains, accepted stale writes and non-increasing
 grant tokens, and fails runs whose faults did not bite.
 
-Run ``python -m campaign --help``; docs/reliability.md has the published figures.
+Run ``python -m tools.campaign --help``; docs/reliability.md has the published figures.
 """

@@ -1,6 +1,6 @@
 """kubernetes_asyncio's leader election (Lease lock) in the same scenarios as :mod:`._ours`.
 
-``python -m benchmarks._theirs SCENARIO PARAMS_JSON``, same events and results. Timings map as
+``python -m tools.benchmarks._theirs SCENARIO PARAMS_JSON``, same events and results. Timings map as
 the nearest equivalent: ``L`` → ``lease_duration``, ``R`` → ``retry_period`` (the renew
 period), ``RD`` → ``renew_deadline``. All electors of a process share one ``ApiClient`` (one
 aiohttp connection pool, its defaults), as one would write it.
@@ -286,7 +286,7 @@ SCENARIOS: dict[str, Callable[[Params], Awaitable[None]]] = {
 
 
 def main() -> None:
-    """Run one scenario: ``python -m benchmarks._theirs SCENARIO PARAMS_JSON``."""
+    """Run one scenario: ``python -m tools.benchmarks._theirs SCENARIO PARAMS_JSON``."""
     scenario, params = sys.argv[1], json.loads(sys.argv[2])
     logging.basicConfig(level=logging.CRITICAL)  # failed renewals log tracebacks: keep quiet
     asyncio.run(SCENARIOS[scenario](params))  # type: ignore[arg-type]

@@ -1,6 +1,6 @@
 """The fencing store: a separate process that keeps the highest token per resource.
 
-    python -m campaign._fencing PORT_FILE LOG_FILE [--no-check]
+    python -m tools.campaign._fencing PORT_FILE LOG_FILE [--no-check]
 
 It serves newline-delimited JSON on a free 127.0.0.1 port (written to PORT_FILE once
 listening): a request ``{"r": resource, "token": n, "w": writer}`` is accepted when ``n`` is at

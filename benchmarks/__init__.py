@@ -1,5 +1,0 @@
-"""Benchmarks of trio_lease against kubernetes_asyncio's leader election (issue 8).
-
-Run ``python -m benchmarks --smoke`` (seconds) or ``python -m benchmarks --full`` (about 20
-minutes); see ``benchmarks/README.md`` for what each program measures and the recorded results.
-"""

@@ -1,0 +1,6 @@
+"""Benchmarks of trio_lease against kubernetes_asyncio's leader election (issue 8).
+
+Run ``python -m tools.benchmarks --smoke`` (seconds) or ``python -m tools.benchmarks --full``
+(about 20 minutes); see ``tools/benchmarks/README.md`` for what each program measures and the
+recorded results.
+"""

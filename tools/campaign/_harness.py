@@ -1,0 +1,217 @@
+"""The harness: starts the backend, proxies, fencing store and workers, runs the nemesis,
+stops everything, and hands the logs to the checker.
+
+Every process it starts is stopped when :func:`run` returns or raises: workers get their stdin
+closed (they release and exit), then SIGTERM, then SIGKILL; stopped processes get SIGCONT first;
+workers and the store also die with the harness (PR_SET_PDEATHSIG). All sockets are on
+127.0.0.1 with ports chosen by the kernel; all files live in the run's directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ._checker import Report, check
+from ._config import RunConfig
+from ._nemesis import Nemesis
+from ._proc import ROOT, append_log
+from ._proxy import open_proxy
+from ._state import Harness
+
+__all__ = ["run"]
+
+
+@contextlib.asynccontextmanager
+async def _fencing_store(harness: Harness) -> AsyncIterator[None]:
+    port_file = harness.out_dir / "fencing.port"
+    port_file.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "tools.campaign._fencing", str(port_file),
+            str(harness.out_dir / "writes.jsonl")]
+    if harness.config.broken == "no-fencing":
+        argv.append("--no-check")
+    with append_log(harness.out_dir / "fencing.stderr") as stderr:
+        process = await anyio.open_process(argv, stdin=-1, stdout=stderr, stderr=stderr, cwd=ROOT)
+    try:
+        with anyio.fail_after(30):
+            while not port_file.exists():
+                if process.returncode is not None:
+                    raise RuntimeError("the fencing store exited at start; see fencing.stderr")
+                await anyio.sleep(0.02)
+        harness.fencing_port = int(port_file.read_text())
+        yield
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.stdin is not None:
+                with contextlib.suppress(Exception):
+                    await process.stdin.aclose()
+            with anyio.move_on_after(5):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _backend_server(harness: Harness) -> AsyncIterator[None]:
+    """The API server the workers talk to (the emulator, or etcd already started)."""
+    if harness.config.backend != "kubernetes":
+        yield
+        return
+    from trio_lease.testing.kube import KubeEmulator
+
+    emulator = KubeEmulator(namespaces=["default"], require_auth=True)
+    emulator.add_token("harness", "harness", groups=("system:masters",))
+    for worker in harness.workers:
+        emulator.add_token(worker.token, f"worker-{worker.slot}", groups=("system:masters",))
+    harness.emulator = emulator
+    async with emulator.serve("127.0.0.1", 0, tls=False) as server:
+        harness.upstream = ("127.0.0.1", server.port)
+        harness.direct_url = server.url
+        yield
+
+
+async def _run_async(harness: Harness) -> None:
+    config = harness.config
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(_backend_server(harness))
+        if harness.upstream is not None:
+            for worker in harness.workers:
+                harness.proxies[worker.slot] = await stack.enter_async_context(
+                    open_proxy(*harness.upstream, seed=config.seed * 10 + worker.slot)
+                )
+        await stack.enter_async_context(_fencing_store(harness))
+        async with anyio.create_task_group() as tg:
+            try:
+                tg.start_soon(harness.watch_records)
+                if config.progress:
+                    tg.start_soon(_progress, harness)
+                for worker in harness.workers:
+                    await harness.start_worker(worker, tg)
+                nemesis = Nemesis(harness, tg)
+                with anyio.move_on_after(config.duration):
+                    await nemesis.run()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await nemesis_cleanup(harness)
+                    await anyio.sleep(0.5)  # let the last events and writes be logged
+                tg.cancel_scope.cancel()
+
+
+async def _progress(harness: Harness) -> None:
+    """Print a progress line to stderr every 30 s (long runs)."""
+    started = time.monotonic()
+    while True:
+        await anyio.sleep(30)
+        print(
+            f"[{time.monotonic() - started:6.0f} s] handovers {harness.handovers_live}, "
+            f"faults {len(harness.nemesis_log)}",
+            file=sys.stderr, flush=True,
+        )
+
+
+async def nemesis_cleanup(harness: Harness) -> None:
+    """Heal every fault, then stop the workers."""
+    for proxy in harness.proxies.values():
+        proxy.clear()
+    if harness.emulator is not None:
+        harness.emulator.faults.clear()
+    if harness.backend_pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(harness.backend_pid, signal.SIGCONT)
+    await harness.stop_workers()
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            rows.append(json.loads(line))
+    return rows
+
+
+@contextlib.contextmanager
+def _etcd(harness: Harness) -> Iterator[None]:
+    if harness.config.backend != "etcd":
+        yield
+        return
+    from tests.etcd_server import etcd_cluster
+
+    with etcd_cluster(size=1) as cluster:
+        member = cluster.members[0]
+        host, port = member.client_url.removeprefix("http://").rsplit(":", 1)
+        harness.upstream = (host, int(port))
+        harness.direct_url = member.client_url
+        assert member.process is not None
+        harness.backend_pid = member.process.pid
+        yield
+
+
+def _library_revision() -> dict[str, Any]:
+    """The commit the library was run from, and its uncommitted changes (read-only git)."""
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                                  timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    changed = git("status", "--porcelain", "--", "trio_lease")
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "uncommitted": [line.split()[-1] for line in changed.splitlines() if line.strip()],
+    }
+
+
+def run(config: RunConfig) -> tuple[Report, Path]:
+    """Run one campaign and judge it; returns the report and the run's directory."""
+    out_dir = config.out_dir or Path(tempfile.mkdtemp(prefix="trio-lease-campaign-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    harness = Harness(config, out_dir)
+    started = time.monotonic()
+    with open(out_dir / "events.jsonl", "w", encoding="utf-8") as events_file, _etcd(harness):
+        harness.events_file = events_file
+        anyio.run(_run_async, harness, backend=config.controller_loop)
+    run_end = time.monotonic()
+    (out_dir / "nemesis.jsonl").write_text(
+        "".join(json.dumps(e) + "\n" for e in harness.nemesis_log)
+    )
+    (out_dir / "records.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in harness.records)
+    )
+    report = check(
+        events=sorted(harness.events, key=lambda e: float(e["t"])),
+        writes=_read_jsonl(out_dir / "writes.jsonl"),
+        records=harness.records,
+        nemesis=harness.nemesis_log,
+        margin=harness.settings.safety_margin,
+        heartbeat_timeout=harness.settings.heartbeat_timeout,
+        run_end=run_end,
+    )
+    summary = {
+        **report.to_dict(),
+        "seed": config.seed,
+        "backend": config.backend,
+        "broken": config.broken,
+        "seconds": round(run_end - started, 1),
+        "settings": config.settings,
+        "safety_margin": harness.settings.safety_margin,
+        "worker_starts": sum(w.starts for w in harness.workers),
+        "library": _library_revision(),
+    }
+    (out_dir / "report.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return report, out_dir
