@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from trio_lease import BackendProtocolError
-from trio_lease._http import LeanClient
+from trio_lease._lean_http import LeanClient
 
 
 @pytest.fixture(params=["asyncio", "trio"])

@@ -1,53 +1,59 @@
-"""A lean HTTP/1.1 client for the remote backends' small unary JSON requests.
+"""The unary request seam: (method, target, headers, body) → (status, headers, body).
 
-Why it exists: a renewal is one small request, and in the benchmarks (benchmarks/README.md,
-"Lean HTTP path") httpx spent about four times the CPU of h11 on a bare socket per request:
-URL parsing and merging, cookie extraction, header models, auth flows, and a connection pool
-that scans every pooled connection with system calls on each request. The renewal CPU is what
-limits how many leases one process can hold, so the hot path speaks HTTP/1.1 itself, with h11
-(the parser httpcore uses) on anyio streams, and keeps httpx for everything that is not a small
-unary request (watch streams, proxies, injected test transports).
+Every small request of the remote backends (a read, a write, a renewal: everything but a watch
+stream) goes through one :class:`Unary`. What sits above the seam (the time bound, the
+credentials and the retry after a 401, the reading and error mapping of the reply) is written
+once, in the backend's client, and runs the same whichever implementation carries the request:
 
-What it does: keep-alive connections (a LIFO stack of idle ones, at most ``max_idle``), TLS
-through an :class:`ssl.SSLContext` with an optional server name, Content-Length and chunked
-responses. What it does not do: proxies, redirects, cookies, compression, HTTP/2, streaming.
+- :class:`~trio_lease._lean_http.LeanClient`: HTTP/1.1 with h11 on anyio sockets, the
+  production path (about a quarter of httpx's CPU per request; see its module);
+- :class:`HttpxUnary`: an ``httpx.AsyncClient``, for what the lean client does not do (proxies)
+  and for injected httpx transports;
+- the Kubernetes emulator's in-process seam (``KubeEmulator().transport()`` is a
+  :class:`CarriesUnary`), so unit tests on virtual time run the production request code.
 
-Connection reuse: an idle connection whose socket is readable (the server closed it, or sent
-something unasked) is discarded before use, found by one non-blocking ``poll``. A
-connection is reused only after a complete exchange that both sides keep alive; any error or
-cancellation in the middle of a request closes it, so a late reply can never be read as the
-answer to the next request.
+The contract of :meth:`Unary.request`, kept by all three:
 
-Errors are httpx's exception types, so callers map them in one place:
-:class:`httpx.ConnectError` / :class:`httpx.ConnectTimeout` (the connection could not be made:
-nothing was sent), :class:`httpx.WriteError`, :class:`httpx.ReadError` and
-:class:`httpx.RemoteProtocolError` (after sending: the outcome is unknown),
-:class:`httpx.LocalProtocolError` (a header value or the target cannot be encoded: nothing was
-sent, and the message quotes neither). Timeouts other than connecting are the caller's cancel
-scope.
+- ``target`` is the path and query below the seam's URL (its path prefix is kept);
+- the headers are sent as given; the implementation adds ``Host`` and ``Content-Length``;
+- a method, target or header value HTTP cannot carry raises :class:`httpx.LocalProtocolError`
+  before anything is sent, without quoting the value (:func:`request_head`: it may be a token);
+- a body over the cap raises :class:`~trio_lease.BackendProtocolError` while it is read, never
+  buffered whole (:class:`CappedBody`: the one body cap);
+- other failures are httpx's exception types: :class:`httpx.ConnectError` and
+  :class:`httpx.ConnectTimeout` mean nothing was sent; :class:`httpx.WriteError`,
+  :class:`httpx.ReadError`, :class:`httpx.RemoteProtocolError` (and any other
+  :class:`httpx.HTTPError` or :class:`OSError` from httpx) mean the outcome is unknown;
+- the caller's cancel scope bounds the whole exchange (``connect_timeout`` only bounds opening
+  a new connection).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import select
-import ssl
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-import anyio
-import anyio.abc
 import h11
 import httpx
 
 from ._exceptions import BackendProtocolError
 from ._wire import MAX_BODY_BYTES
 
-__all__ = ["Answer", "Headers", "LeanClient", "Reply"]
-
-_READ_SIZE = 65536
-_poll = getattr(select, "poll", None)  # select.select where there is no poll (Windows)
-_NOT_SENT = (OSError, ssl.SSLError, anyio.BrokenResourceError, anyio.EndOfStream)
+__all__ = [
+    "Answer",
+    "CappedBody",
+    "CarriesUnary",
+    "Headers",
+    "HttpxUnary",
+    "Reply",
+    "ServerURL",
+    "Unary",
+    "read_capped",
+    "request_head",
+    "unary_for",
+]
 
 
 class Answer(Protocol):
@@ -92,6 +98,10 @@ class Reply:
 
     __slots__ = ("content", "headers", "status_code")
 
+    status_code: int
+    headers: Headers
+    content: bytes
+
     def __init__(self, status_code: int, headers: Headers, content: bytes) -> None:
         self.status_code = status_code
         self.headers = headers
@@ -109,86 +119,8 @@ class Reply:
         return f"<Reply {self.status_code}, {len(self.content)} bytes>"
 
 
-class _Connection:
-    __slots__ = ("fd", "h11", "stream")
-
-    def __init__(self, stream: anyio.abc.ByteStream) -> None:
-        self.stream = stream
-        self.h11 = h11.Connection(h11.CLIENT)
-        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
-        self.fd = raw.fileno() if raw is not None else -1
-
-    def is_alive(self) -> bool:
-        """False if the idle socket is readable: the server closed it or sent something."""
-        if self.fd < 0:
-            return True
-        try:
-            if _poll is not None:
-                poller = _poll()
-                poller.register(self.fd, select.POLLIN)
-                return not poller.poll(0)
-            return not select.select([self.fd], [], [], 0)[0]
-        except (OSError, ValueError):
-            return False
-
-    async def close(self) -> None:
-        await anyio.aclose_forcefully(self.stream)
-
-
-class LeanClient:
-    """Unary HTTP/1.1 requests to one server over a few keep-alive connections.
-
-    Args:
-        url: the server's base URL (``http://`` or ``https://``, an optional path prefix).
-        ssl_context: for ``https``; required there.
-        tls_hostname: the name to verify the server's certificate against (default: the host).
-        headers: sent with every request (for example ``Accept`` and ``User-Agent``).
-        connect_timeout: seconds to open a connection (and finish the TLS handshake).
-        max_idle: idle connections kept for reuse.
-        max_body: the largest reply body read; a longer one raises
-            :class:`~trio_lease.BackendProtocolError` (default: ``_wire.MAX_BODY_BYTES``).
-
-    Not safe for concurrent use beyond what ``max_idle`` connections carry well: callers cap
-    the requests in flight (the backends' slots).
-    """
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        ssl_context: ssl.SSLContext | None = None,
-        tls_hostname: str | None = None,
-        headers: Sequence[tuple[str, str]] = (),
-        connect_timeout: float = 30.0,
-        max_idle: int = 4,
-        max_body: int = MAX_BODY_BYTES,
-    ) -> None:
-        parsed = httpx.URL(url)
-        if parsed.scheme not in ("http", "https"):
-            raise ValueError(f"unsupported URL scheme {parsed.scheme!r}: use http or https")
-        if parsed.scheme == "https" and ssl_context is None:
-            raise ValueError("an https URL needs an SSL context")
-        self._host = parsed.host
-        self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        self._ssl = ssl_context if parsed.scheme == "https" else None
-        self._tls_hostname = tls_hostname or parsed.host
-        self._prefix = parsed.raw_path.decode("ascii").split("?")[0].rstrip("/")
-        netloc = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
-        if parsed.port is not None:
-            netloc = f"{netloc}:{parsed.port}"
-        self._headers = [("Host", netloc), *headers]
-        #: The server, without any user info the URL had (never shown).
-        self.origin = f"{parsed.scheme}://{netloc}{self._prefix}"
-        self._connect_timeout = connect_timeout
-        self._max_idle = max_idle
-        self._max_body = max_body
-        self._idle: list[_Connection] = []
-        self._closed = False
-        #: Connections opened so far (for tests and the benchmarks).
-        self.connections_opened = 0
-
-    def __repr__(self) -> str:
-        return f"<LeanClient {self.origin} idle={len(self._idle)}>"
+class Unary(Protocol):
+    """One unary HTTP exchange; see the module docstring for the contract."""
 
     async def request(
         self,
@@ -199,125 +131,198 @@ class LeanClient:
         body: bytes | None = None,
         connect_timeout: float | None = None,
     ) -> Reply:
-        """Send one request (``target``: path and query, below the URL's prefix); the reply.
-
-        The caller's cancel scope bounds it; cancelled midway, its connection is closed.
-        ``connect_timeout`` overrides the client's for this request, if a new connection is
-        needed.
-        """
-        if self._closed:
-            raise RuntimeError("this client is closed")
-        all_headers = [*self._headers, *headers]
-        if body is not None:
-            all_headers.append(("Content-Length", str(len(body))))
-        try:
-            request = h11.Request(method=method, target=self._prefix + target, headers=all_headers)
-        except (h11.LocalProtocolError, UnicodeError):
-            # A last line of defence: callers check credentials where they read them (the
-            # Kubernetes token sources do), so a bad token never gets here. h11's message quotes
-            # the offending value and UnicodeEncodeError (non-ASCII) the character, and either
-            # may be part of a credential: neither is shown, not even as the cause.
-            raise httpx.LocalProtocolError(
-                f"the {method} request could not be encoded: a header value or the target has "
-                "characters HTTP does not allow"
-            ) from None
-        conn = await self._connection(connect_timeout or self._connect_timeout)
-        try:
-            data = conn.h11.send(request)
-            assert data is not None
-            if body:
-                data += conn.h11.send(h11.Data(data=body)) or b""
-            data += conn.h11.send(h11.EndOfMessage()) or b""
-            try:
-                await conn.stream.send(data)
-            except _NOT_SENT as exc:
-                what = type(exc).__name__
-                raise httpx.WriteError(f"sending the request failed ({what})") from exc
-            reply = await self._receive(conn)
-        except BaseException:
-            await conn.close()
-            raise
-        # Reuse the connection only if the reply ended cleanly and nothing followed it: bytes
-        # the server sent beyond the reply (a second copy of it, say) would otherwise be read
-        # as the answer to the next request.
-        unasked, _ = conn.h11.trailing_data
-        if conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE and not unasked:
-            conn.h11.start_next_cycle()
-            if len(self._idle) < self._max_idle and not self._closed:
-                self._idle.append(conn)
-                return reply
-        await conn.close()
-        return reply
-
-    async def _connection(self, connect_timeout: float) -> _Connection:
-        while self._idle:
-            conn = self._idle.pop()
-            if conn.is_alive():
-                return conn
-            await conn.close()
-        try:
-            with anyio.fail_after(connect_timeout):
-                stream: anyio.abc.ByteStream
-                if self._ssl is None:
-                    stream = await anyio.connect_tcp(self._host, self._port)
-                else:
-                    stream = await anyio.connect_tcp(
-                        self._host,
-                        self._port,
-                        ssl_context=self._ssl,
-                        tls_hostname=self._tls_hostname,
-                        tls_standard_compatible=False,
-                    )
-        except TimeoutError as exc:
-            raise httpx.ConnectTimeout("connecting to the server timed out") from exc
-        except _NOT_SENT as exc:
-            raise httpx.ConnectError(f"could not connect ({type(exc).__name__}: {exc})") from exc
-        self.connections_opened += 1
-        return _Connection(stream)
-
-    async def _receive(self, conn: _Connection) -> Reply:
-        status = 0
-        headers: Headers | None = None
-        chunks: list[bytes] = []
-        size = 0
-        parser = conn.h11
-        while True:
-            try:
-                event = parser.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise httpx.RemoteProtocolError(f"malformed response: {exc}") from None
-            if event is h11.NEED_DATA:
-                try:
-                    data = await conn.stream.receive(_READ_SIZE)
-                except anyio.EndOfStream:
-                    data = b""
-                except _NOT_SENT as exc:
-                    what = type(exc).__name__
-                    raise httpx.ReadError(f"reading the reply failed ({what})") from exc
-                parser.receive_data(data)
-            elif isinstance(event, h11.Response):
-                status = event.status_code
-                headers = Headers(event.headers)
-            elif isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > self._max_body:
-                    # A reply is input: never read an unbounded body into memory. The caller
-                    # closes the connection (it is mid-reply), and the outcome is unknown.
-                    raise BackendProtocolError(
-                        f"the reply from {self.origin} is over {self._max_body:,} bytes; the "
-                        "outcome is unknown"
-                    )
-                chunks.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                assert headers is not None
-                return Reply(status, headers, b"".join(chunks))
-            elif isinstance(event, h11.ConnectionClosed):
-                raise httpx.RemoteProtocolError("the server closed the connection without a reply")
-            # h11.InformationalResponse (100 Continue and the like): keep reading
+        """Send one request and read its whole reply (the body at most the seam's cap)."""
+        ...
 
     async def aclose(self) -> None:
-        """Close every idle connection; requests in flight close theirs when they finish."""
-        self._closed = True
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            await conn.close()
+        """Release what the seam holds (connections); requests in flight finish first."""
+        ...
+
+
+@runtime_checkable
+class CarriesUnary(Protocol):
+    """An injected httpx transport that also offers a :class:`Unary` of its own.
+
+    Given one, the backends send unary requests through :meth:`unary` instead of through
+    httpx (the in-process Kubernetes emulator's transport does this), so the request code above
+    the seam is the production one; streams still use the transport through httpx.
+    """
+
+    def unary(self, url: str, *, max_body: int = MAX_BODY_BYTES) -> Unary:
+        """A seam sending to ``url`` (its path prefix is kept) that reads at most ``max_body``."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerURL:
+    """A server's base URL, split: scheme, host, port (None: the scheme's) and path prefix."""
+
+    scheme: str
+    host: str
+    port: int | None
+    prefix: str
+
+    @classmethod
+    def parse(cls, url: str) -> ServerURL:
+        """``http://`` or ``https://`` URLs only (:class:`ValueError` otherwise)."""
+        parsed = httpx.URL(url)
+        if parsed.scheme not in ("http", "https"):
+            raise ValueError(f"unsupported URL scheme {parsed.scheme!r}: use http or https")
+        prefix = parsed.raw_path.decode("ascii").split("?")[0].rstrip("/")
+        return cls(parsed.scheme, parsed.host, parsed.port, prefix)
+
+    @property
+    def netloc(self) -> str:
+        """The ``Host`` header's value: host (bracketed if IPv6) and the port if given."""
+        netloc = f"[{self.host}]" if ":" in self.host else self.host
+        return netloc if self.port is None else f"{netloc}:{self.port}"
+
+    @property
+    def origin(self) -> str:
+        """The server, without any user info the URL had (never shown), and the prefix."""
+        return f"{self.scheme}://{self.netloc}{self.prefix}"
+
+
+def request_head(
+    method: str, target: str, headers: Sequence[tuple[str, str]]
+) -> h11.Request:
+    """The request line and headers (``Host`` among them) as h11 sends them, if HTTP can.
+
+    A last line of defence: callers check credentials where they read them (the Kubernetes
+    token sources do), so a bad token never gets here. h11's message quotes the offending value
+    and UnicodeEncodeError (non-ASCII) the character, and either may be part of a credential:
+    neither is shown, not even as the cause.
+    """
+    try:
+        return h11.Request(method=method, target=target, headers=list(headers))
+    except (h11.LocalProtocolError, UnicodeError):
+        raise httpx.LocalProtocolError(
+            f"the {method} request could not be encoded: a header value or the target has "
+            "characters HTTP does not allow"
+        ) from None
+
+
+class CappedBody:
+    """A reply body read piece by piece, refused as soon as it grows over ``limit`` bytes.
+
+    A reply is input: an unbounded body is never read into memory. Over the limit,
+    :meth:`add` raises :class:`~trio_lease.BackendProtocolError` (the reader closes the
+    connection, which is mid-reply; for a write the outcome is unknown).
+    """
+
+    __slots__ = ("_chunks", "_size", "limit", "what")
+
+    limit: int
+    what: str
+
+    def __init__(self, limit: int, what: str) -> None:
+        self.limit = limit
+        self.what = what  # "the reply to GET /x from https://host": no server text
+        self._chunks: list[bytes] = []
+        self._size = 0
+
+    def add(self, chunk: bytes) -> None:
+        """Append ``chunk``; BackendProtocolError once the body is over the limit."""
+        self._size += len(chunk)
+        if self._size > self.limit:
+            raise BackendProtocolError(
+                f"{self.what} is over {self.limit:,} bytes; the outcome is unknown"
+            )
+        self._chunks.append(chunk)
+
+    @property
+    def content(self) -> bytes:
+        return b"".join(self._chunks)
+
+    @staticmethod
+    def describe(method: str, target: str, origin: str) -> str:
+        """How messages name a reply: method, path (no query) and server."""
+        return f"the reply to {method} {target.split('?')[0]} from {origin}"
+
+
+#: No authentication flow on the seam's requests: credentials come with the headers.
+_NO_AUTH = httpx.Auth()
+
+
+class HttpxUnary:
+    """:class:`Unary` on an ``httpx.AsyncClient`` (proxies, injected transports).
+
+    The client's own auth flow is bypassed: credentials, and the retry after a 401, come from
+    above the seam as on every other implementation. ``extensions`` go with every request
+    (``sni_hostname``). The client belongs to the caller: :meth:`aclose` leaves it open.
+    """
+
+    client: httpx.AsyncClient
+    url: ServerURL
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        *,
+        max_body: int = MAX_BODY_BYTES,
+        extensions: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.client = client
+        self.url = ServerURL.parse(url)
+        self._base = url.split("?")[0].rstrip("/")
+        self._max_body = max_body
+        self._extensions = dict(extensions or {})
+
+    def __repr__(self) -> str:
+        return f"<HttpxUnary {self.url.origin}>"
+
+    async def request(
+        self,
+        method: str,
+        target: str,
+        *,
+        headers: Sequence[tuple[str, str]] = (),
+        body: bytes | None = None,
+        connect_timeout: float | None = None,
+    ) -> Reply:
+        """Send one request through the httpx client; see :class:`Unary`."""
+        request_head(method, self.url.prefix + target, [("Host", self.url.netloc), *headers])
+        timeout = self.client.timeout
+        if connect_timeout is not None:
+            timeout = httpx.Timeout(
+                connect=connect_timeout, read=timeout.read, write=timeout.write, pool=timeout.pool
+            )
+        request = self.client.build_request(
+            method, self._base + target, headers=list(headers), content=body, timeout=timeout,
+            extensions=self._extensions,
+        )
+        response = await self.client.send(request, auth=_NO_AUTH, stream=True)
+        what = CappedBody.describe(method, target, self.url.origin)
+        return await read_capped(response, CappedBody(self._max_body, what))
+
+    async def aclose(self) -> None:
+        """Nothing to release: the httpx client is its owner's to close."""
+
+
+async def read_capped(response: httpx.Response, body: CappedBody) -> Reply:
+    """Read a streamed httpx ``response`` into ``body`` (its cap applies) and close it."""
+    try:
+        async for chunk in response.aiter_bytes():
+            body.add(chunk)
+    finally:
+        await response.aclose()
+    return Reply(response.status_code, Headers(response.headers.raw), body.content)
+
+
+def unary_for(
+    transport: httpx.AsyncBaseTransport,
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    max_body: int = MAX_BODY_BYTES,
+    extensions: Mapping[str, Any] | None = None,
+) -> Unary:
+    """The seam for unary requests through an injected ``transport`` (``client`` uses it).
+
+    The transport's own seam if it carries one (:class:`CarriesUnary`: the emulator's), else
+    ``client`` through :class:`HttpxUnary`.
+    """
+    if isinstance(transport, CarriesUnary):
+        return transport.unary(url, max_body=max_body)
+    return HttpxUnary(client, url, max_body=max_body, extensions=extensions)

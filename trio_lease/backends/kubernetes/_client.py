@@ -32,14 +32,17 @@ they reach the HTTP client, so httpcore's own queue stays short
 (only long-running watch streams use connections without a slot), and a small pool whose
 connections are all kept alive, so bursts do not close and re-open connections.
 
-Unary requests (everything but watch streams) take the lean HTTP/1.1 path
-(:mod:`trio_lease._http`): about a quarter of httpx's CPU per request, which is what limits how
-many leases one process holds. httpx still carries watch streams, and every request when a proxy
-or an injected transport (tests) is configured. Both paths send the same headers and
-credentials and retry once after a 401 with a refreshed token. On the httpx path the body is
-read with :func:`read_capped`: a reply over :data:`~trio_lease._wire.MAX_BODY_BYTES` is a
-:class:`~trio_lease.BackendProtocolError` after reading one byte more than the cap, never an
-unbounded buffer.
+Unary requests (everything but watch streams) go through one seam (:mod:`trio_lease._http`),
+written once above it in :meth:`ClientLease.send`: the same headers and credentials, and one
+retry after a 401 with a token read again. Below the seam: the lean HTTP/1.1 client
+(:mod:`trio_lease._lean_http`, about a quarter of httpx's CPU per request, which is what limits
+how many leases one process holds); httpx (:class:`~trio_lease._http.HttpxUnary`) when a proxy
+or an injected transport is configured; or the injected transport's own seam when it carries
+one (the in-process emulator's), so unit tests on the emulator run this same request code.
+Every seam reads a reply through :class:`~trio_lease._http.CappedBody`: a body over
+:data:`MAX_BODY` is a :class:`~trio_lease.BackendProtocolError` after reading one byte more
+than the cap, never an unbounded buffer. Watch streams stay on httpx (with :class:`KubeAuth`'s
+flow); their error bodies are read with :func:`read_capped`.
 """
 
 from __future__ import annotations
@@ -55,8 +58,9 @@ import anyio.lowlevel
 import httpx
 
 from ... import __version__
-from ..._exceptions import BackendProtocolError
-from ..._http import Answer, Headers, LeanClient, Reply
+from ..._http import Answer, CappedBody, HttpxUnary, Unary, unary_for
+from ..._http import read_capped as _read_capped
+from ..._lean_http import LeanClient
 from ..._slots import Slots
 from ..._wire import MAX_BODY_BYTES
 from ._auth import KubeAuth, ssl_context, token_source_for
@@ -78,15 +82,22 @@ MAX_KEEPALIVE = 4
 MAX_CONNECTIONS: int | None = None
 #: Unary requests on the lean HTTP/1.1 path (False: all on httpx; the benchmarks compare both).
 LEAN = True
+#: The largest unary reply body read (read when a client is built; tests lower it).
+MAX_BODY = MAX_BODY_BYTES
 
 
 @dataclasses.dataclass
 class _Entry:
-    client: httpx.AsyncClient
+    client: httpx.AsyncClient  # watch streams, and unary requests through HttpxUnary
     auth: KubeAuth
-    lean: LeanClient | None
+    unary: Unary
     users: int
     slots: Slots = dataclasses.field(default_factory=lambda: Slots(MAX_IN_FLIGHT))
+
+    @property
+    def lean(self) -> LeanClient | None:
+        """The lean client, when it is the seam (tests and the benchmarks read its counters)."""
+        return self.unary if isinstance(self.unary, LeanClient) else None
 
 
 _POOL: dict[Hashable, _Entry] = {}
@@ -134,15 +145,18 @@ def _build(config: ClusterConfig, transport: httpx.AsyncBaseTransport | None) ->
     headers = dict(_HEADERS)
     # Requests are bounded by a cancel scope per call; this is only a backstop.
     timeout = httpx.Timeout(60.0, connect=30.0)
+    extensions = {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
+    url = config.server_url
+    unary: Unary
     if transport is not None:
         client = httpx.AsyncClient(
-            base_url=config.server_url, auth=auth, headers=headers, timeout=timeout,
-            transport=transport,
+            base_url=url, auth=auth, headers=headers, timeout=timeout, transport=transport
         )
-        return _Entry(client, auth, None, 0)
-    tls = ssl_context(config) if config.server_url.startswith("https:") else None
+        unary = unary_for(transport, client, url, max_body=MAX_BODY, extensions=extensions)
+        return _Entry(client, auth, unary, 0)
+    tls = ssl_context(config) if url.startswith("https:") else None
     client = httpx.AsyncClient(
-        base_url=config.server_url,
+        base_url=url,
         auth=auth,
         headers=headers,
         timeout=timeout,
@@ -153,27 +167,33 @@ def _build(config: ClusterConfig, transport: httpx.AsyncBaseTransport | None) ->
             max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_KEEPALIVE
         ),
     )
-    lean = None
     if LEAN and config.proxy_url is None:
-        lean = LeanClient(
-            config.server_url,
+        unary = LeanClient(
+            url,
             ssl_context=tls,
             tls_hostname=config.tls_server_name,
-            headers=_HEADERS,
             connect_timeout=timeout.connect or 30.0,
             max_idle=MAX_KEEPALIVE,
+            max_body=MAX_BODY,
         )
-    return _Entry(client, auth, lean, 0)
+    else:
+        unary = HttpxUnary(client, url, max_body=MAX_BODY, extensions=extensions)
+    return _Entry(client, auth, unary, 0)
 
 
 class ClientLease:
     """A backend's reference to a pooled client; :meth:`release` once when done."""
 
+    key: Hashable
+    #: The httpx client: watch streams (unary requests go through :meth:`send`).
+    client: httpx.AsyncClient
+    #: Take one before each request that is not a watch stream (see the module docstring).
+    slots: Slots
+
     def __init__(self, key: Hashable, entry: _Entry) -> None:
         self.key = key
         self._entry = entry
         self.client = entry.client
-        #: Take one before each request that is not a watch stream (see the module docstring).
         self.slots = entry.slots
         self._released = False
 
@@ -183,30 +203,30 @@ class ClientLease:
         path: str,
         query: dict[str, str],
         body: Any,
-        extensions: dict[str, Any],
+        extensions: dict[str, Any] | None = None,
     ) -> Answer:
-        """One unary request (the caller holds a slot): the lean path when there is one."""
-        lean = self._entry.lean
-        if lean is None:
-            request = self.client.build_request(
-                method, path, params=query, json=body, extensions=extensions
-            )
-            response = await self.client.send(request, stream=True)
-            return await read_capped(response, method, path)
+        """One unary request through the seam (the caller holds a slot and bounds the time).
+
+        ``body`` goes as JSON. After a 401 the token is read again and the request sent once
+        more: the server refused it before running it, so even a write may be repeated.
+        ``extensions`` is not used: the seam takes the TLS server name from the config.
+        """
+        del extensions
         target = f"{path}?{urlencode(query)}" if query else path
         data = None
-        headers = await self._entry.auth.headers()
+        auth = self._entry.auth
+        headers = [*_HEADERS, *await auth.headers()]
         if body is not None:
             data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
             headers.append(("Content-Type", "application/json"))
-        reply = await lean.request(method, target, headers=headers, body=data)
-        if reply.status_code == 401 and self._entry.auth.source is not None:
-            # As KubeAuth's flow does on the httpx path: read the token again, retry once.
-            fresh = await self._entry.auth.refreshed_authorization()
+        unary = self._entry.unary
+        reply = await unary.request(method, target, headers=headers, body=data)
+        if reply.status_code == 401 and auth.source is not None:
+            fresh = await auth.refreshed_authorization()
             headers = [item for item in headers if item[0] != "Authorization"]
             if fresh is not None:
                 headers.append(("Authorization", fresh))
-            reply = await lean.request(method, target, headers=headers, body=data)
+            reply = await unary.request(method, target, headers=headers, body=data)
         return reply
 
     def evict(self) -> None:
@@ -224,8 +244,7 @@ class ClientLease:
             if _POOL.get(self.key) is entry:
                 del _POOL[self.key]
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                if entry.lean is not None:
-                    await entry.lean.aclose()
+                await entry.unary.aclose()
                 await entry.client.aclose()
 
 
@@ -235,20 +254,9 @@ async def read_capped(response: httpx.Response, method: str, target: str) -> Ans
     ``method`` and ``target`` (a path or an object's description, never server text) name the
     request in the message.
     """
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise BackendProtocolError(
-                    f"the answer to {method} {target} is over {MAX_BODY_BYTES:,} bytes; the "
-                    "outcome is unknown"
-                )
-            chunks.append(chunk)
-    finally:
-        await response.aclose()
-    return Reply(response.status_code, Headers(response.headers.raw), b"".join(chunks))
+    return await _read_capped(
+        response, CappedBody(MAX_BODY_BYTES, f"the answer to {method} {target}")
+    )
 
 
 def acquire_client(
