@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 #: Timings when neither the command line, the environment nor a --config section sets them.
-CLI_DEFAULTS = {
+CLI_DEFAULTS: dict[str, str] = {
     "heartbeat_timeout": "15s",
     "heartbeat_interval": "2s",
     "lease_operation_timeout": "1s",
