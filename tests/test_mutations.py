@@ -75,7 +75,7 @@ MUTATIONS = [
     ),
     Mutation(
         "4.2 the deadline is anchored at send time",
-        "trio_lease/_lease.py",
+        "trio_lease/_writing.py",
         "            send_time=send,\n",
         "            send_time=self._clock(),\n",
         f"{GUARANTEES}::test_g2_deadline_is_anchored_at_send_time_not_reply",
@@ -111,7 +111,7 @@ MUTATIONS = [
     ),
     Mutation(
         "4.4 release only if a fresh read still shows us",
-        "trio_lease/_lease.py",
+        "trio_lease/_writing.py",
         "                if not algo.still_ours(current, holding.identity, holding.token):\n"
         "                    return False",
         "                if current is None:\n                    return False",
@@ -119,14 +119,14 @@ MUTATIONS = [
     ),
     Mutation(
         "4.4 a released lease is acquirable at once",
-        "trio_lease/_lease.py",
+        "trio_lease/_writing.py",
         "        return await self._release(holding, raise_unknown=raise_unknown)",
         "        return False",
         f"{GUARANTEES}::test_g4_released_lease_is_acquirable_at_once",
     ),
     Mutation(
         "4.4 release is shielded",
-        "trio_lease/_lease.py",
+        "trio_lease/_writing.py",
         "            anyio.CancelScope(shield=True),\n"
         "            anyio.move_on_after(self.settings.lease_operation_timeout) as scope,",
         "            anyio.CancelScope(),\n"
@@ -135,7 +135,7 @@ MUTATIONS = [
     ),
     Mutation(
         "4.5 a bare LeaseLost, never an ExceptionGroup",
-        "trio_lease/_lease.py",
+        "trio_lease/_held.py",
         "                if holding.lost_cause is not None:\n                    body.cancel()",
         "                if holding.lost_cause is not None:\n                    body.cancel()\n"
         "                    raise LeaseLost(self.name, holding.lost_cause)",
@@ -143,7 +143,7 @@ MUTATIONS = [
     ),
     Mutation(
         "4.5 the body's scope carries the grant's deadline (event-loop stalls)",
-        "trio_lease/_lease.py",
+        "trio_lease/_held.py",
         "body = anyio.CancelScope(deadline=holding.loop_deadline())",
         "body = anyio.CancelScope()",
         "tests/core/test_stall.py"
@@ -158,28 +158,28 @@ MUTATIONS = [
     ),
     Mutation(
         "4.5 renewals continue while the body cleans up",
-        "trio_lease/_lease.py",
+        "trio_lease/_held.py",
         "heartbeat_scope = anyio.CancelScope(shield=True)",
         "heartbeat_scope = anyio.CancelScope()",
         f"{GUARANTEES}::test_g5_renewals_continue_while_body_cleans_up",
     ),
     Mutation(
         "4.6 reentrant per owner",
-        "trio_lease/_lease.py",
+        "trio_lease/_writing.py",
         "            if holding is not None:  # reentrant: share the live grant",
         "            if False:  # reentrancy removed",
         f"{GUARANTEES}::test_g6_same_owner_reenters_and_shares_the_grant",
     ),
     Mutation(
         "4.7 identity includes a per-process incarnation",
-        "trio_lease/_lease.py",
-        'self.identity = f"{owner}_{incarnation()}"',
-        "self.identity = owner",
+        "trio_lease/_reading.py",
+        'self.identity: str = f"{owner}_{incarnation()}"',
+        "self.identity: str = owner",
         f"{GUARANTEES}::test_g7_identity_is_owner_plus_incarnation",
     ),
     Mutation(
         "5.1 a cancelled acquire releases what landed",
-        "trio_lease/_lease.py",
+        "trio_lease/_writing.py",
         "release=cancelled)",
         "release=False)",
         f"{API}::test_cancelled_acquire_releases_a_write_that_landed",
@@ -200,7 +200,7 @@ MUTATIONS = [
     ),
     Mutation(
         "replies: conflict retries are paced and bounded",
-        "trio_lease/_lease.py",
+        "trio_lease/_writing.py",
         "            await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, "
         "1.5))\n",
         "",
@@ -208,7 +208,7 @@ MUTATIONS = [
     ),
     Mutation(
         "replies: a host lets the body's own exception out bare",
-        "trio_lease/_lease.py",
+        "trio_lease/_host.py",
         "        single = sole_error(group)\n        if single is None:\n            raise\n"
         "        reraise(single)\n",
         "        raise\n",

@@ -15,7 +15,7 @@ from ._exceptions import LeaseLost as LeaseLost
 from ._settings import LeaseSettings as LeaseSettings
 
 __version__ = "0.1.0"
-from ._lease import Grant as Grant
+from ._grant import Grant as Grant
 from ._lease import Lease as Lease
 from ._provider import LeaseProvider as LeaseProvider
 from ._singleton import Following as Following

@@ -35,8 +35,10 @@ from typing import Any
 import anyio
 
 from ._abc import LeaseBackend
+from ._akka import end_hosted_hold
 from ._exceptions import LeaseConfigError
-from ._lease import Lease, close_host, open_host
+from ._host import close_host, open_host
+from ._lease import Lease
 from ._settings import LeaseSettings
 
 __all__ = ["LeaseProvider", "load_backend_class"]
@@ -215,8 +217,7 @@ class LeaseProvider:
         async def end_holds_and_close_backends() -> None:
             with anyio.CancelScope(shield=True):
                 for lease in self._leases.values():
-                    if lease._akka is not None:
-                        await lease._end_akka(raise_unknown=False)
+                    await end_hosted_hold(lease)
                     lease.attach_host(None)
                 for backend, _ in self._backends.values():
                     with anyio.move_on_after(5):

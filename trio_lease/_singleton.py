@@ -25,7 +25,8 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
 from ._exceptions import LeaseLost
-from ._lease import Grant, Lease
+from ._grant import Grant
+from ._lease import Lease
 
 __all__ = [
     "Following",

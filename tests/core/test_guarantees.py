@@ -20,7 +20,7 @@ import anyio.lowlevel
 import pytest
 
 from trio_lease import Lease, LeaseLost, LeaseRecord
-from trio_lease._lease import incarnation
+from trio_lease._identity import incarnation
 from trio_lease.testing import FaultyBackend
 
 from .conftest import World

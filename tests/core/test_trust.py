@@ -34,8 +34,8 @@ from trio_lease import (
     LeaseSettings,
     run_singleton,
 )
-from trio_lease import _lease as lease_module
 from trio_lease._algorithm import UNKNOWN_HOLDER
+from trio_lease._writing import MAX_CONFLICTS
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
 
 pytestmark = pytest.mark.anyio
@@ -307,7 +307,7 @@ async def test_conflict_storm_is_paced_and_bounded_in_try_held() -> None:
     with pytest.raises(BackendUnavailable, match="conflicted"):
         async with lease.try_held():
             pytest.fail("granted")
-    assert len(backend.writes) == lease_module.MAX_CONFLICTS
+    assert len(backend.writes) == MAX_CONFLICTS
     gaps = [b - a for a, b in zip(backend.writes, backend.writes[1:], strict=False)]
     assert all(gap > 0 for gap in gaps), gaps
 

@@ -28,7 +28,8 @@ import anyio
 import httpx
 
 from trio_lease import Lease, LeaseBackend, LeaseRecord, LeaseSettings
-from trio_lease._lease import MAX_CONFLICTS, _closing
+from trio_lease._reading import closing as _closing
+from trio_lease._writing import MAX_CONFLICTS
 from trio_lease.backends.kubernetes._models import LeaseKind
 
 from ._checks import (

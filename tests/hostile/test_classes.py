@@ -38,7 +38,8 @@ from trio_lease import (
     LeaseRecord,
     LeaseSettings,
 )
-from trio_lease._lease import MAX_CONFLICTS, _closing
+from trio_lease._reading import closing as _closing
+from trio_lease._writing import MAX_CONFLICTS
 from trio_lease.backends.etcd import EtcdBackend
 from trio_lease.backends.kubernetes import (
     ClusterConfig,

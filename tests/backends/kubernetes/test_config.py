@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from trio_lease import Lease, LeaseConfigError, LeaseProvider
-from trio_lease._lease import incarnation
+from trio_lease._identity import incarnation
 from trio_lease.backends.kubernetes import (
     KubernetesBackend,
     in_cluster_config,

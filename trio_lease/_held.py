@@ -1,0 +1,109 @@
+"""A lease held as a scope: ``held()`` and ``try_held()``, and the body they guard.
+
+The body runs in a task group next to the grant's heartbeat (:meth:`Holding.guard`), in a
+cancel scope carrying the grant's deadline. If the lease is lost, the body is cancelled and a
+bare :class:`LeaseLost` comes out (never an ``ExceptionGroup``, DESIGN §4.5); an outer
+cancellation passes through unchanged while renewals go on until the body's own cleanup has
+exited; only then is the hold dropped and the lease released (:mod:`._writing`).
+
+This is the fourth layer of :class:`~trio_lease.Lease` (see :mod:`._reading` for why layers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+
+from . import _algorithm as algo
+from ._exceptions import LeaseBusy, LeaseLost
+from ._grant import Grant
+from ._heartbeat import Holding
+from ._waiting import LeaseWaiting
+
+__all__ = ["HeldLease"]
+
+
+class HeldLease(LeaseWaiting):
+    """The layer of :class:`~trio_lease.Lease` that holds it for the duration of a scope."""
+
+    @asynccontextmanager
+    async def held(self, *, timeout: float | None = None) -> AsyncIterator[Grant]:
+        """Wait until this owner holds the lease, run the body, then release.
+
+        Raises :class:`AcquireTimeout` if ``timeout`` seconds pass first. If the lease is lost
+        while the body runs, the body is cancelled and a bare :class:`LeaseLost` is raised here
+        (also when the body finished without reaching a checkpoint after the loss: its work may
+        have overlapped another holder's). An outer cancellation passes through unchanged, and
+        renewals continue while the body's own cleanup runs.
+        """
+        holding = await self._acquire_waiting(timeout)
+        async with self._hold(holding) as grant:
+            yield grant
+
+    @asynccontextmanager
+    async def try_held(self) -> AsyncIterator[Grant]:
+        """Like :meth:`held`, but raise :class:`LeaseBusy` at once if another owner holds it."""
+        attempt = await self._attempt()
+        if isinstance(attempt, algo.Busy):
+            raise LeaseBusy(self.name, attempt.holder, attempt.expires_in)
+        async with self._hold(attempt) as grant:
+            yield grant
+
+    @asynccontextmanager
+    async def _hold(self, holding: Holding) -> AsyncIterator[Grant]:
+        # The body's scope carries the grant's deadline (pushed forward by each confirmed
+        # renewal), so when the event loop resumes after stalling past it, the body is cancelled
+        # together with the timers that expired in the stall, not one step later by the watchdog.
+        body = anyio.CancelScope(deadline=holding.loop_deadline())
+        heartbeat_scope = anyio.CancelScope(shield=True)
+        body_error: BaseException | None = None
+
+        async def heartbeat() -> None:
+            # Shielded: an outer cancellation reaches the body first; renewals go on until the
+            # body (and its cleanup) has exited and cancels this scope explicitly.
+            with heartbeat_scope:
+                await holding.guard()
+                if holding.lost_cause is not None:
+                    body.cancel()
+
+        holding.body_scopes.append(body)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(heartbeat)
+                try:
+                    with body:
+                        yield Grant(holding, self.owner, self._clock)
+                except (anyio.get_cancelled_exc_class(), GeneratorExit):
+                    raise  # cancellation must pass through the scopes it belongs to
+                except BaseException as exc:  # re-raised bare below, never in an ExceptionGroup
+                    body_error = exc  # (KeyboardInterrupt and SystemExit too)
+                finally:
+                    holding.body_scopes.remove(body)
+                    # A body that ran past the deadline (cancelled by it, or finished without a
+                    # checkpoint) may have overlapped another holder: that is a loss.
+                    # (Only its deadline cancels the body while the grant is active.)
+                    holding.check_deadline(passed=body.cancel_called)
+                    heartbeat_scope.cancel()
+        finally:
+            await self._drop_hold(holding, raise_unknown=False)
+        if body_error is not None and not isinstance(body_error, Exception):
+            raise body_error  # KeyboardInterrupt, SystemExit: never turned into LeaseLost
+        if holding.lost_cause is not None:
+            if body_error is not None and not _is_own_loss(body_error, holding):
+                raise LeaseLost(self.name, holding.lost_cause) from body_error
+            raise LeaseLost(self.name, holding.lost_cause)
+        if body_error is not None:
+            raise body_error
+
+
+def _is_own_loss(error: Exception, holding: Holding) -> bool:
+    """True for the LeaseLost that Grant.check() raised for this very grant (also in a group)."""
+    if isinstance(error, ExceptionGroup):
+        return all(_is_own_loss(inner, holding) for inner in error.exceptions)
+    return (
+        isinstance(error, LeaseLost)
+        and error.lease_name == holding.name
+        and error.cause == holding.lost_cause
+    )

@@ -1,0 +1,230 @@
+"""A lease's waiting contender: attempt, wait, attempt again until granted (``held()``'s wait).
+
+Between attempts it waits until the holder's record may have expired, or a poll interval
+(jittered, so contenders spread out), or a change the backend's watch reports, whichever comes
+first. The watch opens only once there is something to wait for. A backend that keeps failing
+(:class:`BackendUnavailable`) is retried with backoff and reported at WARNING once it has failed
+for a while (then at most every :data:`WARN_EVERY` seconds), and its recovery likewise; errors
+retrying cannot fix end the wait at once. :attr:`LeaseWaiting.failing_since` and
+:attr:`LeaseWaiting.last_error` let a program report the wait itself (the CLI's waiting line).
+
+This is the third layer of :class:`~trio_lease.Lease` (see :mod:`._reading` for why layers).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import anyio
+from anyio.abc import TaskGroup
+
+from ._exceptions import AcquireTimeout, BackendError, BackendUnavailable
+from ._heartbeat import Holding, infinite_or
+from ._reading import closing
+from ._writing import LeaseWriting
+
+__all__ = ["EXPIRY_JITTER", "WAITING_LOG", "WARN_AFTER", "WARN_EVERY", "LeaseWaiting"]
+
+logger = logging.getLogger("trio_lease")
+
+#: Most a contender waits past the holder's expiry on top of the expiry itself (seconds): enough
+#: to spread contenders that observed the same record, small next to any heartbeat timeout.
+EXPIRY_JITTER = 0.01
+#: Set (as an attribute of the log record) on the warnings a waiting contender logs about its
+#: backend, so a program that reports the wait itself (the CLI's waiting line) can drop them.
+WAITING_LOG = "trio_lease_waiting"
+#: A waiting contender whose backend keeps failing says so at WARNING once it has failed for
+#: this long (or twice in a row), then at most every WARN_EVERY seconds while it goes on.
+WARN_AFTER = 1.0
+WARN_EVERY = 30.0
+
+
+class LeaseWaiting(LeaseWriting):
+    """The layer of :class:`~trio_lease.Lease` that waits until an attempt is granted."""
+
+    # The waiting state, reset by each wait (class-level defaults: no layer needs __init__).
+    _failing_since: float | None = None
+    _last_error: BackendError | None = None
+    _warned_at: float | None = None
+    _warned_unreadable: str | None = None
+
+    @property
+    def failing_since(self) -> float | None:
+        """While waiting: when (on the lease's clock) the backend started failing, else None."""
+        return self._failing_since
+
+    @property
+    def last_error(self) -> BackendError | None:
+        """While waiting and the backend fails: the error of the last attempt, else None."""
+        return self._last_error if self._failing_since is not None else None
+
+    async def _acquire_waiting(self, timeout: float | None) -> Holding:
+        box: list[Holding] = []
+        try:
+            await self._wait_for_grant(timeout, box)
+        except BaseException:
+            # Cancelled after the grant was written but before the caller got it: release it
+            # before the cancellation propagates (shielded and bounded inside _drop_hold).
+            if box:
+                await self._drop_hold(box[0], raise_unknown=False)
+            raise
+        if not box:
+            last = self.last_error
+            detail = f"holder: {self.holder() or 'none'}"
+            record = self._last_record
+            if record is not None and record.unreadable:
+                detail += f"; the record is unreadable: {record.unreadable}"
+            if last is not None and self._failing_since is not None:
+                failing = self._clock() - self._failing_since
+                detail += f"; the backend has been failing for {failing:.1f} s, last error: {last}"
+            raise AcquireTimeout(
+                f"lease {self.name!r} was not acquired within {timeout:g} s ({detail})",
+                last_error=last,
+            )
+        return box[0]
+
+    async def _wait_for_grant(self, timeout: float | None, box: list[Holding]) -> None:
+        self._failing_since = None
+        self._last_error = None
+        self._warned_at = None
+        error: list[Exception] = []
+        with anyio.move_on_after(infinite_or(timeout)):
+            async with anyio.create_task_group() as tg:
+                try:
+                    await self._wait_loop(tg, box)
+                except Exception as exc:  # raised bare below, never in an ExceptionGroup
+                    error.append(exc)
+                tg.cancel_scope.cancel()
+        if error:
+            raise error[0]
+
+    async def _wait_loop(self, tg: TaskGroup, box: list[Holding]) -> None:
+        """Attempt, then wait (watch or jittered poll), until granted; errors retrying cannot
+        fix (anything but :class:`BackendUnavailable`) propagate."""
+        wakeup = _Wakeup()
+        watching = False
+        failures = 0
+        while True:
+            until_expiry = False
+            expires_in: float | None = None
+            started = self._clock()
+            try:
+                attempt = await self._attempt()
+            except BackendUnavailable as exc:
+                failures += 1
+                self._note_failure(exc, started, failures)
+                delay = min(self.settings.wait_interval, 0.1 * 2**failures)
+            else:
+                failures = 0
+                self._note_recovery()
+                if isinstance(attempt, Holding):
+                    box.append(attempt)
+                    return
+                expires_in = attempt.expires_in
+                delay = min(expires_in, self.settings.wait_interval)
+                until_expiry = expires_in <= self.settings.wait_interval
+                if attempt.unreadable:
+                    self._warn_unreadable(attempt.unreadable)
+            if self.backend.supports_watch and not watching:
+                # Watch only once there is something to wait for: an acquisition that
+                # succeeds at once opens no stream (on Kubernetes a watch holds one
+                # pooled connection, so 100 concurrent acquisitions starved the pool).
+                watching = True
+                tg.start_soon(self._wake_on_changes, wakeup)
+            # Jitter spreads contenders out; waiting past expiry is safe, before is not.
+            # The wait that ends at the holder's expiry gets at most EXPIRY_JITTER of it,
+            # so a crash failover lands close to L (up to 20 % of the poll period late
+            # before: p99 +0.46 s at R = 1.5 s, benchmarks/README.md).
+            jitter = delay * random.uniform(0.0, 0.2)
+            if until_expiry:
+                jitter = min(jitter, EXPIRY_JITTER)
+            elif expires_in is not None:
+                # A polling wait must not overshoot the expiry either: it would
+                # delay a crash failover by up to 20 % of the poll period.
+                jitter = min(jitter, max(expires_in - delay, 0.0) + EXPIRY_JITTER)
+            await wakeup.wait(delay + jitter + 1e-3)
+
+    def _note_failure(self, exc: BackendUnavailable, started: float, failures: int) -> None:
+        """Remember a failed attempt; say so at WARNING once it lasts (then every WARN_EVERY)."""
+        now = self._clock()
+        if self._failing_since is None:
+            self._failing_since = started
+        self._last_error = exc
+        failing = now - self._failing_since
+        due = self._warned_at is None or now - self._warned_at >= WARN_EVERY
+        if due and (failing >= WARN_AFTER or failures >= 2):
+            self._warned_at = now
+            logger.warning(
+                "lease %r: cannot use the backend (failing for %.1f s): %s; still trying",
+                self.name,
+                failing,
+                exc,
+                extra={WAITING_LOG: True},
+            )
+        else:
+            logger.info("lease %r: acquire failed (%s); retrying", self.name, exc)
+
+    def _note_recovery(self) -> None:
+        if self._failing_since is not None and self._warned_at is not None:
+            logger.warning(
+                "lease %r: the backend answers again after %.1f s",
+                self.name,
+                self._clock() - self._failing_since,
+            )
+        self._failing_since = None
+        self._last_error = None
+        self._warned_at = None
+
+    def _warn_unreadable(self, problem: str) -> None:
+        record = self._last_record
+        version = record.version if record is not None else None
+        if self._warned_unreadable != version:
+            self._warned_unreadable = version
+            logger.warning(
+                "lease %r: the stored record is unreadable (%s); it counts as held by an unknown "
+                "holder%s",
+                self.name,
+                problem,
+                " and is never taken over (its fencing token is unreadable): fix or delete it"
+                if record is not None and record.fencing_token < 0
+                else " until it has stood unchanged for the heartbeat timeout",
+            )
+
+    async def _wake_on_changes(self, wakeup: _Wakeup) -> None:
+        """Wake the waiting contender on every record change the backend reports."""
+        while True:
+            try:
+                # The watch starts after our last read: if its first state already differs from
+                # what we read (released in between), wake at once instead of a poll later.
+                known = self._last_record.version if self._last_record is not None else None
+                async with closing(self._watch_records()) as stream:
+                    async for record in stream:
+                        self._observe(record)
+                        version = record.version if record is not None else None
+                        if version != known:
+                            wakeup.set()
+                        known = version
+            except BackendUnavailable as exc:
+                logger.info("lease %r: watch failed (%s); polling meanwhile", self.name, exc)
+            except Exception as exc:
+                # Not transient (credentials, TLS, a missing CRD): wake the waiting loop, whose
+                # next attempt meets the error too and ends the wait with it.
+                logger.info("lease %r: watch failed (%s)", self.name, exc)
+                wakeup.set()
+            await anyio.sleep(self.settings.wait_interval)
+
+
+class _Wakeup:
+    """Wakes a waiting contender early (a watch event), else after a timeout."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> None:
+        with anyio.move_on_after(timeout):
+            await self._event.wait()
+        self._event = anyio.Event()

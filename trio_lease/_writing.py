@@ -1,0 +1,211 @@
+"""A lease's writes: taking a grant in one acquire attempt, and giving it back.
+
+Both are compare-and-swap writes decided by :mod:`._algorithm` from a fresh read:
+
+- :meth:`LeaseWriting._attempt` reads, and writes a new grant if the lease can be taken (or
+  shares this owner's live grant: reentrancy, DESIGN §4.6). A write whose outcome is unknown
+  (an error, a timeout, a cancellation, an answer that does not show our write) is resolved by
+  reading again: a landed grant is adopted, or released at once if the caller is being
+  cancelled (DESIGN §5.1). Conflicting writes are retried after a short jittered pause, a few
+  times at most.
+- :meth:`LeaseWriting._drop_hold` removes one hold of a grant; the last one ends the grant and
+  :meth:`LeaseWriting._release` writes an empty holder, only if a fresh read still shows our
+  grant (DESIGN §4.4), shielded from cancellation and bounded by the lease operation timeout.
+
+This is the second layer of :class:`~trio_lease.Lease` (see :mod:`._reading` for why layers).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import anyio
+
+from . import _algorithm as algo
+from ._abc import LeaseRecord
+from ._exceptions import BackendProtocolError, BackendUnavailable, ConflictError, LeaseError
+from ._heartbeat import Holding, registry
+from ._reading import LeaseReading, untyped
+from ._slots import urgent
+
+__all__ = ["CONFLICT_PAUSE", "MAX_CONFLICTS", "LeaseWriting"]
+
+logger = logging.getLogger("trio_lease")
+
+#: Conflicting writes one acquire attempt takes (pausing between them) before it gives up with
+#: BackendUnavailable: a real race ends after one conflict (the next read shows the winner), so
+#: more in a row means a store that answers "conflict" to every write while reads show the lease
+#: takeable; the waiting loop then backs off like for any unavailable backend.
+MAX_CONFLICTS = 4
+#: First pause after a conflicting write (seconds); doubled on each further conflict, jittered.
+CONFLICT_PAUSE = 0.005
+
+
+class LeaseWriting(LeaseReading):
+    """The layer of :class:`~trio_lease.Lease` that writes grants and releases them."""
+
+    async def _attempt(self) -> Holding | algo.Busy:
+        """One acquire attempt (re-reading on conflicts). Adds a hold on success.
+
+        A conflicting write is followed by a short jittered pause (doubling each time) and a
+        fresh read; after :data:`MAX_CONFLICTS` in a row it raises :class:`BackendUnavailable`.
+        """
+        conflicts = 0
+        while True:
+            holding = self._live_holding()
+            if holding is not None:  # reentrant: share the live grant
+                holding.holds += 1
+                return holding
+            record = await self._read()
+            decision = algo.decide_acquire(
+                record,
+                name=self.name,
+                identity=self.identity,
+                observation=self._observation,
+                now=self._clock(),
+                settings=self.settings,
+                wall_now=self._wall_clock(),
+                token_floor=self._token_floor,
+            )
+            if isinstance(decision, algo.Busy):
+                return decision
+            holding = await self._write_grant(decision)
+            if holding is not None:
+                self._token_floor = max(self._token_floor, holding.token)
+                holding.holds += 1
+                return holding
+            conflicts += 1
+            if conflicts >= MAX_CONFLICTS:
+                raise BackendUnavailable(
+                    f"lease {self.name!r}: {conflicts} writes in a row conflicted although each "
+                    "read before them showed the lease could be taken; the store may be "
+                    "misbehaving"
+                )
+            await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, 1.5))
+
+    async def _write_grant(self, decision: algo.Write) -> Holding | None:
+        """Write a new grant; None if we lost the race. Cleans up if the outcome is unknown."""
+        send = self._clock()
+        try:
+            with anyio.move_on_after(self.settings.lease_operation_timeout) as scope:
+                if decision.expected_version is None:
+                    stored = await self.backend.create(decision.record)
+                else:
+                    stored = await self.backend.update(decision.record, decision.expected_version)
+            if scope.cancelled_caught:
+                raise BackendUnavailable(
+                    f"writing lease {self.name!r} took longer than the lease operation timeout"
+                )
+        except ConflictError:
+            return None
+        except BaseException as exc:
+            # Unknown outcome (error, timeout, or our caller was cancelled): the write may have
+            # landed. Learn the truth; adopt it, or, if we are being cancelled, release it.
+            cancelled = not isinstance(exc, Exception)
+            current = await self._resolve_unknown_grant(decision.record, release=cancelled)
+            if current is None or cancelled:
+                if isinstance(exc, Exception) and not isinstance(exc, LeaseError):
+                    raise untyped(exc, self.backend, f"writing lease {self.name!r}") from exc
+                raise
+            stored = current
+        else:
+            problem = algo.echo_problem(stored, decision.record, decision.expected_version)
+            if problem:
+                # The answer does not show our write: an unknown outcome, like a lost reply.
+                current = await self._resolve_unknown_grant(decision.record, release=False)
+                if current is None:
+                    raise BackendProtocolError(
+                        f"writing lease {self.name!r}: {problem}, and a fresh read does not show "
+                        "our grant; the outcome is unknown"
+                    )
+                stored = current
+        self._observe(stored)
+        holding = Holding(
+            key=self._key,
+            backend=self.backend,
+            settings=self.settings,
+            record=stored,
+            send_time=send,
+            clock=self._clock,
+            wall_clock=self._wall_clock,
+        )
+        registry[self._key] = holding
+        return holding
+
+    async def _resolve_unknown_grant(
+        self, intended: LeaseRecord, *, release: bool
+    ) -> LeaseRecord | None:
+        """After a grant write with unknown outcome: the stored record if it landed, else None.
+
+        With ``release``, a landed grant is released at once (cancellation-safe acquire).
+        Shielded and bounded by T.
+        """
+        with (
+            anyio.CancelScope(shield=True),
+            anyio.move_on_after(self.settings.lease_operation_timeout),
+        ):
+            try:
+                current = await self.backend.get(self.name)
+                if not algo.still_ours(current, self.identity, intended.fencing_token):
+                    return None
+                assert current is not None
+                if release:
+                    await self.backend.update(
+                        algo.release_record(current, self._wall_clock()), current.version
+                    )
+                return current
+            except Exception as exc:
+                logger.warning(
+                    "lease %r: could not resolve an acquire whose outcome is unknown (%s); "
+                    "if it landed, the lease expires after the heartbeat timeout",
+                    self.name,
+                    exc,
+                )
+        return None
+
+    async def _drop_hold(self, holding: Holding, *, raise_unknown: bool) -> bool:
+        """Remove one hold; the last one ends the grant and releases it (shielded, bounded)."""
+        holding.holds -= 1
+        if holding.holds > 0:
+            return True
+        was_lost = holding.lost_cause is not None
+        holding.end()
+        if was_lost:
+            return False
+        return await self._release(holding, raise_unknown=raise_unknown)
+
+    async def _release(self, holding: Holding, *, raise_unknown: bool) -> bool:
+        """Write an empty holder if a fresh read still shows our grant (DESIGN §4.4)."""
+        error: BaseException | None = None
+        with (
+            anyio.CancelScope(shield=True),
+            anyio.move_on_after(self.settings.lease_operation_timeout) as scope,
+            urgent(),  # a release hands the lease over: it goes before acquisitions
+        ):
+            try:
+                current = await self.backend.get(self.name)
+                self._observe(current)
+                if not algo.still_ours(current, holding.identity, holding.token):
+                    return False
+                assert current is not None
+                written = algo.release_record(current, self._wall_clock())
+                released = await self.backend.update(written, current.version)
+                problem = algo.echo_problem(released, written, current.version)
+                if problem:
+                    raise BackendProtocolError(f"the answer to the release: {problem}")
+                self._observe(released)
+                return True
+            except ConflictError:
+                return False
+            except Exception as exc:
+                error = exc
+        message = (
+            f"releasing lease {self.name!r} "
+            + ("timed out" if scope.cancelled_caught else f"failed: {error}")
+            + "; it expires after the heartbeat timeout"
+        )
+        logger.warning("%s", message)
+        if raise_unknown:
+            raise BackendUnavailable(message) from error
+        return False
