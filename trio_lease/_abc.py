@@ -25,6 +25,14 @@ To write a backend, subclass :class:`LeaseBackend` and implement:
     the latest state after every change. Used to wake waiting contenders at once.
 ``aclose()``
     Release connections, threads, files.
+``from_config(config)`` (optional classmethod)
+    Build the backend from the keys of a :class:`~trio_lease.LeaseProvider` section that are
+    not the provider's or the settings' (kebab-case, as written in TOML). The default passes
+    them to the constructor as snake_case keyword arguments and names any key it does not take;
+    override it to parse, check or rename keys (a list given as one string, a password file).
+``names()`` (optional)
+    Return the names of every lease in the store (``trio-lease status`` without names lists
+    them). The default raises :class:`NotImplementedError`: the store cannot list its leases.
 
 Replies are input: every value read from the store (an HTTP reply, a row, a file) is checked
 where it enters the backend, and becomes either a well-formed record or a typed error:
@@ -57,9 +65,12 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import AsyncIterator, Hashable
+import inspect
+from collections.abc import AsyncIterator, Hashable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Self
+
+from ._exceptions import LeaseConfigError
 
 if TYPE_CHECKING:
     from ._settings import LeaseSettings
@@ -127,6 +138,34 @@ class LeaseBackend(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release the backend's resources."""
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Self:
+        """Build a backend from a provider section's backend keys (kebab-case).
+
+        The default gives them to the constructor as snake_case keyword arguments
+        (``busy-timeout`` becomes ``busy_timeout``) and raises :class:`LeaseConfigError` naming
+        the keys it does not take (unless it takes ``**kwargs``). Override it to parse or check
+        keys yourself; raise :class:`LeaseConfigError` (or ``ValueError``/``TypeError``) for a
+        bad section. The provider adds the file and section to the message.
+        """
+        kwargs = {key.replace("-", "_"): value for key, value in config.items()}
+        parameters = inspect.signature(cls).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            unknown = sorted(k for k in kwargs if k not in parameters)
+            if unknown:
+                raise LeaseConfigError(
+                    f"unknown key(s) for {cls.__name__}: "
+                    f"{', '.join(k.replace('_', '-') for k in unknown)}"
+                )
+        return cls(**kwargs)
+
+    async def names(self) -> list[str]:
+        """The names of every lease in the store (optional; for ``trio-lease status``).
+
+        The default raises :class:`NotImplementedError`: this store cannot list its leases.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot list its leases")
 
     @property
     def store_key(self) -> Hashable:

@@ -11,9 +11,9 @@ A section names its backend and settings in the seed's kebab-case keys::
 
 ``provider.get_lease("report", "leases.nightly", "worker-1")`` returns the same :class:`Lease`
 for the same triple. Leases of one section share one backend object (one connection pool).
-Backends are found by name in the entry point group ``trio_lease.backends``, loaded lazily; a
-backend class may offer ``from_config(mapping)`` taking the section's backend keys, else its
-constructor gets them as snake_case keyword arguments.
+Backends are found by name in the entry point group ``trio_lease.backends``, loaded lazily, and
+built by :meth:`LeaseBackend.from_config` from the section's backend keys (by default, their
+constructor gets them as snake_case keyword arguments).
 
 ``async with provider:`` opens the task group that hosts the heartbeats of ``acquire()`` on
 every lease it hands out, and closes the backends on exit.
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import inspect
 import os
 import tomllib
 from collections.abc import Mapping
@@ -92,22 +91,9 @@ def load_backend_class(lease_class: str, where: str = "lease-class") -> type[Lea
 
 
 def build_backend(cls: type[LeaseBackend], config: Mapping[str, Any], where: str) -> LeaseBackend:
-    """Construct a backend from a section's backend keys (``from_config`` or keyword args)."""
+    """Construct a backend from a section's backend keys (:meth:`LeaseBackend.from_config`)."""
     try:
-        from_config = getattr(cls, "from_config", None)
-        if from_config is not None:
-            backend = from_config(config)
-        else:
-            kwargs = {key.replace("-", "_"): value for key, value in config.items()}
-            parameters = inspect.signature(cls).parameters
-            if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-                unknown = sorted(k for k in kwargs if k not in parameters)
-                if unknown:
-                    raise LeaseConfigError(
-                        f"unknown key(s) for {cls.__name__}: "
-                        f"{', '.join(k.replace('_', '-') for k in unknown)}"
-                    )
-            backend = cls(**kwargs)
+        backend: object = cls.from_config(config)
     except LeaseConfigError as exc:
         raise LeaseConfigError(f"{where}: {exc}") from None
     except (TypeError, ValueError) as exc:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, Self, cast
 
 import pytest
 
 from trio_lease import LeaseConfigError, LeaseProvider
-from trio_lease._provider import load_backend_class
-from trio_lease.backends.memory import MemoryBackend
+from trio_lease._provider import build_backend, load_backend_class
+from trio_lease.backends.memory import MemoryBackend, MemoryStore
 from trio_lease.backends.sqlite import SqliteBackend
 
 pytestmark = pytest.mark.anyio
@@ -129,3 +131,56 @@ async def test_provider_hosts_acquire_heartbeats() -> None:
     assert not lease.check_lease()
     record = await lease.backend.get("job")
     assert record is not None and record.holder == ""
+
+
+class _Tuned(MemoryBackend):
+    """A backend whose constructor needs a keyword the section spells in kebab-case."""
+
+    def __init__(self, store: MemoryStore | None = None, *, retry_limit: int) -> None:
+        super().__init__(store)
+        self.retry_limit = retry_limit
+
+
+class _Lenient(MemoryBackend):
+    """A backend whose constructor takes any keyword."""
+
+    def __init__(self, **options: object) -> None:
+        super().__init__()
+        self.options = options
+
+
+class _Broken(MemoryBackend):
+    """A backend whose from_config returns something that is not a backend."""
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Self:
+        return cast(Self, dict(config))
+
+
+def test_default_from_config_passes_kebab_keys_as_keyword_arguments() -> None:
+    """LeaseBackend.from_config gives the section's keys to the constructor in snake_case."""
+    backend = _Tuned.from_config({"retry-limit": 3})
+    assert isinstance(backend, _Tuned) and backend.retry_limit == 3
+    assert _Lenient.from_config({"any-key": 1}).options == {"any_key": 1}
+
+
+def test_default_from_config_names_the_keys_the_constructor_does_not_take() -> None:
+    """Keys the constructor does not take are named (kebab-case), through the provider too."""
+    with pytest.raises(LeaseConfigError, match=r"^unknown key\(s\) for _Tuned: colour, retry$"):
+        _Tuned.from_config({"retry": 3, "colour": "blue"})
+    with pytest.raises(LeaseConfigError, match=r"^s \[x\]: unknown key\(s\) for _Tuned: colour$"):
+        build_backend(_Tuned, {"retry-limit": 1, "colour": "blue"}, "s [x]")
+
+
+def test_build_backend_names_a_from_config_that_fails_or_returns_no_backend() -> None:
+    """A constructor's TypeError and a from_config returning no backend are config errors."""
+    with pytest.raises(LeaseConfigError, match=r"^w: cannot build _Tuned: .*retry_limit"):
+        build_backend(_Tuned, {}, "w")
+    with pytest.raises(LeaseConfigError, match=r"^w: _Broken.from_config did not return a "):
+        build_backend(_Broken, {}, "w")
+
+
+async def test_names_is_optional_and_raises_not_implemented_by_default() -> None:
+    """A backend that cannot list its leases says so with NotImplementedError."""
+    with pytest.raises(NotImplementedError, match="MemoryBackend cannot list its leases"):
+        await MemoryBackend().names()
