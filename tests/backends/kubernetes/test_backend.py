@@ -213,13 +213,13 @@ async def test_backends_share_one_client_per_server_and_loop() -> None:
     a, b = make_backend(transport), make_backend(transport)
     await a.get("x")
     await b.get("x")
-    assert a._client() is b._client()
+    assert a._api.client() is b._api.client()
     assert pool_size() == before + 1
     other = make_backend(transport, token="different")
     await other.get("x")
-    assert other._client() is not a._client()
+    assert other._api.client() is not a._api.client()
     await a.aclose()
-    assert not b._client().is_closed
+    assert not b._api.client().is_closed
     await b.aclose()
     await other.aclose()
     assert pool_size() == before
@@ -250,8 +250,8 @@ def test_clients_are_never_shared_across_event_loops() -> None:
         async with make_backend(transport) as a, make_backend(transport) as b:
             await a.get("x")
             await b.get("x")
-            assert a._client() is b._client()
-            clients.append(a._client())
+            assert a._api.client() is b._api.client()
+            clients.append(a._api.client())
 
     anyio.run(use, backend="asyncio")
     anyio.run(use, backend="trio")

@@ -255,7 +255,7 @@ def test_provider_builds_the_kubernetes_backend_by_name() -> None:
     backend = lease.backend
     assert isinstance(backend, KubernetesBackend)
     assert backend.namespace == "jobs"
-    assert backend._request_timeout == 1.0  # T learnt from the settings
+    assert backend._api.request_timeout == 1.0  # T learnt from the settings
 
 
 def test_provider_rejects_fractional_durations_and_bad_keys() -> None:

@@ -218,8 +218,8 @@ async def test_both_request_paths_send_the_same_requests(monkeypatch: pytest.Mon
                 await backend.update(dataclasses.replace(made, holder="you"), made.version)
                 final = await backend.get("same")
                 assert final is not None and final.holder == "you"
-                assert backend._client_lease is not None
-                entry = backend._client_lease._entry
+                assert backend._api.client_lease is not None
+                entry = backend._api.client_lease._entry
                 assert (entry.lean is not None) is lean
                 if entry.lean is not None:
                     assert entry.lean.connections_opened == 1  # kept alive across all three

@@ -518,8 +518,8 @@ async def test_bad_token_on_the_lean_http_path_is_an_auth_error_not_unavailable(
         async with KubernetesBackend(config) as backend:
             with pytest.raises(BackendAuthError) as caught:
                 await backend.create(LeaseRecord("job", holder="me", lease_duration=15))
-            assert backend._client_lease is not None
-            lean = backend._client_lease._entry.lean
+            assert backend._api.client_lease is not None
+            lean = backend._api.client_lease._entry.lean
             assert lean is not None  # the request really went the lean way
             assert lean.connections_opened == 0  # refused before connecting
     assert not isinstance(caught.value, BackendUnavailable)

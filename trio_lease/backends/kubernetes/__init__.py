@@ -5,9 +5,9 @@ Talks to the API server directly with httpx (no Kubernetes SDK), compare-and-swa
 """
 
 from ._backend import KubernetesBackend as KubernetesBackend
+from ._backend import check as check
 from ._check import CheckProblem as CheckProblem
 from ._check import CheckReport as CheckReport
-from ._check import check as check
 from ._cluster import ClusterConfig as ClusterConfig
 from ._cluster import Credentials as Credentials
 from ._cluster import ExecConfig as ExecConfig

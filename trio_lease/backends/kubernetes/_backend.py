@@ -1,4 +1,4 @@
-"""KubernetesBackend: leases as Kubernetes objects, compare-and-swap on resourceVersion.
+"""KubernetesBackend: the lease SPI on Kubernetes objects, compare-and-swap on resourceVersion.
 
 The protocol (KUBERNETES-API.md):
 
@@ -6,37 +6,27 @@ The protocol (KUBERNETES-API.md):
 - ``create``: POST; 409 AlreadyExists → :class:`ConflictError`.
 - ``update``: one PUT of the last object we saw with the record written over it, carrying
   ``metadata.resourceVersion`` (the compare-and-swap) and ``metadata.uid`` (so a PUT to a lease
-  that was deleted does not silently re-create it). The backend keeps the last object it saw per
-  lease, so a steady-state renewal is exactly one request. It GETs first only when it has no
-  object at ``expected_version`` (after a conflict or an unknown outcome, which drop the cached
-  object). A 201 to a PUT, or a uid precondition failure, means the lease is lost.
+  that was deleted does not silently re-create it). The object cache (:mod:`._cache`) keeps the
+  last object seen per lease, so a steady-state renewal is exactly one request. It GETs first
+  only when it has no object at ``expected_version`` (after a conflict or an unknown outcome,
+  which drop the cached object). A 201 to a PUT, or a uid precondition failure, means the lease
+  is lost.
 - Release is the core's ``update`` with holder ``""`` and lease duration 1 after a fresh ``get``:
   one PUT, which keeps ``leaseTransitions`` (the fencing token).
 
 The apiserver skips a PUT that changes nothing and keeps the resourceVersion; the SPI wants a new
 version for every write, so such a write carries a fresh ``trio-lease.io/write-nonce``
-annotation. The request timeout is the settings' ``lease_operation_timeout`` (learnt in
-:meth:`KubernetesBackend.validate_settings`) unless ``request_timeout`` is given.
+annotation. A 200 to a PUT whose object has another ``metadata.uid`` than the one we sent is a
+protocol error, not a conflict: the server ignored our uid precondition, so whether our write
+landed somewhere is unknown, and only a fresh read can tell.
 
-Every request is bounded by min(request timeout, time left in the caller's cancel scope), and
-that bound is sent to the server as ``?timeout=Ns``. A 429 is retried after ``Retry-After`` only
-while that fits in the bound (a 429 is a request the server did not run, so retrying a write is
-safe). Everything else is mapped by :mod:`._errors`.
-
-Every reply body is parsed with :func:`trio_lease._wire.load_json` (size and nesting capped)
-and read in one place, :meth:`KubernetesBackend.read_object` with the checks of
-:mod:`._models`: the answer to a GET, POST or PUT must be a ``Lease`` of our kind and
-apiVersion, named as asked, with a uid and a resourceVersion, or the call raises
-:class:`BackendProtocolError` (for a write: an unknown outcome, which the core resolves by
-reading again). A 200 to a PUT whose object has another ``metadata.uid`` than the one we sent is
-a protocol error too, not a conflict: the server ignored our uid precondition, so whether our
-write landed somewhere is unknown, and only a fresh read can tell.
+Requests (their time bound, 429s, CA reload) and the checks of every reply are the API layer's
+(:mod:`._api`); waiting for changes is :mod:`._watch`; ``check()`` is :mod:`._check`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import secrets
 from collections.abc import AsyncGenerator, Hashable, Mapping
 from typing import TYPE_CHECKING, Any, Self
@@ -46,33 +36,23 @@ import httpx
 
 from ..._abc import LeaseBackend, LeaseRecord
 from ..._exceptions import BackendProtocolError, ConflictError, LeaseConfigError
-from ..._http import Answer
-from ..._wire import JsonObject, Malformed, load_json
-from ._client import ClientLease, acquire_client
-from ._config import ClusterConfig, resolve_config
-from ._errors import (
-    RequestContext,
-    clean_text,
-    error_for,
-    error_from,
-    map_transport_error,
-    parse_status,
-    tls_verification_failed,
-)
+from ..._wire import JsonObject, Malformed
+from ._api import KubeApi
+from ._check import CheckReport, run_check
+from ._cluster import ClusterConfig
+from ._config import resolve_config
+from ._errors import RequestContext, clean_text, error_from
 from ._models import COORDINATION, LeaseKind, kind_named
-from ._names import KEY_ANNOTATION, lease_name_for, validate_lease_name
-from ._reading import KubernetesLeaseRecord, resource_version
+from ._names import KEY_ANNOTATION
+from ._reading import resource_version
+from ._section import backend_kwargs, check_section
+from ._watch import watch_lease
 
 if TYPE_CHECKING:
     from ..._settings import LeaseSettings
-    from ._check import CheckReport
 
-__all__ = ["KubernetesBackend"]
+__all__ = ["KubernetesBackend", "check"]
 
-DEFAULT_REQUEST_TIMEOUT = 5.0
-#: Shortest wait before retrying a 429, and the wait when it gives no usable Retry-After.
-MIN_RETRY_WAIT = 0.05
-DEFAULT_RETRY_WAIT = 1.0
 NONCE_ANNOTATION = "trio-lease.io/write-nonce"
 
 
@@ -97,7 +77,17 @@ class KubernetesBackend(LeaseBackend):
             releases at once. See :meth:`_refuse_renewal`.
     """
 
-    supports_watch = True
+    supports_watch: bool = True
+    #: The API server and credentials (with ``namespace`` applied).
+    config: ClusterConfig
+    #: The resource that stores leases.
+    kind: LeaseKind
+    namespace: str
+    map_names: bool
+    #: Whether :meth:`watch` uses a watch (else it polls).
+    watch_enabled: bool
+    watch_poll_interval: float
+    preferred_holder_grace: float
 
     def __init__(
         self,
@@ -129,21 +119,17 @@ class KubernetesBackend(LeaseBackend):
         self.map_names = map_names
         self.watch_enabled = watch
         self.watch_poll_interval = watch_poll_interval
-        self._transport = transport
-        self._request_timeout = request_timeout
         self.preferred_holder_grace = preferred_holder_grace
+        self._api = KubeApi(
+            config, kind, transport=transport, request_timeout=request_timeout,
+            map_names=map_names,
+        )
         #: When we first saw spec.preferredHolder name someone else, per object name.
         self._step_down_since: dict[str, float] = {}
-        self._client_lease: ClientLease | None = None
-        self._closed = False
-        #: The last object seen per object name: resourceVersion, uid and unmodelled fields.
-        self._objects: dict[str, JsonObject] = {}
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> KubernetesBackend:
         """Build from a provider TOML section (kebab-case keys; see docs/kubernetes.md)."""
-        from ._section import backend_kwargs, check_section
-
         check_section(config)
         return cls(resolve_config(config), **backend_kwargs(config))
 
@@ -156,8 +142,9 @@ class KubernetesBackend(LeaseBackend):
     @property
     def store_key(self) -> Hashable:
         """The objects' place: server, namespace and kind (not the credentials used)."""
-        transport = id(self._transport) if self._transport is not None else None
-        return ("kubernetes", self.config.server_url, transport, self.namespace, self.kind.name)
+        transport = self._api.transport
+        where = id(transport) if transport is not None else None
+        return ("kubernetes", self.config.server_url, where, self.namespace, self.kind.name)
 
     def validate_settings(self, settings: LeaseSettings) -> None:
         """Reject lease durations the object cannot store; adopt T as the request bound."""
@@ -176,223 +163,86 @@ class KubernetesBackend(LeaseBackend):
                     "heartbeat_interval), so holder_deadline must be <= heartbeat_timeout - 3 * "
                     f"heartbeat_interval: {settings.deadline:g} s > {limit:g} s"
                 )
-        if self._request_timeout is None:
-            self._request_timeout = settings.lease_operation_timeout
-
-    # -- names ---------------------------------------------------------------------------------
+        if self._api.request_timeout is None:
+            self._api.request_timeout = settings.lease_operation_timeout
 
     def object_name(self, key: str) -> str:
         """The Kubernetes object name that stores the lease ``key``."""
-        return lease_name_for(key) if self.map_names else validate_lease_name(key)
-
-    def _check_key(self, key: str, obj: JsonObject) -> None:
-        metadata = obj.get("metadata")
-        annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-        # Not a string, or no object at all: the record reads as unreadable (see _models).
-        stored = annotations.get(KEY_ANNOTATION) if isinstance(annotations, dict) else None
-        if isinstance(stored, str) and stored != key:
-            raise LeaseConfigError(
-                f"lease name collision: {key!r} maps to the object "
-                f"{self.object_name(key)!r}, which stores the lease {clean_text(stored, 100)!r}; "
-                "rename one"
-            )
-
-    def read_object(
-        self, body: object, object_name: str, ctx: RequestContext, *, listed: bool = False
-    ) -> JsonObject:
-        """``body`` if it is our kind's object ``object_name``, else BackendProtocolError.
-
-        The one place where an object from the server is accepted (replies to GET, POST and
-        PUT here; LIST items and watch events in :mod:`._watch`, with ``listed``).
-        """
-        try:
-            return self.kind.check_object(body, object_name, self.namespace, listed=listed)
-        except Malformed as exc:
-            raise BackendProtocolError(
-                f"the answer to {ctx.verb} of {ctx.target} is not that {self.kind.kind} "
-                f"({self.kind.api_version}): {exc}{_unknown(ctx)}"
-            ) from None
-
-    def _read(self, response: Answer, object_name: str, ctx: RequestContext) -> JsonObject:
-        what = f"the answer to {ctx.verb} of {ctx.target}"
-        return self.read_object(load_json(response.content, what), object_name, ctx)
-
-    def _record(self, key: str, obj: JsonObject) -> KubernetesLeaseRecord:
-        """The record in ``obj`` (checked by :meth:`read_object`); keeps it for the next PUT."""
-        self._check_key(key, obj)
-        # List items of built-in kinds come without these; a PUT needs them.
-        obj.setdefault("apiVersion", self.kind.api_version)
-        obj.setdefault("kind", self.kind.kind)
-        self._objects[self.object_name(key)] = obj
-        return self.kind.to_record(key, obj)
-
-    # -- requests ------------------------------------------------------------------------------
-
-    def _client(self) -> httpx.AsyncClient:
-        if self._closed:
-            raise RuntimeError("this KubernetesBackend is closed")
-        if self._client_lease is None:
-            self._client_lease = acquire_client(self.config, self._transport)
-        return self._client_lease.client
-
-    async def _replace_client(self) -> httpx.AsyncClient:
-        """Drop our pooled client (TLS verification failed) and take a freshly built one."""
-        old = self._client_lease
-        if old is not None:
-            old.evict()
-            self._client_lease = None
-            await old.release()
-        return self._client()
-
-    def _budget(self) -> tuple[float, float]:
-        """(now, deadline): min(request timeout, the caller's effective deadline)."""
-        now = anyio.current_time()
-        own = self._request_timeout or DEFAULT_REQUEST_TIMEOUT
-        return now, min(now + own, anyio.current_effective_deadline())
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        ctx: RequestContext,
-        *,
-        body: JsonObject | None = None,
-        params: dict[str, str] | None = None,
-    ) -> Answer:
-        """One request within the budget; 429s retried after Retry-After while it fits."""
-        self._client()
-        lease = self._client_lease
-        assert lease is not None
-        slots = lease.slots
-        now, deadline = self._budget()
-        reloaded_ca = False
-        extensions = {}
-        if self.config.tls_server_name:
-            extensions["sni_hostname"] = self.config.tls_server_name
-        while True:
-            left = max(deadline - now, 0.0)  # -inf when the caller's scope is cancelled
-            query = dict(params or {})
-            query["timeout"] = f"{max(1, math.floor(left))}s"
-            try:
-                with anyio.fail_after(left):
-                    await slots.acquire()  # renewals first; no checkpoint when one is free
-                    try:
-                        response = await lease.send(method, path, query, body, extensions)
-                    finally:
-                        slots.release()
-            except (httpx.HTTPError, TimeoutError, OSError) as exc:
-                reload = self.config.ca_file is not None and not reloaded_ca
-                if reload and tls_verification_failed(exc):
-                    # The CA file may have been rotated: a fresh client re-reads it. Nothing
-                    # was sent (the handshake failed), so retrying is safe.
-                    reloaded_ca = True
-                    await self._replace_client()
-                    lease = self._client_lease
-                    assert lease is not None
-                    slots = lease.slots
-                    now = anyio.current_time()
-                    continue
-                raise map_transport_error(exc, ctx) from None
-            if response.status_code != 429:
-                return response
-            status = parse_status(response)
-            wait = _retry_wait(status.retry_after)
-            now = anyio.current_time()
-            if now + wait >= deadline:
-                raise error_for(status, ctx)
-            await anyio.sleep(wait)
-            now = anyio.current_time()
-
-    def _ctx(self, verb: str, name: str = "") -> RequestContext:
-        return RequestContext(verb=verb, kind=self.kind, namespace=self.namespace, name=name)
-
-    async def get_object(self, name: str) -> JsonObject | None:
-        """GET the object ``name`` (a quorum read, checked); None if it does not exist."""
-        ctx = self._ctx("get", name)
-        response = await self.request("GET", self.kind.item_path(self.namespace, name), ctx)
-        if response.status_code == 200:
-            return self._read(response, name, ctx)
-        if response.status_code == 404:
-            status = parse_status(response)
-            if status.missing_resource or status.missing_namespace:
-                raise error_for(status, ctx)
-            return None
-        raise error_from(response, ctx)
+        return self._api.objects.object_name(key)
 
     # -- the SPI -------------------------------------------------------------------------------
 
     async def get(self, name: str) -> LeaseRecord | None:
-        object_name = self.object_name(name)
-        obj = await self.get_object(object_name)
+        objects = self._api.objects
+        object_name = objects.object_name(name)
+        obj = await self._api.get_object(object_name)
         if obj is None:
-            self._objects.pop(object_name, None)
+            objects.forget(object_name)
             return None
-        return self._record(name, obj)
+        return objects.record(name, obj)
 
     async def create(self, record: LeaseRecord) -> LeaseRecord:
-        object_name = self.object_name(record.name)
+        api = self._api
+        object_name = api.objects.object_name(record.name)
         annotations = {KEY_ANNOTATION: record.name} if object_name != record.name else {}
         body = self.kind.new_object(object_name, record, annotations)
-        ctx = self._ctx("create", object_name)
-        response = await self.request(
-            "POST", self.kind.collection_path(self.namespace), ctx, body=body
-        )
+        ctx = api.ctx("create", object_name)
+        response = await api.request("POST", api.collection_path(), ctx, body=body)
         if response.status_code in (200, 201):
-            return self._record(record.name, self._read(response, object_name, ctx))
+            return api.objects.record(record.name, api.read_reply(response, object_name, ctx))
         raise error_from(response, ctx)
 
     async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
-        object_name = self.object_name(record.name)
-        ctx = self._ctx("update", object_name)
-        base = self._objects.get(object_name)
-        if base is None or _version(base) != expected_version:
-            # No object at that version in hand: learn uid and version first.
-            base = await self.get_object(object_name)
-            if base is None:
-                self._objects.pop(object_name, None)
-                raise ConflictError(f"{ctx.target} does not exist")
-            self._check_key(record.name, base)
-            self._objects[object_name] = base
-            if _version(base) != expected_version:
-                raise ConflictError(
-                    f"{ctx.target} is at resourceVersion {clean_text(_version(base), 40)!r}, "
-                    f"not {clean_text(expected_version, 40)!r}"
-                )
+        api, objects = self._api, self._api.objects
+        object_name = objects.object_name(record.name)
+        ctx = api.ctx("update", object_name)
+        base = await self._base(record.name, object_name, expected_version, ctx)
         self._refuse_renewal(object_name, base, record, ctx)
-        body = self.kind.apply(base, record)
-        metadata = body["metadata"]  # an object: read_object checked it
-        if body == base:
-            # The apiserver skips a write that changes nothing and keeps the resourceVersion;
-            # the SPI needs a new version for every successful write.
-            annotations = metadata.get("annotations")
-            if not isinstance(annotations, dict):
-                annotations = metadata["annotations"] = {}
-            annotations[NONCE_ANNOTATION] = secrets.token_hex(4)
-        metadata["resourceVersion"] = expected_version
-        metadata["name"] = object_name
-        sent_uid = metadata.get("uid")
-        path = self.kind.item_path(self.namespace, object_name)
+        body = _put_body(self.kind.apply(base, record), base, object_name, expected_version)
+        sent_uid = body["metadata"].get("uid")
         try:
-            response = await self.request("PUT", path, ctx, body=body)
+            response = await api.request("PUT", api.item_path(object_name), ctx, body=body)
             if response.status_code == 200:
-                stored = self._read(response, object_name, ctx)
+                stored = api.read_reply(response, object_name, ctx)
                 if stored["metadata"]["uid"] != sent_uid:
                     raise BackendProtocolError(
                         f"the answer to update of {ctx.target} is another object (its "
                         "metadata.uid is not the one we sent, so the server ignored our "
                         "precondition); the outcome is unknown"
                     )
-                return self._record(record.name, stored)
+                return objects.record(record.name, stored)
         except BaseException:
-            self._objects.pop(object_name, None)  # unknown outcome: re-read before next write
+            objects.forget(object_name)  # unknown outcome: re-read before the next write
             raise
-        self._objects.pop(object_name, None)
+        objects.forget(object_name)
         if response.status_code == 201:
             raise ConflictError(
                 f"{ctx.target} had been deleted: the update re-created it (201), so the lease "
                 "we held is lost"
             )
         raise error_from(response, ctx)
+
+    async def _base(
+        self, key: str, object_name: str, expected_version: str, ctx: RequestContext
+    ) -> JsonObject:
+        """The object at ``expected_version`` to write over: the cached one, else a GET."""
+        objects = self._api.objects
+        base = objects.get(object_name)
+        if base is not None and _version(base) == expected_version:
+            return base
+        # No object at that version in hand: learn uid and version first.
+        base = await self._api.get_object(object_name)
+        if base is None:
+            objects.forget(object_name)
+            raise ConflictError(f"{ctx.target} does not exist")
+        objects.check_key(key, base)
+        objects.keep(object_name, base)
+        if _version(base) != expected_version:
+            raise ConflictError(
+                f"{ctx.target} is at resourceVersion {clean_text(_version(base), 40)!r}, "
+                f"not {clean_text(expected_version, 40)!r}"
+            )
+        return base
 
     def _refuse_renewal(
         self, object_name: str, base: JsonObject, record: LeaseRecord, ctx: RequestContext
@@ -431,24 +281,40 @@ class KubernetesBackend(LeaseBackend):
 
     async def check(self) -> CheckReport:
         """Report what would stop this backend from working, each with its fix."""
-        from ._check import check
-
-        return await check(self)
+        return await run_check(self._api)
 
     def watch(self, name: str) -> AsyncGenerator[LeaseRecord | None]:
-        from ._watch import watch_lease
-
-        return watch_lease(self, name)
+        return watch_lease(
+            self._api, name, watch=self.watch_enabled, poll_interval=self.watch_poll_interval
+        )
 
     async def __aenter__(self) -> Self:
         return self
 
     async def aclose(self) -> None:
-        self._closed = True
-        self._objects.clear()
-        lease, self._client_lease = self._client_lease, None
-        if lease is not None:
-            await lease.release()
+        await self._api.aclose()
+
+
+async def check(backend: KubernetesBackend) -> CheckReport:
+    """Check reachability, credentials, RBAC and the resource; see :mod:`._check`."""
+    return await backend.check()
+
+
+def _put_body(
+    body: JsonObject, base: JsonObject, object_name: str, expected_version: str
+) -> JsonObject:
+    """``body`` (the record applied to ``base``) made a compare-and-swap PUT at that version."""
+    metadata = body["metadata"]  # an object: read_object checked it
+    if body == base:
+        # The apiserver skips a write that changes nothing and keeps the resourceVersion;
+        # the SPI needs a new version for every successful write.
+        annotations = metadata.get("annotations")
+        if not isinstance(annotations, dict):
+            annotations = metadata["annotations"] = {}
+        annotations[NONCE_ANNOTATION] = secrets.token_hex(4)
+    metadata["resourceVersion"] = expected_version
+    metadata["name"] = object_name
+    return body
 
 
 def _version(obj: JsonObject) -> str:
@@ -457,19 +323,3 @@ def _version(obj: JsonObject) -> str:
         return resource_version(obj)
     except Malformed:
         return ""
-
-
-def _unknown(ctx: RequestContext) -> str:
-    return "; the outcome is unknown" if ctx.verb in ("create", "update") else ""
-
-
-def _retry_wait(retry_after: float | None) -> float:
-    """How long to wait before retrying a 429: Retry-After, at least MIN_RETRY_WAIT.
-
-    ``retry_after`` is finite or None (parse_status sees to it); this is the last guard, so a
-    NaN or infinity can never reach a sleep. The caller still refuses any wait that would end
-    past the request bound.
-    """
-    if retry_after is None or not math.isfinite(retry_after):
-        return DEFAULT_RETRY_WAIT
-    return max(MIN_RETRY_WAIT, retry_after)

@@ -16,19 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from typing import TYPE_CHECKING
-
-import anyio
-import httpx
 
 from ... import _wire
 from ..._exceptions import BackendAuthError, BackendProtocolError, LeaseConfigError, LeaseError
+from ._api import KubeApi
 from ._errors import ApiStatus, RequestContext, parse_status
 
-if TYPE_CHECKING:
-    from ._backend import KubernetesBackend
-
-__all__ = ["CheckProblem", "CheckReport", "check"]
+__all__ = ["CheckProblem", "CheckReport", "run_check"]
 
 _SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
@@ -46,7 +40,7 @@ class CheckProblem:
 
 @dataclasses.dataclass
 class CheckReport:
-    """The outcome of :func:`check`; ``ok`` when no problem was found."""
+    """The outcome of a check (:func:`run_check`); ``ok`` when no problem was found."""
 
     server: str
     namespace: str
@@ -72,28 +66,28 @@ class CheckReport:
         return "\n".join(lines)
 
 
-def _rbac_fix(backend: KubernetesBackend, verbs: list[str]) -> str:
-    kind = backend.kind
+def _rbac_fix(api: KubeApi, verbs: list[str]) -> str:
+    kind = api.kind
     return (
         f"grant verbs {', '.join(verbs)} on resource {kind.plural!r} in API group "
-        f"{kind.group!r} in namespace {backend.namespace!r}: apply the Role and RoleBinding "
-        f"from lease.yml, or kubectl create role trio-lease -n {backend.namespace} "
+        f"{kind.group!r} in namespace {api.namespace!r}: apply the Role and RoleBinding "
+        f"from lease.yml, or kubectl create role trio-lease -n {api.namespace} "
         f"--verb={','.join(kind.verbs)} --resource={kind.resource} and bind it to the service "
         "account (resourceNames can restrict get/update/watch but never create)"
     )
 
 
-async def check(backend: KubernetesBackend) -> CheckReport:
+async def run_check(api: KubeApi) -> CheckReport:
     """Check reachability, credentials, RBAC and the resource; see the module docstring."""
     report = CheckReport(
-        server=backend.config.server_url,
-        namespace=backend.namespace,
-        lease_kind=backend.kind.name,
-        source=backend.config.source,
+        server=api.config.server_url,
+        namespace=api.namespace,
+        lease_kind=api.kind.name,
+        source=api.config.source,
     )
     try:
-        missing = await _review_verbs(backend)
-        probe = await _probe_get(backend)
+        missing = await _review_verbs(api)
+        probe = await _probe_get(api)
     except (BackendAuthError, LeaseConfigError) as exc:
         report.problems.append(
             CheckProblem(f"the configuration cannot be used: {exc}", "fix what the message names")
@@ -109,26 +103,26 @@ async def check(backend: KubernetesBackend) -> CheckReport:
         )
         return report
     if missing is None:  # SelfSubjectAccessReviews unavailable: probe by reading
-        missing = await _probe_reads(backend)
+        missing = await _probe_reads(api)
         report.notes.append(
             "SelfSubjectAccessReviews are not available: probed get, list and watch by "
             "reading; create and update could not be checked without writing"
         )
     if probe.code == 401:
-        report.problems.append(_credentials_problem(backend))
+        report.problems.append(_credentials_problem(api))
         return report
     if probe.code == 403 and "get" not in missing:
         missing.insert(0, "get")
     if missing:
         report.problems.append(
             CheckProblem(
-                f"missing permissions: {', '.join(missing)} on {backend.kind.resource} in "
-                f"namespace {backend.namespace!r}",
-                _rbac_fix(backend, missing),
+                f"missing permissions: {', '.join(missing)} on {api.kind.resource} in "
+                f"namespace {api.namespace!r}",
+                _rbac_fix(api, missing),
             )
         )
     if probe.missing_resource:
-        report.problems.append(_missing_resource_problem(backend))
+        report.problems.append(_missing_resource_problem(api))
     elif probe.code >= 500:
         report.problems.append(
             CheckProblem(
@@ -139,24 +133,24 @@ async def check(backend: KubernetesBackend) -> CheckReport:
     return report
 
 
-async def _review_verbs(backend: KubernetesBackend) -> list[str] | None:
+async def _review_verbs(api: KubeApi) -> list[str] | None:
     """The verbs SelfSubjectAccessReviews deny; None when reviews are not available."""
-    ctx = RequestContext("create", backend.kind, backend.namespace, "selfsubjectaccessreview")
+    ctx = RequestContext("create", api.kind, api.namespace, "selfsubjectaccessreview")
     missing = []
-    for verb in backend.kind.verbs:
+    for verb in api.kind.verbs:
         body = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",
             "spec": {
                 "resourceAttributes": {
-                    "namespace": backend.namespace,
+                    "namespace": api.namespace,
                     "verb": verb,
-                    "group": backend.kind.group,
-                    "resource": backend.kind.plural,
+                    "group": api.kind.group,
+                    "resource": api.kind.plural,
                 }
             },
         }
-        response = await backend.request("POST", _SSAR_PATH, ctx, body=body)
+        response = await api.request("POST", _SSAR_PATH, ctx, body=body)
         if response.status_code not in (200, 201):
             return None
         try:
@@ -180,56 +174,53 @@ def _allowed(content: bytes) -> bool:
     return allowed
 
 
-async def _probe_get(backend: KubernetesBackend) -> ApiStatus:
+async def _probe_get(api: KubeApi) -> ApiStatus:
     """GET a lease that does not exist: 404 NotFound proves get and the resource work."""
     name = f"trio-lease-check-{secrets.token_hex(4)}"
-    ctx = RequestContext("get", backend.kind, backend.namespace, name)
-    response = await backend.request("GET", backend.kind.item_path(backend.namespace, name), ctx)
+    ctx = api.ctx("get", name)
+    response = await api.request("GET", api.item_path(name), ctx)
     if response.status_code < 400:
         return ApiStatus(response.status_code, "OK")
     return parse_status(response)
 
 
-async def _probe_reads(backend: KubernetesBackend) -> list[str]:
+async def _probe_reads(api: KubeApi) -> list[str]:
     """Probe list and watch by reading; a 403 means the verb is missing."""
     missing = []
-    path = backend.kind.collection_path(backend.namespace)
+    path = api.collection_path()
     selector = f"metadata.name=trio-lease-check-{secrets.token_hex(4)}"
     probes = (
         ("list", {"limit": "1", "fieldSelector": selector}),
         ("watch", {"watch": "1", "fieldSelector": selector, "timeoutSeconds": "1"}),
     )
-    client = backend._client()
     for verb, params in probes:
         try:
-            with anyio.fail_after(backend._request_timeout or 5.0):
-                request = client.build_request("GET", path, params=params)
-                response = await client.send(request, stream=True)
-                await response.aclose()
-        except (httpx.HTTPError, TimeoutError, OSError):
+            async with api.stream(path, params, api.ctx(verb)) as response:
+                status = response.status_code
+        except LeaseError:
             continue  # reachability is judged by the other requests
-        if response.status_code == 403:
+        if status == 403:
             missing.append(verb)
     return missing
 
 
-def _credentials_problem(backend: KubernetesBackend) -> CheckProblem:
+def _credentials_problem(api: KubeApi) -> CheckProblem:
     return CheckProblem(
-        f"the API server rejected our credentials (401, {backend.config.credentials.kind} "
-        f"from {backend.config.source})",
+        f"the API server rejected our credentials (401, {api.config.credentials.kind} "
+        f"from {api.config.source})",
         "renew the token (is the token file current? has the service account token "
         "expired?), fix the kubeconfig user, or check the exec plugin's output",
     )
 
 
-def _missing_resource_problem(backend: KubernetesBackend) -> CheckProblem:
-    if backend.kind.group == "coordination.k8s.io":
+def _missing_resource_problem(api: KubeApi) -> CheckProblem:
+    if api.kind.group == "coordination.k8s.io":
         return CheckProblem(
-            f"the server does not serve {backend.kind.resource}",
+            f"the server does not serve {api.kind.resource}",
             "use Kubernetes 1.14 or newer, or check that 'server' is an API server",
         )
     return CheckProblem(
-        f"the custom resource definition for {backend.kind.resource} "
-        f"({backend.kind.api_version}) is missing",
+        f"the custom resource definition for {api.kind.resource} "
+        f"({api.kind.api_version}) is missing",
         "kubectl apply -f lease.yml (needs cluster-admin once)",
     )

@@ -18,7 +18,7 @@ TLS certificate verification failed      :class:`LeaseConfigError`: configure th
 429 past the deadline, 5xx, timeouts,    :class:`BackendUnavailable` (outcome unknown)
 resets, connection errors
 an answer that is not a valid reply      :class:`BackendProtocolError` (raised where
-(not JSON, wrong kind or shape)          replies are read: _backend, _watch)
+(not JSON, wrong kind or shape)          replies are read: _api, _watch)
 anything else                            :class:`BackendError`
 =======================================  ==============================================
 
@@ -271,23 +271,7 @@ def error_for(status: ApiStatus, ctx: RequestContext) -> LeaseError:
             )
         return ConflictError(f"{ctx.verb} of {ctx.target} conflicted ({status.reason})")
     if code == 404:
-        if status.missing_namespace:
-            return LeaseConfigError(
-                f"namespace {ctx.namespace!r} does not exist: create it or configure another "
-                "namespace (the 'namespace' key)"
-            )
-        if status.missing_resource:
-            if ctx.kind.group == "coordination.k8s.io":
-                return LeaseConfigError(
-                    f"the API server does not serve {ctx.kind.api_version} leases "
-                    "(Kubernetes 1.14 or newer is needed): check the server URL"
-                )
-            return LeaseConfigError(
-                f"the API server does not serve {ctx.kind.resource} ({ctx.kind.api_version}): "
-                "the custom resource definition is missing; install it with "
-                "'kubectl apply -f lease.yml' (needs cluster-admin once)"
-            )
-        return ConflictError(f"{ctx.target} does not exist")
+        return _not_found(status, ctx)
     if code == 401:
         return BackendAuthError(
             f"the API server rejected our credentials (401 Unauthorized) on {ctx.verb} of "
@@ -312,6 +296,27 @@ def error_for(status: ApiStatus, ctx: RequestContext) -> LeaseError:
         )
     return BackendError(
         f"{ctx.verb} of {ctx.target} failed with {code} {status.reason} ({status.said()})"
+    )
+
+
+def _not_found(status: ApiStatus, ctx: RequestContext) -> LeaseError:
+    """A 404: the namespace or the resource (configuration errors), else the object."""
+    if status.missing_namespace:
+        return LeaseConfigError(
+            f"namespace {ctx.namespace!r} does not exist: create it or configure another "
+            "namespace (the 'namespace' key)"
+        )
+    if not status.missing_resource:
+        return ConflictError(f"{ctx.target} does not exist")
+    if ctx.kind.group == "coordination.k8s.io":
+        return LeaseConfigError(
+            f"the API server does not serve {ctx.kind.api_version} leases "
+            "(Kubernetes 1.14 or newer is needed): check the server URL"
+        )
+    return LeaseConfigError(
+        f"the API server does not serve {ctx.kind.resource} ({ctx.kind.api_version}): "
+        "the custom resource definition is missing; install it with "
+        "'kubectl apply -f lease.yml' (needs cluster-admin once)"
     )
 
 

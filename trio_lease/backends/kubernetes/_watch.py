@@ -24,7 +24,7 @@ Every line is read through the same checks as any other reply: at most
 :data:`~trio_lease._wire.MAX_BODY_BYTES` per line (a longer line is a protocol error, not
 unbounded memory), parsed by :func:`~trio_lease._wire.load_json`, ``type`` one of ADDED,
 MODIFIED, DELETED, BOOKMARK, ERROR, ``object`` an object; ADDED, MODIFIED and DELETED objects
-must be our object (checked by :meth:`KubernetesBackend.read_object`; they may omit
+must be our object (checked by :meth:`._api.KubeApi.read_object`; they may omit
 ``apiVersion`` and ``kind``), a BOOKMARK must carry a resourceVersion. The LIST must be a
 ``LeaseList`` of our apiVersion whose ``items`` is a list of at most one object (ours) and whose
 ``metadata.resourceVersion`` is a non-empty string. Anything else is a
@@ -46,7 +46,7 @@ from __future__ import annotations
 import random
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import anyio
 import httpx
@@ -60,12 +60,9 @@ from ..._exceptions import (
     LeaseConfigError,
 )
 from ..._wire import JsonObject
-from ._client import read_capped
-from ._errors import RequestContext, error_for, error_from, map_transport_error, parse_status
+from ._api import KubeApi
+from ._errors import RequestContext, error_for, error_from
 from ._reading import resource_version
-
-if TYPE_CHECKING:
-    from ._backend import KubernetesBackend
 
 __all__ = ["FIRST_BACKOFF", "watch_lease"]
 
@@ -76,6 +73,8 @@ FIRST_BACKOFF: Final = 0.1
 #: Longest event line accepted (one object per line; the same cap as a whole reply).
 MAX_LINE_BYTES: Final = _wire.MAX_BODY_BYTES
 _EVENT_TYPES: Final = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
+#: A watch stream is opened within the request timeout, then read for up to timeoutSeconds.
+_STREAM_TIMEOUT: Final = httpx.Timeout(30.0, read=WATCH_TIMEOUT_SECONDS + 30.0)
 
 
 class _Resync(Exception):
@@ -96,6 +95,13 @@ class _Cursor:
         #: Useful events so far: changes of our object to a version not yielded before.
         self.useful = 0
 
+    def moved_to(self, version: str, state_version: str | None) -> None:
+        """An event of our object at ``version``; its state's version (None: deleted)."""
+        self.version = version
+        if state_version != self.state_version:
+            self.useful += 1
+        self.state_version = state_version
+
 
 class _Backoff:
     """Jittered exponential backoff from FIRST_BACKOFF up to ``cap``; reset by useful events."""
@@ -114,70 +120,121 @@ class _Backoff:
 
 
 async def watch_lease(
-    backend: KubernetesBackend, key: str
+    api: KubeApi, key: str, *, watch: bool = True, poll_interval: float = 5.0
 ) -> AsyncGenerator[LeaseRecord | None]:
-    """Yield the current record of ``key``, then each change (see the module docstring)."""
-    object_name = backend.object_name(key)
-    use_watch = backend.watch_enabled
-    backoff = _Backoff(backend.watch_poll_interval)
-    while True:
-        version = ""
-        try:
-            if use_watch:
-                obj, version = await _list(backend, object_name)
-            else:
-                obj = await backend.get_object(object_name)
-        except _Forbidden:
-            use_watch = False  # the Role lacks list (so watch is useless): poll from now on
-            continue
-        except BackendUnavailable:  # protocol errors too
-            if use_watch:
-                await backoff.sleep()
-            else:
-                await anyio.sleep(backend.watch_poll_interval)
-            continue
+    """Yield the current record of ``key``, then each change (see the module docstring).
+
+    ``watch``: use a watch (until it is forbidden); else, and after that, poll every
+    ``poll_interval`` seconds.
+    """
+    lease = _Watched(api, key)
+    if watch:
+        async with aclosing(lease.watch(_Backoff(poll_interval))) as states:
+            async for state in states:
+                yield state
+    async with aclosing(lease.poll(poll_interval)) as states:
+        async for state in states:
+            yield state
+
+
+class _Watched:
+    """One lease being waited on: its object name, and the states read of it."""
+
+    def __init__(self, api: KubeApi, key: str) -> None:
+        self.api = api
+        self.key = key
+        self.object_name = api.objects.object_name(key)
+
+    def state(self, obj: JsonObject | None) -> LeaseRecord | None:
+        """The record in ``obj`` (kept for the next PUT), or None when there is no object."""
         if obj is None:
-            backend._objects.pop(object_name, None)
-            yield None
-        else:
-            yield backend._record(key, obj)
-        if not use_watch:
-            await anyio.sleep(backend.watch_poll_interval)
-            continue
-        cursor = _Cursor(version, resource_version(obj) if obj is not None else None)
-        try:
-            while True:  # resume from the last version after each clean end of the stream
-                before, opened = cursor.useful, anyio.current_time()
-                async with aclosing(_stream(backend, key, object_name, cursor)) as events:
-                    async for item in events:
-                        yield item
-                if cursor.useful > before or anyio.current_time() - opened >= backoff.cap:
-                    backoff.reset()  # a real change came, or a long healthy stream: at once
-                else:
-                    await backoff.sleep()  # nothing useful (bookmarks, or ended at once)
-        except _Resync:
-            pass
-        except _Forbidden:
-            use_watch = False  # the Role lacks watch/list: poll from now on
-            continue
-        except BackendUnavailable:  # a cut stream, a 5xx, an unreadable event
-            pass
-        await backoff.sleep()  # pace every re-list, even after useful events
+            self.api.objects.forget(self.object_name)
+            return None
+        return self.api.objects.record(self.key, obj)
+
+    async def poll(self, interval: float) -> AsyncGenerator[LeaseRecord | None]:
+        """GET every ``interval`` seconds, forever (failed reads are skipped)."""
+        while True:
+            try:
+                obj = await self.api.get_object(self.object_name)
+            except BackendUnavailable:  # protocol errors too
+                await anyio.sleep(interval)
+                continue
+            yield self.state(obj)
+            await anyio.sleep(interval)
+
+    async def watch(self, backoff: _Backoff) -> AsyncGenerator[LeaseRecord | None]:
+        """LIST, then watch from the list's version, again after each resync; ends on 403."""
+        while True:
+            try:
+                obj, version = await _list(self.api, self.object_name)
+            except _Forbidden:
+                return  # the Role lacks list (so watch is useless): poll from now on
+            except BackendUnavailable:  # protocol errors too
+                await backoff.sleep()
+                continue
+            yield self.state(obj)
+            cursor = _Cursor(version, resource_version(obj) if obj is not None else None)
+            try:
+                async with aclosing(self.follow(cursor, backoff)) as states:
+                    async for state in states:
+                        yield state
+            except _Forbidden:
+                return  # the Role lacks watch/list: poll from now on
+            except (_Resync, BackendUnavailable):  # a cut stream, a 5xx, an unreadable event
+                pass
+            await backoff.sleep()  # pace every re-list, even after useful events
+
+    async def follow(
+        self, cursor: _Cursor, backoff: _Backoff
+    ) -> AsyncGenerator[LeaseRecord | None]:
+        """Watch streams from the cursor, resumed after each clean end (raises to re-list)."""
+        while True:
+            before, opened = cursor.useful, anyio.current_time()
+            async with aclosing(self.stream(cursor)) as states:
+                async for state in states:
+                    yield state
+            if cursor.useful > before or anyio.current_time() - opened >= backoff.cap:
+                backoff.reset()  # a real change came, or a long healthy stream: at once
+            else:
+                await backoff.sleep()  # nothing useful (bookmarks, or ended at once)
+
+    async def stream(self, cursor: _Cursor) -> AsyncGenerator[LeaseRecord | None]:
+        """One watch request: yields the state after each ADDED/MODIFIED/DELETED event."""
+        api, object_name = self.api, self.object_name
+        ctx = api.ctx("watch", object_name)
+        params = {
+            "watch": "1",
+            "fieldSelector": f"metadata.name={object_name}",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(WATCH_TIMEOUT_SECONDS),
+        }
+        if cursor.version:
+            params["resourceVersion"] = cursor.version
+        path = api.collection_path()
+        async with api.stream(path, params, ctx, timeout=_STREAM_TIMEOUT) as response:
+            await _check_opened(api, response, ctx)
+            async for line in _lines(response, ctx):
+                kind, obj = _event(line, ctx)
+                if kind in ("ERROR", "BOOKMARK"):
+                    _control(kind, obj, cursor, ctx)
+                    continue
+                obj = api.read_object(obj, object_name, ctx, listed=True)
+                state = None if kind == "DELETED" else obj
+                cursor.moved_to(resource_version(obj), _version_of(state))
+                yield self.state(state)
 
 
-async def _list(backend: KubernetesBackend, object_name: str) -> tuple[JsonObject | None, str]:
+async def _list(api: KubeApi, object_name: str) -> tuple[JsonObject | None, str]:
     """LIST the one object by field selector: the object (or None) and the list's version.
 
     The list's resourceVersion is the store's current one, so a watch from it is never "too
     old" right away; an object's own resourceVersion can be (compaction runs every few minutes
     and an idle lease keeps its old version).
     """
-    ctx = backend._ctx("list", object_name)
-    response = await backend.request(
-        "GET",
-        backend.kind.collection_path(backend.namespace),
-        ctx,
-        params={"fieldSelector": f"metadata.name={object_name}"},
+    ctx = api.ctx("list", object_name)
+    response = await api.request(
+        "GET", api.collection_path(), ctx, params={"fieldSelector": f"metadata.name={object_name}"}
     )
     if response.status_code == 403:
         raise _Forbidden
@@ -185,24 +242,24 @@ async def _list(backend: KubernetesBackend, object_name: str) -> tuple[JsonObjec
         raise error_from(response, ctx)
     body = _wire.load_json(response.content, f"the answer to list of {ctx.target}")
     try:
-        items, version = _list_items(backend, body)
+        items, version = _list_items(api, body)
     except _wire.Malformed as exc:
         raise BackendProtocolError(
-            f"the answer to list of {ctx.target} is not a {backend.kind.kind}List: {exc}"
+            f"the answer to list of {ctx.target} is not a {api.kind.kind}List: {exc}"
         ) from None
     if not items:
         return None, version
-    return backend.read_object(items[0], object_name, ctx, listed=True), version
+    return api.read_object(items[0], object_name, ctx, listed=True), version
 
 
-def _list_items(backend: KubernetesBackend, body: object) -> tuple[list[object], str]:
+def _list_items(api: KubeApi, body: object) -> tuple[list[object], str]:
     """The items and the resourceVersion of a LIST answer, or Malformed."""
     listing = _wire.obj(body, "")
-    expected = f"{backend.kind.kind}List"
+    expected = f"{api.kind.kind}List"
     if listing.get("kind") != expected:
         raise _wire.Malformed("kind", f"expected {expected!r}")
-    if listing.get("apiVersion") != backend.kind.api_version:
-        raise _wire.Malformed("apiVersion", f"expected {backend.kind.api_version!r}")
+    if listing.get("apiVersion") != api.kind.api_version:
+        raise _wire.Malformed("apiVersion", f"expected {api.kind.api_version!r}")
     items = listing.get("items")
     if items is None:
         items = []
@@ -211,6 +268,21 @@ def _list_items(backend: KubernetesBackend, body: object) -> tuple[list[object],
     if len(items) > 1:
         raise _wire.Malformed("items", "expected at most one object (the field selector names one)")
     return items, resource_version(listing)
+
+
+async def _check_opened(api: KubeApi, response: httpx.Response, ctx: RequestContext) -> None:
+    """Raise unless the watch opened: 410 re-lists, 403 polls, configuration errors raise."""
+    if response.status_code == 410:
+        raise _Resync
+    if response.status_code == 200:
+        return
+    status = await api.failure(response, ctx)
+    if status.code == 403:
+        raise _Forbidden
+    error = error_for(status, ctx)
+    if isinstance(error, LeaseConfigError | BackendAuthError):
+        raise error
+    raise BackendUnavailable(f"watch of {ctx.target} failed with {status.code}")
 
 
 async def _lines(response: httpx.Response, ctx: RequestContext) -> AsyncIterator[bytes]:
@@ -248,84 +320,20 @@ def _event(line: bytes, ctx: RequestContext) -> tuple[str, JsonObject]:
         raise BackendProtocolError(f"{what} is unreadable: {exc}") from None
 
 
-async def _stream(
-    backend: KubernetesBackend, key: str, object_name: str, cursor: _Cursor
-) -> AsyncGenerator[LeaseRecord | None]:
-    """One watch request: yields the state after each ADDED/MODIFIED/DELETED event."""
-    ctx = backend._ctx("watch", object_name)
-    params = {
-        "watch": "1",
-        "fieldSelector": f"metadata.name={object_name}",
-        "allowWatchBookmarks": "true",
-        "timeoutSeconds": str(WATCH_TIMEOUT_SECONDS),
-    }
-    if cursor.version:
-        params["resourceVersion"] = cursor.version
-    client = backend._client()
-    request = client.build_request(
-        "GET",
-        backend.kind.collection_path(backend.namespace),
-        params=params,
-        timeout=httpx.Timeout(30.0, read=WATCH_TIMEOUT_SECONDS + 30.0),
-        extensions=(
-            {"sni_hostname": backend.config.tls_server_name}
-            if backend.config.tls_server_name
-            else {}
-        ),
-    )
-    try:
-        with anyio.fail_after(backend._request_timeout or 5.0):
-            response = await client.send(request, stream=True)
-    except (httpx.HTTPError, TimeoutError, OSError) as exc:
-        raise map_transport_error(exc, ctx) from None
-    try:
-        if response.status_code == 410:
+def _control(kind: str, obj: JsonObject, cursor: _Cursor, ctx: RequestContext) -> None:
+    """An ERROR event ends the stream (410: re-list); a BOOKMARK moves the resume point."""
+    if kind == "ERROR":
+        code = obj.get("code")
+        if type(code) is int and code == 410:
             raise _Resync
-        if response.status_code != 200:
-            status = parse_status(await read_capped(response, "GET", ctx.target))
-            if status.code == 403:
-                raise _Forbidden
-            error = error_for(status, ctx)
-            if isinstance(error, LeaseConfigError | BackendAuthError):
-                raise error
-            raise BackendUnavailable(f"watch of {ctx.target} failed with {status.code}")
-        try:
-            async for line in _lines(response, ctx):
-                kind, obj = _event(line, ctx)
-                if kind == "ERROR":
-                    code = obj.get("code")
-                    if type(code) is int and code == 410:
-                        raise _Resync
-                    raise BackendUnavailable(f"watch of {ctx.target} ended with an error event")
-                if kind == "BOOKMARK":
-                    cursor.version = _bookmark_version(obj, ctx)
-                    continue
-                obj = backend.read_object(obj, object_name, ctx, listed=True)
-                version = resource_version(obj)
-                cursor.version = version
-                if kind == "DELETED":
-                    changed = cursor.state_version is not None
-                    cursor.state_version = None
-                    backend._objects.pop(object_name, None)
-                    state: LeaseRecord | None = None
-                else:
-                    changed = cursor.state_version != version
-                    cursor.state_version = version
-                    state = backend._record(key, obj)
-                if changed:
-                    cursor.useful += 1
-                yield state
-        except httpx.HTTPError as exc:
-            raise map_transport_error(exc, ctx) from None
-    finally:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-            await response.aclose()
-
-
-def _bookmark_version(obj: JsonObject, ctx: RequestContext) -> str:
+        raise BackendUnavailable(f"watch of {ctx.target} ended with an error event")
     try:
-        return resource_version(obj)
+        cursor.version = resource_version(obj)
     except _wire.Malformed as exc:
         raise BackendProtocolError(
             f"a BOOKMARK of the watch of {ctx.target} is unreadable: {exc}"
         ) from None
+
+
+def _version_of(obj: JsonObject | None) -> str | None:
+    return resource_version(obj) if obj is not None else None

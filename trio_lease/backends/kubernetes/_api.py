@@ -1,0 +1,292 @@
+"""The API layer: every request to one namespace of one lease kind, and the objects they bring.
+
+The SPI adapter (:mod:`._backend`), the watch (:mod:`._watch`) and the checker (:mod:`._check`)
+talk to the API server only through :class:`KubeApi`; none of them touches the HTTP client.
+
+- **Time-bounded requests.** Every request is bounded by min(request timeout, time left in the
+  caller's cancel scope), and that bound is sent to the server as ``?timeout=Ns``. The request
+  timeout is the settings' ``lease_operation_timeout`` once the backend learnt it, unless
+  ``request_timeout`` was given (:data:`DEFAULT_REQUEST_TIMEOUT` before either).
+- **429.** A 429 is retried after ``Retry-After`` only while that fits in the bound (a 429 is a
+  request the server did not run, so retrying a write is safe); past it, it is the error.
+- **CA reload.** When TLS verification fails and the CA comes from a file, the pooled client is
+  dropped and a fresh one (which reads the file again) retries once: the handshake failed, so
+  nothing was sent.
+- **Credentials** (token re-reads, exec plugins, one retry after a 401 with a fresh token) are
+  the pooled client's (:mod:`._client`, :mod:`._auth`). Every other answer and transport failure
+  is mapped by :mod:`._errors`.
+- **Streams** (watches, the checker's probes) are opened within the request timeout and read
+  without one; transport errors while reading are mapped too, and the stream is closed on exit.
+- **Objects.** Every reply body is parsed with :func:`trio_lease._wire.load_json` (size and
+  nesting capped), and an object is accepted in one place, :meth:`KubeApi.read_object`, with the
+  checks of :mod:`._models`: the answer to a GET, POST or PUT, a LIST item or a watch event must
+  be a ``Lease`` of our kind and apiVersion, named as asked, with a uid and a resourceVersion, or
+  the call raises :class:`BackendProtocolError` (for a write: an unknown outcome, which the core
+  resolves by reading again). The last object seen per lease is kept in :attr:`KubeApi.objects`
+  (:mod:`._cache`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import AsyncIterator
+from typing import Final
+
+import anyio
+import httpx
+
+from ..._exceptions import BackendProtocolError
+from ..._http import Answer
+from ..._wire import JsonObject, Malformed, load_json
+from ._cache import ObjectCache
+from ._client import ClientLease, acquire_client, read_capped
+from ._cluster import ClusterConfig
+from ._errors import (
+    ApiStatus,
+    RequestContext,
+    error_for,
+    error_from,
+    map_transport_error,
+    parse_status,
+    tls_verification_failed,
+)
+from ._models import LeaseKind
+
+__all__ = ["DEFAULT_REQUEST_TIMEOUT", "KubeApi"]
+
+#: The request bound before the settings' lease_operation_timeout is known.
+DEFAULT_REQUEST_TIMEOUT: Final = 5.0
+#: Shortest wait before retrying a 429, and the wait when it gives no usable Retry-After.
+MIN_RETRY_WAIT: Final = 0.05
+DEFAULT_RETRY_WAIT: Final = 1.0
+_TRANSPORT_ERRORS = (httpx.HTTPError, TimeoutError, OSError)
+
+
+class KubeApi:
+    """Requests to the ``kind`` objects in one namespace of the API server ``config`` names.
+
+    ``transport``: an injected httpx transport (tests: the emulator's). ``request_timeout``: the
+    bound of one request (None: :data:`DEFAULT_REQUEST_TIMEOUT` until someone sets it).
+    """
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        kind: LeaseKind,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        request_timeout: float | None = None,
+        map_names: bool = True,
+    ) -> None:
+        self.config: ClusterConfig = config
+        self.kind: LeaseKind = kind
+        self.namespace: str = config.namespace
+        self.transport: httpx.AsyncBaseTransport | None = transport
+        self.request_timeout: float | None = request_timeout
+        #: The last object seen per lease, and the key → object name mapping.
+        self.objects: ObjectCache = ObjectCache(kind, map_names=map_names)
+        #: Our reference to the pooled client (None before the first request and after close).
+        self.client_lease: ClientLease | None = None
+        self._closed = False
+        #: Streams go through httpx, which takes the TLS server name per request.
+        self._extensions: dict[str, str] = (
+            {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
+        )
+
+    @property
+    def timeout(self) -> float:
+        """The bound of one request, or of opening a stream."""
+        return self.request_timeout or DEFAULT_REQUEST_TIMEOUT
+
+    def ctx(self, verb: str, name: str = "") -> RequestContext:
+        """What a request does, for its messages."""
+        return RequestContext(verb=verb, kind=self.kind, namespace=self.namespace, name=name)
+
+    def collection_path(self) -> str:
+        return self.kind.collection_path(self.namespace)
+
+    def item_path(self, name: str) -> str:
+        return self.kind.item_path(self.namespace, name)
+
+    # -- the client ----------------------------------------------------------------------------
+
+    def _lease(self) -> ClientLease:
+        if self._closed:
+            raise RuntimeError("this KubernetesBackend is closed")
+        if self.client_lease is None:
+            self.client_lease = acquire_client(self.config, self.transport)
+        return self.client_lease
+
+    def client(self) -> httpx.AsyncClient:
+        """The pooled httpx client (taken on first use, in the running event loop)."""
+        return self._lease().client
+
+    async def _replace_client(self) -> ClientLease:
+        """Drop our pooled client (TLS verification failed) and take a freshly built one."""
+        old = self.client_lease
+        if old is not None:
+            old.evict()
+            self.client_lease = None
+            await old.release()
+        return self._lease()
+
+    async def aclose(self) -> None:
+        """Release the pooled client and forget every object; no request after this."""
+        self._closed = True
+        self.objects.clear()
+        lease, self.client_lease = self.client_lease, None
+        if lease is not None:
+            await lease.release()
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        ctx: RequestContext,
+        *,
+        body: JsonObject | None = None,
+        params: dict[str, str] | None = None,
+    ) -> Answer:
+        """One request within the budget; 429s retried after Retry-After while it fits."""
+        lease = self._lease()
+        now = anyio.current_time()
+        deadline = min(now + self.timeout, anyio.current_effective_deadline())
+        reloaded_ca = False
+        while True:
+            try:
+                response = await self._send(lease, method, path, body, params, deadline - now)
+            except _TRANSPORT_ERRORS as exc:
+                if reloaded_ca or not self._ca_may_have_rotated(exc):
+                    raise map_transport_error(exc, ctx) from None
+                # The CA file may have been rotated: a fresh client re-reads it. Nothing was
+                # sent (the handshake failed), so retrying is safe.
+                reloaded_ca = True
+                lease = await self._replace_client()
+                now = anyio.current_time()
+                continue
+            if response.status_code != 429:
+                return response
+            await _wait_to_retry(parse_status(response), deadline, ctx)
+            now = anyio.current_time()
+
+    async def _send(
+        self,
+        lease: ClientLease,
+        method: str,
+        path: str,
+        body: JsonObject | None,
+        params: dict[str, str] | None,
+        left: float,
+    ) -> Answer:
+        """One attempt, bounded by ``left`` seconds (sent to the server as ``timeout``)."""
+        left = max(left, 0.0)  # -inf when the caller's scope is cancelled
+        query = dict(params or {})
+        query["timeout"] = f"{max(1, math.floor(left))}s"
+        with anyio.fail_after(left):
+            await lease.slots.acquire()  # renewals first; no checkpoint when one is free
+            try:
+                return await lease.send(method, path, query, body)
+            finally:
+                lease.slots.release()
+
+    def _ca_may_have_rotated(self, exc: BaseException) -> bool:
+        return self.config.ca_file is not None and tls_verification_failed(exc)
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self,
+        path: str,
+        params: dict[str, str],
+        ctx: RequestContext,
+        *,
+        timeout: httpx.Timeout | None = None,
+    ) -> AsyncIterator[httpx.Response]:
+        """A streamed GET, opened within the request timeout; closed on exit.
+
+        ``timeout``: httpx's timeouts for the stream (default: the client's). Transport errors,
+        while opening or while the caller reads the body, are mapped by :mod:`._errors`.
+        """
+        client = self.client()
+        request = client.build_request(
+            "GET",
+            path,
+            params=params,
+            timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
+            extensions=dict(self._extensions),
+        )
+        try:
+            with anyio.fail_after(self.timeout):
+                response = await client.send(request, stream=True)
+        except _TRANSPORT_ERRORS as exc:
+            raise map_transport_error(exc, ctx) from None
+        try:
+            yield response
+        except httpx.HTTPError as exc:
+            raise map_transport_error(exc, ctx) from None
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                await response.aclose()
+
+    async def failure(self, response: httpx.Response, ctx: RequestContext) -> ApiStatus:
+        """The failure answer of a stream that did not open (its body read, capped)."""
+        return parse_status(await read_capped(response, "GET", ctx.target))
+
+    # -- objects -------------------------------------------------------------------------------
+
+    def read_object(
+        self, body: object, object_name: str, ctx: RequestContext, *, listed: bool = False
+    ) -> JsonObject:
+        """``body`` if it is our kind's object ``object_name``, else BackendProtocolError.
+
+        The one place where an object from the server is accepted (replies to GET, POST and
+        PUT; LIST items and watch events with ``listed``).
+        """
+        try:
+            return self.kind.check_object(body, object_name, self.namespace, listed=listed)
+        except Malformed as exc:
+            unknown = "; the outcome is unknown" if ctx.verb in ("create", "update") else ""
+            raise BackendProtocolError(
+                f"the answer to {ctx.verb} of {ctx.target} is not that {self.kind.kind} "
+                f"({self.kind.api_version}): {exc}{unknown}"
+            ) from None
+
+    def read_reply(self, response: Answer, object_name: str, ctx: RequestContext) -> JsonObject:
+        """The object in a reply to GET, POST or PUT (checked by :meth:`read_object`)."""
+        what = f"the answer to {ctx.verb} of {ctx.target}"
+        return self.read_object(load_json(response.content, what), object_name, ctx)
+
+    async def get_object(self, name: str) -> JsonObject | None:
+        """GET the object ``name`` (a quorum read, checked); None if it does not exist."""
+        ctx = self.ctx("get", name)
+        response = await self.request("GET", self.item_path(name), ctx)
+        if response.status_code == 200:
+            return self.read_reply(response, name, ctx)
+        if response.status_code == 404:
+            status = parse_status(response)
+            if status.missing_resource or status.missing_namespace:
+                raise error_for(status, ctx)
+            return None
+        raise error_from(response, ctx)
+
+
+async def _wait_to_retry(status: ApiStatus, deadline: float, ctx: RequestContext) -> None:
+    """Sleep before retrying a 429, or raise it when the wait would end past ``deadline``."""
+    wait = _retry_wait(status.retry_after)
+    if anyio.current_time() + wait >= deadline:
+        raise error_for(status, ctx)
+    await anyio.sleep(wait)
+
+
+def _retry_wait(retry_after: float | None) -> float:
+    """How long to wait before retrying a 429: Retry-After, at least MIN_RETRY_WAIT.
+
+    ``retry_after`` is finite or None (parse_status sees to it); this is the last guard, so a
+    NaN or infinity can never reach a sleep. The caller still refuses any wait that would end
+    past the request bound.
+    """
+    if retry_after is None or not math.isfinite(retry_after):
+        return DEFAULT_RETRY_WAIT
+    return max(MIN_RETRY_WAIT, retry_after)

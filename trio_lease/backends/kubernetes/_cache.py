@@ -1,0 +1,75 @@
+"""The object cache: the last object seen per lease, and the records read from objects.
+
+A steady-state renewal is one PUT of the last object we saw with the record written over it:
+fields we do not model survive, and its ``metadata.uid`` makes the PUT fail on an object that
+was deleted and re-created. :class:`ObjectCache` keeps that object per object name. Objects
+enter through :meth:`ObjectCache.record` (a GET, POST or PUT answer, a LIST item, a watch event),
+which also turns them into records; a DELETED event, a 404, a conflict or an unknown outcome
+drops them, so the next write GETs first.
+
+Lease keys map to object names here (:func:`lease_name_for`, or a check that the key is a valid
+name). A mapped name stores its key in the :data:`KEY_ANNOTATION` annotation; an object whose
+annotation names another key is refused with :class:`LeaseConfigError` (a name collision).
+"""
+
+from __future__ import annotations
+
+from ..._exceptions import LeaseConfigError
+from ..._wire import JsonObject
+from ._errors import clean_text
+from ._models import LeaseKind
+from ._names import KEY_ANNOTATION, lease_name_for, validate_lease_name
+from ._reading import KubernetesLeaseRecord
+
+__all__ = ["ObjectCache"]
+
+
+class ObjectCache:
+    """The last object seen per object name, for one lease kind."""
+
+    def __init__(self, kind: LeaseKind, *, map_names: bool) -> None:
+        self.kind: LeaseKind = kind
+        #: Map keys that are not valid object names (else they are refused).
+        self.map_names: bool = map_names
+        self._objects: dict[str, JsonObject] = {}
+
+    def object_name(self, key: str) -> str:
+        """The Kubernetes object name that stores the lease ``key``."""
+        return lease_name_for(key) if self.map_names else validate_lease_name(key)
+
+    def check_key(self, key: str, obj: JsonObject) -> None:
+        """Refuse ``obj`` when its key annotation names another lease than ``key``."""
+        metadata = obj.get("metadata")
+        annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+        # Not a string, or no object at all: the record reads as unreadable (see _reading).
+        stored = annotations.get(KEY_ANNOTATION) if isinstance(annotations, dict) else None
+        if isinstance(stored, str) and stored != key:
+            raise LeaseConfigError(
+                f"lease name collision: {key!r} maps to the object "
+                f"{self.object_name(key)!r}, which stores the lease {clean_text(stored, 100)!r}; "
+                "rename one"
+            )
+
+    def record(self, key: str, obj: JsonObject) -> KubernetesLeaseRecord:
+        """The record in ``obj`` (an accepted object of ours); keeps it for the next PUT."""
+        self.check_key(key, obj)
+        # List items of built-in kinds come without these; a PUT needs them.
+        obj.setdefault("apiVersion", self.kind.api_version)
+        obj.setdefault("kind", self.kind.kind)
+        self._objects[self.object_name(key)] = obj
+        return self.kind.to_record(key, obj)
+
+    def get(self, object_name: str) -> JsonObject | None:
+        """The last object seen under ``object_name`` (None: read it before writing)."""
+        return self._objects.get(object_name)
+
+    def keep(self, object_name: str, obj: JsonObject) -> None:
+        """Keep ``obj`` (read to learn its uid and version) for the next PUT."""
+        self._objects[object_name] = obj
+
+    def forget(self, object_name: str) -> None:
+        """Drop the object: it is gone, or what the server holds is unknown."""
+        self._objects.pop(object_name, None)
+
+    def clear(self) -> None:
+        self._objects.clear()
