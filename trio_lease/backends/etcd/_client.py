@@ -1,13 +1,16 @@
 """A small client for etcd's v3 JSON gateway (``POST /v3/...``).
 
 It knows endpoints, failover, authentication and TLS, and nothing about leases. Unary calls
-take the lean HTTP/1.1 path (:mod:`trio_lease._http`, one keep-alive client per endpoint);
-watch streams, and every call when a transport is injected (tests), go through httpx.
+go through the request seam (:mod:`trio_lease._http`), one per endpoint: the lean HTTP/1.1
+client, or, when a transport is injected (tests), that transport's seam or httpx on it; the
+time bound, the authentication and the retry after a rejected token are written once, here,
+above it. Watch streams go through httpx.
 
-Replies: whichever path carried it, a successful answer's bytes (a unary body, one line of a
-watch stream) go to :func:`._replies.read_answer` with the reader the caller chose, so every
-reply is checked in one place; error answers go to :mod:`._errors`. A watch line is capped at
-:data:`MAX_WATCH_LINE` bytes while it is read, an error body at ``MAX_ERROR_BODY``.
+Replies: a successful answer's bytes (a unary body, one line of a watch stream) go to
+:func:`._replies.read_answer` with the reader the caller chose, so every reply is checked in one
+place; error answers go to :mod:`._errors`. A unary body is capped by the seam while it is read,
+a watch line at :data:`MAX_WATCH_LINE` bytes, an error body at ``MAX_ERROR_BODY``. What a
+failed exchange means (not sent, unknown outcome, untrusted) is :mod:`._failures`.
 
 Failover: requests go to the current endpoint. A connection that could not be *established*
 means the request was never sent, so the client moves to the next endpoint and sends it there,
@@ -36,23 +39,26 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 
-from ..._exceptions import BackendProtocolError, BackendUnavailable, LeaseConfigError
-from ..._http import LeanClient
+from ..._exceptions import BackendProtocolError, BackendUnavailable
+from ..._http import Unary, unary_for
+from ..._lean_http import LeanClient
 from ..._slots import Slots
 from ..._wire import MAX_BODY_BYTES, JsonObject
 from ._codec import b64
 from ._errors import MAX_ERROR_BODY, error_body, error_from_status, is_invalid_token
+from ._failures import (
+    CONNECT_FAILURES,
+    SEND_FAILURES,
+    after_sending,
+    untrusted_certificate,
+    untrusted_error,
+)
 from ._replies import read_answer, read_token
 
 __all__ = ["MAX_WATCH_LINE", "EtcdClient"]
 
 T = TypeVar("T")
 API = "/v3"
-_CONNECT_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout)
-# After sending: httpx's errors (a DecodingError too: a body that a Content-Encoding garbled),
-# plus what httpcore lets through unmapped (ssl.SSLError when the server rejects our client
-# certificate after a TLS 1.3 handshake, other socket errors).
-_SEND_FAILURES = (httpx.HTTPError, OSError)
 #: Longest line of a watch stream read (one ``WatchResponse``; a record's event is < 1 KiB).
 MAX_WATCH_LINE = MAX_BODY_BYTES
 
@@ -65,45 +71,6 @@ def make_ssl_context(
     if cert_file is not None:
         context.load_cert_chain(cert_file, key_file)
     return context
-
-
-def _untrusted_certificate(exc: BaseException) -> str | None:
-    """Why the server's certificate failed verification, if that is what ``exc`` comes from.
-
-    Both HTTP paths wrap the handshake's :class:`ssl.SSLCertVerificationError` (the lean client
-    in ``httpx.ConnectError``, httpx in two layers), so the chain of causes is searched.
-    """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, ssl.SSLCertVerificationError):
-            # Set by the ssl module's handshake (OpenSSL's reason), absent on hand-made ones.
-            reason = getattr(current, "verify_message", None)
-            text = "".join(c for c in str(reason or "")[:100] if c.isprintable())
-            return text or "certificate verify failed"
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
-
-
-def _untrusted_error(endpoints: Sequence[str], reason: str) -> LeaseConfigError:
-    return LeaseConfigError(
-        f"etcd at {', '.join(endpoints)}: the server's TLS certificate could not be verified "
-        f"({reason}); check `ca-file` (the CA bundle that signed the members' certificates) and "
-        f"that each endpoint's host name is in its member's certificate"
-    )
-
-
-def _after_sending(exc: Exception, where: str, *, write: bool) -> BackendUnavailable:
-    """The error for a request that failed once sent: for a write, an unknown outcome."""
-    outcome = "; the outcome is unknown" if write else ""
-    if isinstance(exc, httpx.DecodingError):
-        return BackendProtocolError(
-            f"etcd's answer to {where} could not be decoded (its Content-Encoding){outcome}"
-        )
-    return BackendUnavailable(
-        f"etcd {where} failed after the request was sent ({type(exc).__name__}){outcome}"
-    )
 
 
 async def _read_capped(response: httpx.Response, cap: int) -> bytes:
@@ -144,6 +111,9 @@ MAX_IN_FLIGHT = 4
 class EtcdClient:
     """Unary JSON calls and streaming watches against a list of etcd endpoints."""
 
+    #: The members' URLs, in the order failover tries them.
+    endpoints: list[str]
+
     def __init__(
         self,
         endpoints: Sequence[str],
@@ -174,31 +144,32 @@ class EtcdClient:
         )
         self._slots = Slots(MAX_IN_FLIGHT)
         self._ssl = ssl_context
-        #: Per endpoint, for unary calls; None: everything on httpx (an injected transport).
-        self._lean: dict[str, LeanClient] | None = {} if transport is None else None
+        self._transport = transport
+        #: The unary seam per endpoint, made on first use; None once closed.
+        self._unary: dict[str, Unary] | None = {}
 
     async def aclose(self) -> None:
         """Close the connection pools."""
-        lean, self._lean = self._lean, None
-        for client in (lean or {}).values():
-            await client.aclose()
+        unary, self._unary = self._unary, None
+        for seam in (unary or {}).values():
+            await seam.aclose()
         await self._http.aclose()
 
-    def _lean_client(self, endpoint: str) -> LeanClient | None:
-        if self._lean is None:
-            return None
-        client = self._lean.get(endpoint)
-        if client is None:
-            context = self._ssl
-            if context is None and endpoint.startswith("https:"):
-                context = ssl.create_default_context()  # httpx's default: the system's CAs
-            client = self._lean[endpoint] = LeanClient(
-                endpoint,
-                ssl_context=context,
-                connect_timeout=self._connect_timeout,
-                max_idle=MAX_IN_FLIGHT,
-            )
-        return client
+    def _seam(self, endpoint: str) -> Unary:
+        if self._unary is None:
+            raise RuntimeError("this etcd client is closed")
+        seam = self._unary.get(endpoint)
+        if seam is None:
+            if self._transport is not None:
+                seam = unary_for(self._transport, self._http, endpoint)
+            else:
+                context = self._ssl
+                if context is None and endpoint.startswith("https:"):
+                    context = ssl.create_default_context()  # httpx's default: the system's CAs
+                seam = LeanClient(endpoint, ssl_context=context,
+                                  connect_timeout=self._connect_timeout, max_idle=MAX_IN_FLIGHT)
+            self._unary[endpoint] = seam
+        return seam
 
     async def _send(
         self,
@@ -209,15 +180,9 @@ class EtcdClient:
         timeout: httpx.Timeout,
     ) -> tuple[int, bytes]:
         """One POST of ``body`` as JSON to ``endpoint``: the status and the raw answer."""
-        lean = self._lean_client(endpoint)
-        if lean is None:
-            response = await self._http.post(
-                f"{endpoint}{API}/{path}", json=body, headers=headers, timeout=timeout
-            )
-            return response.status_code, response.content
         connect, read = timeout.connect or self._connect_timeout, timeout.read
         with anyio.fail_after(connect + (read if read is not None else self._request_timeout)):
-            reply = await lean.request(
+            reply = await self._seam(endpoint).request(
                 "POST",
                 f"{API}/{path}",
                 headers=[*headers.items(), ("Content-Type", "application/json")],
@@ -275,11 +240,11 @@ class EtcdClient:
             where = f"{path}{subject} at {endpoint}"
             try:
                 status, content = await self._post(endpoint, path, body)
-            except _SEND_FAILURES as exc:
+            except SEND_FAILURES as exc:
                 self._move_on_from(endpoint)
-                rejected = _untrusted_certificate(exc)
-                if rejected is None and not isinstance(exc, _CONNECT_FAILURES):
-                    raise _after_sending(exc, where, write=write) from None
+                rejected = untrusted_certificate(exc)
+                if rejected is None and not isinstance(exc, CONNECT_FAILURES):
+                    raise after_sending(exc, where, write=write) from None
                 # Not connected, so nothing was sent: the next endpoint may take it, even a write.
                 if rejected is not None:
                     untrusted.append(endpoint)
@@ -287,6 +252,9 @@ class EtcdClient:
                 failures.append(f"{endpoint}: {type(exc).__name__}")
                 attempts += 1
                 continue
+            except BackendProtocolError:  # an answer that cannot be read (over the body cap)
+                self._move_on_from(endpoint)
+                raise
             if status == 200:
                 try:
                     return read_answer(content, where, read, write=write)
@@ -314,7 +282,7 @@ class EtcdClient:
                     continue
             raise error
         if untrusted:
-            raise _untrusted_error(untrusted, reason)
+            raise untrusted_error(untrusted, reason)
         raise BackendUnavailable(
             f"etcd {path}: no endpoint answered ({'; '.join(failures)}); check that etcd runs "
             f"and has quorum"
@@ -405,13 +373,13 @@ class EtcdClient:
                 async for line in _lines(response, where):
                     if line.strip():
                         yield read_answer(line, where, read_line, write=False)
-        except _SEND_FAILURES as exc:
+        except SEND_FAILURES as exc:
             self._move_on_from(endpoint)
-            rejected = _untrusted_certificate(exc)
+            rejected = untrusted_certificate(exc)
             if rejected is not None:
-                raise _untrusted_error([endpoint], rejected) from None
+                raise untrusted_error([endpoint], rejected) from None
             if isinstance(exc, httpx.DecodingError):
-                raise _after_sending(exc, where, write=False) from None
+                raise after_sending(exc, where, write=False) from None
             raise BackendUnavailable(f"etcd {where} failed ({type(exc).__name__})") from None
         except BackendUnavailable:
             self._move_on_from(endpoint)
