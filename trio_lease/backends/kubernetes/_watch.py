@@ -220,9 +220,13 @@ class _Watched:
                     _control(kind, obj, cursor, ctx)
                     continue
                 obj = api.read_object(obj, object_name, ctx, listed=True)
-                state = None if kind == "DELETED" else obj
-                cursor.moved_to(resource_version(obj), _version_of(state))
-                yield self.state(state)
+                version = resource_version(obj)
+                if kind == "DELETED":
+                    cursor.moved_to(version, None)
+                    yield self.state(None)
+                else:
+                    cursor.moved_to(version, version)
+                    yield self.state(obj)
 
 
 async def _list(api: KubeApi, object_name: str) -> tuple[JsonObject | None, str]:
@@ -333,7 +337,3 @@ def _control(kind: str, obj: JsonObject, cursor: _Cursor, ctx: RequestContext) -
         raise BackendProtocolError(
             f"a BOOKMARK of the watch of {ctx.target} is unreadable: {exc}"
         ) from None
-
-
-def _version_of(obj: JsonObject | None) -> str | None:
-    return resource_version(obj) if obj is not None else None
