@@ -38,7 +38,7 @@ from ._akka import end_hosted_hold
 from ._exceptions import LeaseConfigError
 from ._host import close_host, open_host
 from ._lease import Lease
-from ._settings import LeaseSettings
+from ._settings import SECTION_KEYS, SETTINGS_KEYS, LeaseSettings
 
 __all__ = ["LeaseProvider", "load_backend_class"]
 
@@ -51,8 +51,6 @@ _BUILTIN = {
     "kubernetes": "trio_lease.backends.kubernetes:KubernetesBackend",
     "etcd": "trio_lease.backends.etcd:EtcdBackend",
 }
-
-_SETTINGS_KEYS = {field.replace("_", "-") for field in LeaseSettings.model_fields}
 
 
 def _import_target(target: str, where: str) -> type[LeaseBackend]:
@@ -157,17 +155,15 @@ class LeaseProvider:
             raise LeaseConfigError(
                 f'{where}: lease-class must be set (e.g. lease-class = "sqlite")'
             )
-        settings_keys = {k: v for k, v in section.items() if k in _SETTINGS_KEYS}
-        snake = [k for k in section if "_" in k and k.replace("_", "-") in _SETTINGS_KEYS]
+        settings_keys = {k: v for k, v in section.items() if k in SETTINGS_KEYS}
+        snake = [k for k in section if "_" in k and k.replace("_", "-") in SETTINGS_KEYS]
         if snake:
             raise LeaseConfigError(f"{where}: use kebab-case keys: {', '.join(snake)}")
         try:
             settings = LeaseSettings(**settings_keys)
         except LeaseConfigError as exc:
             raise LeaseConfigError(f"{where}: {exc}") from None
-        backend_keys = {
-            k: v for k, v in section.items() if k not in _SETTINGS_KEYS and k != "lease-class"
-        }
+        backend_keys = {k: v for k, v in section.items() if k not in SECTION_KEYS}
         backend = build_backend(load_backend_class(lease_class, where), backend_keys, where)
         self._backends[config_path] = (backend, settings)
         return backend, settings

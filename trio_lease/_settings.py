@@ -22,7 +22,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, mo
 
 from ._exceptions import LeaseConfigError
 
-__all__ = ["Duration", "LeaseSettings", "parse_duration"]
+__all__ = ["SECTION_KEYS", "SETTINGS_KEYS", "Duration", "LeaseSettings", "parse_duration"]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
@@ -194,3 +194,12 @@ class LeaseSettings(BaseModel):
     def from_mapping(cls, values: dict[str, Any]) -> LeaseSettings:
         """Build settings from a mapping with kebab-case or snake_case keys."""
         return cls(**values)
+
+
+#: The keys of a :class:`~trio_lease.LeaseProvider` section that set :class:`LeaseSettings`
+#: (kebab-case, as written in TOML).
+SETTINGS_KEYS: frozenset[str] = frozenset(_kebab(field) for field in LeaseSettings.model_fields)
+#: The keys of a provider section that are not the backend's: ``lease-class`` and the settings'.
+#: The provider gives a backend every other key (:meth:`LeaseBackend.from_config`); a backend
+#: handed a whole section (the Kubernetes CLI does) skips these.
+SECTION_KEYS: frozenset[str] = frozenset({"lease-class"}) | SETTINGS_KEYS

@@ -7,7 +7,21 @@ from datetime import timedelta
 import pytest
 
 from trio_lease import LeaseConfigError, LeaseSettings
-from trio_lease._settings import parse_duration
+from trio_lease._settings import SECTION_KEYS, SETTINGS_KEYS, parse_duration
+from trio_lease.backends.etcd import EtcdBackend
+from trio_lease.backends.kubernetes._section import check_section
+
+#: One value for each section key that is not the backend's (valid settings as a whole).
+SECTION = {
+    "lease-class": "etcd",
+    "heartbeat-timeout": "15s",
+    "heartbeat-interval": "1.5s",
+    "lease-operation-timeout": "500ms",
+    "holder-deadline": "10s",
+    "stop-timeout": "1s",
+    "clock-rate-tolerance": 0.001,
+    "poll-interval": "1s",
+}
 
 
 def test_defaults_are_the_seeds() -> None:
@@ -95,3 +109,22 @@ def test_settings_are_frozen() -> None:
     s = LeaseSettings()
     with pytest.raises(Exception, match="frozen"):
         s.heartbeat_timeout = 1
+
+
+def test_section_keys_are_lease_class_and_each_setting_in_kebab_case() -> None:
+    """SETTINGS_KEYS spells each LeaseSettings field as TOML does; SECTION_KEYS adds lease-class."""
+    assert {key.replace("-", "_") for key in SETTINGS_KEYS} == set(LeaseSettings.model_fields)
+    provider_keys = SECTION_KEYS - SETTINGS_KEYS
+    assert provider_keys == {"lease-class"}
+    assert set(SECTION) == SECTION_KEYS
+    settings = LeaseSettings(**{k: v for k, v in SECTION.items() if k in SETTINGS_KEYS})
+    assert settings.holder_deadline == 10 and settings.poll_interval == 1
+
+
+def test_backends_handed_a_whole_section_skip_the_section_keys() -> None:
+    """The etcd and Kubernetes backends accept every section key that is not theirs."""
+    backend = EtcdBackend.from_config(SECTION | {"endpoints": ["http://127.0.0.1:2379"]})
+    assert backend.endpoints == ("http://127.0.0.1:2379",)
+    check_section(SECTION | {"namespace": "jobs"})
+    with pytest.raises(LeaseConfigError, match="unknown etcd backend key `colour`"):
+        EtcdBackend.from_config(SECTION | {"colour": "blue"})

@@ -31,13 +31,14 @@ import functools
 import random
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import httpx
 
 from ..._abc import LeaseBackend, LeaseRecord
 from ..._exceptions import BackendAuthError, BackendError, ConflictError, LeaseConfigError
+from ..._settings import SECTION_KEYS
 from ..._wire import INT64_MAX
 from ._client import EtcdClient, make_ssl_context
 from ._codec import b64, encode_record
@@ -49,20 +50,6 @@ __all__ = ["EtcdBackend"]
 #: streams end without an event of the key, and is jittered (x 0.5 to 1).
 WATCH_BACKOFF = 0.05
 WATCH_BACKOFF_MAX = 2.0
-
-#: Keys of the lease configuration section that belong to the core, not to this backend.
-_CORE_KEYS = frozenset(
-    {
-        "lease-class",
-        "heartbeat-timeout",
-        "heartbeat-interval",
-        "lease-operation-timeout",
-        "holder-deadline",
-        "stop-timeout",
-        "clock-rate-tolerance",
-        "poll-interval",
-    }
-)
 
 
 class EtcdBackend(LeaseBackend):
@@ -146,7 +133,7 @@ class EtcdBackend(LeaseBackend):
         )
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> EtcdBackend:
+    def from_config(cls, config: Mapping[str, Any]) -> Self:
         """Build from a configuration section's kebab-case keys.
 
         Keys: ``endpoints`` (list of URLs, or one comma-separated string), ``prefix``,
@@ -157,7 +144,7 @@ class EtcdBackend(LeaseBackend):
         options: dict[str, Any] = {}
         strings = {"prefix", "username", "password", "ca-file", "cert-file", "key-file"}
         for key, value in config.items():
-            if key in _CORE_KEYS:
+            if key in SECTION_KEYS:
                 continue
             if key == "endpoints":
                 if isinstance(value, str):

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..._exceptions import LeaseConfigError
-from ..._settings import parse_duration
+from ..._settings import SECTION_KEYS, parse_duration
 from ._models import kind_named
 
 __all__ = ["BACKEND_KEYS", "CONNECTION_KEYS", "backend_kwargs", "check_section"]
@@ -29,13 +29,9 @@ BACKEND_KEYS = frozenset(
         "preferred-holder-grace",
     }
 )
-#: Keys of the section that belong to the provider or to LeaseSettings, not to the backend.
-_OTHER_KEYS = frozenset(
-    {
-        "lease-class", "heartbeat-timeout", "heartbeat-interval", "lease-operation-timeout",
-        "holder-deadline", "stop-timeout", "clock-rate-tolerance", "poll-interval", "owner",
-    }
-)
+#: Keys of the section that are not the backend's: the provider's and LeaseSettings' (the
+#: Kubernetes CLI hands the whole section to the backend), and ``owner``, accepted and ignored.
+_OTHER_KEYS = SECTION_KEYS | {"owner"}
 
 
 def check_section(section: Mapping[str, Any]) -> None:
