@@ -67,11 +67,11 @@ async def status_command(args: argparse.Namespace) -> int:
 
 
 async def _all_names(backend: LeaseBackend) -> list[str]:
-    lister = getattr(backend, "names", None)
-    if lister is None:
-        raise LeaseConfigError("this backend cannot list leases: name them")
-    names: list[str] = await lister()
-    return names
+    """Every lease in the store; a configuration error if the backend cannot list them."""
+    try:
+        return await backend.names()
+    except NotImplementedError:
+        raise LeaseConfigError("this backend cannot list leases: name them") from None
 
 
 def _describe(record: LeaseRecord | None, name: str) -> dict[str, Any]:

@@ -25,7 +25,8 @@ from .._exceptions import (
     LeaseError,
     LeaseLost,
 )
-from .._lease import WAITING_LOG, reraise, sole_error
+from .._host import reraise, sole_error
+from .._waiting import WAITING_LOG
 from ._admin import add_admin_commands
 from ._manifests import add_manifests_command
 from ._run import add_run_command
