@@ -1,26 +1,73 @@
-"""Shared fixtures: every async test runs on asyncio and on trio, on virtual time.
+"""Shared fixtures: both anyio backends on virtual time, and a World on every lease backend.
 
-``anyio_backend`` is parametrised over both backends; each test gets a fresh virtual clock
+``anyio_backend`` is parametrised over asyncio and trio; each test gets a fresh virtual clock
 (trio's MockClock with autojump, or trio_lease.testing's VirtualTimeEventLoop on asyncio), so
 sleeps and timeouts cost no real time and no test depends on the machine's speed. Tests that
 need real time (real sockets, threads, subprocesses) use the ``real_time_backend`` fixture
 instead, by overriding ``anyio_backend`` in their module.
+
+``every_world`` is the backend-parametrised fixture: a :class:`World` (a shared store, its
+settings and its clients) on each :class:`Store` of :data:`STORES`, on asyncio and trio. The
+DESIGN §4 guarantee tests (tests/core/test_guarantees.py) and the conformance suite
+(tests/backends/test_conformance.py) take it, so both run on every backend. A store decides its
+clock: ``anyio_backend`` gives a test that uses ``every_world`` real time when its store needs
+it (SQLite, etcd), and such a test is bounded by the store's ``limit``.
+
+The etcd store's server is started here (``etcd_server``, one per session, via
+tests/etcd_server.py); without an etcd binary its tests skip with the reason, unless
+``TRIO_LEASE_REQUIRE_ETCD`` is set (CI sets it), in which case they fail.
+
+Modules this file needs beyond the package (the etcd launcher, the Kubernetes test helpers)
+are imported when a store is opened, so a copy of only tests/core and this file (the mutation
+tests make one) still imports; the stores it then cannot open error instead of passing.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import functools
+import os
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import anyio
 import pytest
 
-from trio_lease.testing import virtual_time_backends
+from trio_lease import Lease, LeaseBackend, LeaseSettings
+from trio_lease.backends.memory import MemoryBackend, MemoryStore
+from trio_lease.testing import FaultyBackend, virtual_time_backends
+
+if TYPE_CHECKING:
+    from tests.etcd_server import EtcdCluster
+
+#: Virtual time: L = 15 s, R = 1.5 s, T = 0.5 s, so D = 10 s and the safety margin is ~4.98 s.
+SETTINGS = LeaseSettings(heartbeat_timeout=15, heartbeat_interval=1.5, lease_operation_timeout=0.5)
+
+#: Real time: L = 1.2 s, R = 0.3 s, T = 0.2 s, T_stop = 0.1 s, so D = 0.8 s: a cut-off holder
+#: is cancelled 0.4 s before any contender may take over, 0.3 s more than T_stop. T is well
+#: above a real store's usual latency (a few ms); a request in its tail times out and is
+#: retried, as in production.
+REAL_TIME_SETTINGS = LeaseSettings(
+    heartbeat_timeout=1.2, heartbeat_interval=0.3, lease_operation_timeout=0.2, stop_timeout=0.1
+)
+
+#: Slack (seconds) for "at about" and "within" assertions on real time: a store request usually
+#: takes a few ms, but its tail (fsync, a new connection, a busy worker thread) reaches tens.
+REAL_TIME_TOLERANCE = 0.1
+
+#: Upper bound of one real-time test in seconds (the longest, 10 L of renewals, takes ~12 s).
+REAL_TIME_LIMIT = 60.0
 
 
 @pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
-    """Both anyio backends, each on a fresh virtual clock."""
-    specs = dict(virtual_time_backends())
+def anyio_backend(request: pytest.FixtureRequest) -> str | tuple[str, dict[str, Any]]:
+    """Both anyio backends, each on a fresh virtual clock (real time for a real-time store)."""
     name: str = request.param
+    if "store" in request.fixturenames and request.getfixturevalue("store").real_time:
+        return name
+    specs = dict(virtual_time_backends())
     return name, specs[name]
 
 
@@ -29,3 +76,208 @@ def real_time_backend(request: pytest.FixtureRequest) -> str:
     """Both anyio backends on real time, for tests with threads, sockets or processes."""
     backend: str = request.param
     return backend
+
+
+# -- worlds ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class World:
+    """A store shared by several clients, and the settings leases use on it."""
+
+    name: str
+    settings: LeaseSettings
+    new_backend: Callable[[], LeaseBackend]
+    #: Slack (seconds) that timing assertions allow for scheduling jitter and request latency:
+    #: 0 on virtual time, where every assertion is exact; a small margin on real time (a real
+    #: server). Guarantee tests use it only where real time can add to what virtual time does.
+    tolerance: float = 0.0
+    opened: list[LeaseBackend] = dataclasses.field(default_factory=list)
+
+    def backend(self) -> LeaseBackend:
+        backend = self.new_backend()
+        self.opened.append(backend)
+        return backend
+
+    def faulty(self, **faults: Any) -> FaultyBackend:
+        return FaultyBackend(self.backend(), **faults)
+
+    def lease(
+        self, owner: str, *, backend: LeaseBackend | None = None, name: str = "job", **kw: Any
+    ) -> Lease:
+        return Lease(name, owner, backend or self.backend(), self.settings, **kw)
+
+    async def aclose(self) -> None:
+        for backend in self.opened:
+            await backend.aclose()
+
+
+#: Opens one shared store for a test and returns a factory of new clients of it.
+Opener = Callable[[pytest.FixtureRequest], Callable[[], LeaseBackend]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Store:
+    """A lease backend the shared tests run on: how to open a store, and on which clock.
+
+    ``excluded`` maps a test's name to the reason it does not run on this store; it is skipped
+    with that reason, printed in the summary.
+    """
+
+    name: str
+    open: Opener
+    real_time: bool = False
+    excluded: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def settings(self) -> LeaseSettings:
+        return REAL_TIME_SETTINGS if self.real_time else SETTINGS
+
+    @property
+    def tolerance(self) -> float:
+        return REAL_TIME_TOLERANCE if self.real_time else 0.0
+
+    @property
+    def limit(self) -> float | None:
+        """Real seconds a test may take before it fails instead of hanging (real time only)."""
+        return REAL_TIME_LIMIT if self.real_time else None
+
+    def world(self, request: pytest.FixtureRequest) -> World:
+        return World(self.name, self.settings, self.open(request), tolerance=self.tolerance)
+
+
+def _memory(request: pytest.FixtureRequest) -> Callable[[], LeaseBackend]:
+    store = MemoryStore()
+    return lambda: MemoryBackend(store)
+
+
+def _sqlite(request: pytest.FixtureRequest) -> Callable[[], LeaseBackend]:
+    from trio_lease.backends.sqlite import SqliteBackend
+
+    path: Path = request.getfixturevalue("tmp_path") / "leases.sqlite3"
+    return lambda: SqliteBackend(path, watch_interval=0.01)
+
+
+def _kubernetes(kind: str) -> Opener:
+    def open_store(request: pytest.FixtureRequest) -> Callable[[], LeaseBackend]:
+        from tests.backends.kubernetes._helpers import emulator_with_crd, make_backend
+
+        # One transport for all clients, as all backends of a process share one server: they
+        # are one store (for reentrancy) and share one pooled client.
+        transport = emulator_with_crd().transport()
+        return lambda: make_backend(transport, kind=kind)
+
+    return open_store
+
+
+def _etcd(request: pytest.FixtureRequest) -> Callable[[], LeaseBackend]:
+    from trio_lease.backends.etcd import EtcdBackend
+
+    server: EtcdCluster = request.getfixturevalue("etcd_server")
+    # Clients under one prefix no other test uses: one store (``store_key``) for reentrancy,
+    # each with its own HTTP connections, as clients in separate processes would be.
+    prefix = f"test-{secrets.token_hex(4)}/"
+    return lambda: EtcdBackend(server.endpoints, prefix=prefix)
+
+
+#: Every backend, those on virtual time first. SQLite runs its blocking calls in worker
+#: threads, which virtual time cannot wait for: a thread's real milliseconds are, to an
+#: autojump clock, a task blocked with nothing to do, so the clock jumps over the operation
+#: timeout before the thread answers. SQLite therefore runs on real time with short settings,
+#: like etcd (a real server, on real time by nature).
+STORES = (
+    Store("memory", _memory),
+    Store("kubernetes-v1", _kubernetes("coordination.k8s.io/v1")),
+    Store("kubernetes-akka", _kubernetes("akka.io/v1")),
+    Store("sqlite", _sqlite, real_time=True),
+    Store(
+        "etcd",
+        _etcd,
+        real_time=True,
+        excluded={
+            "test_g2_unknown_outcome_counts_as_not_renewed": (
+                "needs virtual time: its first check must fall between a lost renewal reply and "
+                "the retry's confirmation, a window of T/4 (50 ms here) narrower than etcd's "
+                "write-latency tail (fsync: tens of ms, ~0.2 s seen under CPU load). Timed-out "
+                "renewals counting as not renewed still run here "
+                "(test_g2_every_request_is_bounded_by_operation_timeout)"
+            ),
+        },
+    ),
+)
+
+
+@pytest.fixture(params=STORES, ids=[store.name for store in STORES])
+def store(request: pytest.FixtureRequest) -> Store:
+    """Each backend of :data:`STORES` (a test excluded on one is skipped with the reason)."""
+    chosen: Store = request.param
+    reason = chosen.excluded.get(request.function.__name__)
+    if reason is not None:
+        pytest.skip(f"excluded on {chosen.name}: {reason}")
+    return chosen
+
+
+@pytest.fixture
+async def every_world(store: Store, request: pytest.FixtureRequest) -> AsyncIterator[World]:
+    """A World on each backend, on asyncio and trio, on the clock its store needs."""
+    world = store.world(request)
+    yield world
+    await world.aclose()
+
+
+def _bounded(test: Callable[..., Awaitable[None]], limit: float) -> Callable[..., Awaitable[None]]:
+    """``test``, failing after ``limit`` real seconds instead of hanging on a real store."""
+
+    @functools.wraps(test)
+    async def bounded(**kwargs: Any) -> None:
+        with anyio.fail_after(limit):
+            await test(**kwargs)
+
+    return bounded
+
+
+def _store_of(item: pytest.Item) -> Store | None:
+    callspec = getattr(item, "callspec", None)
+    chosen = callspec.params.get("store") if callspec is not None else None
+    return chosen if isinstance(chosen, Store) else None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Bound every test on a real-time store by the store's limit, and run each test on the
+    stores in :data:`STORES` order (both loops of one store, then the next store): the memory
+    store first, so a broken guarantee fails there before any real-time store runs."""
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first.setdefault(item.nodeid.partition("[")[0], index)
+        chosen = _store_of(item)
+        if isinstance(item, pytest.Function) and chosen is not None and chosen.limit:
+            item.obj = _bounded(item.obj, chosen.limit)
+
+    def position(item: pytest.Item) -> tuple[int, int]:
+        chosen = _store_of(item)
+        return first[item.nodeid.partition("[")[0]], -1 if chosen is None else STORES.index(chosen)
+
+    items.sort(key=position)
+
+
+# -- etcd -----------------------------------------------------------------------------------------
+
+
+def require_etcd() -> None:
+    """Skip (or, with TRIO_LEASE_REQUIRE_ETCD set, fail) when there is no etcd binary."""
+    from tests.etcd_server import MISSING_REASON, etcd_binary
+
+    if etcd_binary() is None:
+        if os.environ.get("TRIO_LEASE_REQUIRE_ETCD"):
+            pytest.fail(MISSING_REASON)
+        pytest.skip(MISSING_REASON)
+
+
+@pytest.fixture(scope="session")
+def etcd_server() -> Iterator[EtcdCluster]:
+    """One etcd member for the whole session; tests keep apart by using their own prefix."""
+    from tests.etcd_server import etcd_cluster
+
+    require_etcd()
+    with etcd_cluster(size=1) as cluster:
+        yield cluster

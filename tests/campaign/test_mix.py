@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.etcd_server import MISSING_REASON, etcd_binary
+from tests.conftest import require_etcd
 from tools.campaign._config import FAULTS_BY_BACKEND, RunConfig
 from tools.campaign._harness import run
 
@@ -56,10 +56,7 @@ def test_sqlite_short_mix_is_clean(tmp_path: Path) -> None:
 
 def test_etcd_short_mix_is_clean(tmp_path: Path) -> None:
     """Kills, pauses, TCP faults and an etcd pause against a real etcd: no violation."""
-    if etcd_binary() is None:
-        if os.environ.get("TRIO_LEASE_REQUIRE_ETCD"):
-            pytest.fail(MISSING_REASON)
-        pytest.skip(MISSING_REASON)
+    require_etcd()
     config = RunConfig.short("etcd", seed=13, out_dir=tmp_path, duration=25.0)
     report, out_dir = run(config)
     assert report.violations == []

@@ -1,12 +1,16 @@
-"""DESIGN §4: one or more named tests per guarantee, on virtual time, on asyncio and trio.
+"""DESIGN §4: one or more named tests per guarantee, on every backend, on asyncio and trio.
 
 docs/guarantees.md maps each guarantee to these tests.
 
-Every duration here is derived from ``world.settings``, so the same tests also run on real time
-against real servers with shorter settings (tests/backends/etcd/test_core_guarantees.py). On
-virtual time every value and bound is the one written in the comments (the memory world: L = 15
-s, R = 1.5 s, T = 0.5 s, D = 10 s) and ``world.tolerance`` is 0; on real time it is the slack
-that scheduling jitter and request latency may add. The safety bounds a guarantee promises (no
+Every test takes ``world``, which this module sets to ``every_world`` (tests/conftest.py): the
+memory backend and the Kubernetes backend on the in-process emulator (both lease kinds) on
+virtual time, and SQLite and a real etcd on real time with short settings (L = 1.2 s), each test
+bounded there so that a hang fails. A test excluded on a backend is skipped there with its reason.
+
+Every duration here is derived from ``world.settings``, so the same tests run on virtual and on
+real time. On virtual time every value and bound is the one written in the comments (L = 15 s,
+R = 1.5 s, T = 0.5 s, D = 10 s) and ``world.tolerance`` is 0; on real time it is the slack that
+scheduling jitter and request latency may add. The safety bounds a guarantee promises (no
 takeover before L, the holder cancelled T_stop before any takeover) never get slack.
 """
 
@@ -19,13 +23,18 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from tests.conftest import World
 from trio_lease import Lease, LeaseLost, LeaseRecord
 from trio_lease._identity import incarnation
 from trio_lease.testing import FaultyBackend
 
-from .conftest import World
-
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def world(every_world: World) -> World:
+    """A World on every backend (``every_world``), instead of the core tests' memory world."""
+    return every_world
 
 
 def _about(world: World, expected: float) -> object:

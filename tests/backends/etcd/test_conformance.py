@@ -1,8 +1,9 @@
-"""The etcd backend follows the SPI against a real etcd server."""
+"""The etcd backend follows the SPI against real etcd: a three-member cluster, and a section.
+
+One member's clients pass check_backend in tests/backends/test_conformance.py (every backend).
+"""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import anyio
 import pytest
@@ -13,13 +14,6 @@ from trio_lease.backends.etcd import EtcdBackend
 from trio_lease.testing import check_backend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-
-async def test_etcd_backend_passes_conformance(
-    etcd_backend_factory: Callable[[], EtcdBackend],
-) -> None:
-    """EtcdBackend clients of one real etcd member pass check_backend."""
-    await check_backend(etcd_backend_factory)
 
 
 async def test_etcd_backend_conforms_on_three_members(
