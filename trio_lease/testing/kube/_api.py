@@ -8,19 +8,22 @@ find the requested resource", empty details): that is what a client sees before 
 applied. ``?timeout=`` (a Go duration such as ``5s``; default and maximum 60 s, the server's
 request timeout) bounds every non-watch request and ends in 504 ``Timeout``; the emulator
 cancels the request's work at that moment, so a write delayed past it does not commit (use
-``faults.fail(504, after_commit=True)`` for "committed, but the client saw 504").
+``faults.fail(504, after_commit=True)`` for "committed, but the client saw 504"). Each request
+is recorded in ``emulator.requests`` and logged at DEBUG (method, path and status only).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote
 
 import anyio
 
+from ._cluster import Cluster
 from ._collection import list_objects, start_watch
 from ._discovery import discovery
 from ._faults import Fault
@@ -29,11 +32,11 @@ from ._openapi import openapi_v3
 from ._rbac import forbidden_reason, is_allowed
 from ._resources import ResourceType
 from ._status import ApiError, status_body
-
-if TYPE_CHECKING:
-    from ._emulator import KubeEmulator
+from ._store import MODIFIED_MSG
 
 __all__ = ["handle", "parse_duration"]
+
+logger = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 DEFAULT_TIMEOUT = 60.0
@@ -60,7 +63,7 @@ def _json(code: int, body: JSON | str, headers: list[tuple[str, str]] | None = N
     return Response(code, [("Content-Type", "application/json"), *extra], data)
 
 
-async def handle(emulator: KubeEmulator, request: Request) -> Response:
+async def handle(emulator: Cluster, request: Request) -> Response:
     """Answer ``request``; :class:`DropReply` means "close the connection instead"."""
     response: Response | None = None
     try:
@@ -75,6 +78,8 @@ async def handle(emulator: KubeEmulator, request: Request) -> Response:
         emulator.requests.append(
             RecordedRequest(request.method, request.path, dict(request.query), headers, status)
         )
+        # As an HTTP client logs its requests (never a header: they carry the credentials).
+        logger.debug("emulator: %s %s -> %d", request.method, request.path, status)
 
 
 @dataclasses.dataclass
@@ -85,7 +90,7 @@ class _Target:
     verb: str
 
 
-def _route(emulator: KubeEmulator, request: Request) -> _Target:
+def _route(emulator: Cluster, request: Request) -> _Target:
     parts = [unquote(p) for p in request.path.strip("/").split("/") if p]
     if parts[:2] == ["api", "v1"]:
         group, version, rest = "", "v1", parts[2:]
@@ -116,7 +121,7 @@ def _route(emulator: KubeEmulator, request: Request) -> _Target:
     return _Target(rt, namespace, name, verb)
 
 
-async def _handle(emulator: KubeEmulator, request: Request) -> Response:
+async def _handle(emulator: Cluster, request: Request) -> Response:
     token = request.token
     await emulator.faults.wait_partition(token)
     parts = [p for p in request.path.strip("/").split("/") if p]
@@ -174,15 +179,13 @@ def _warning(text: str) -> str:
 
 
 def _check_faults_before(
-    emulator: KubeEmulator, token: str | None, verb: str, name: str, rt: ResourceType
+    emulator: Cluster, token: str | None, verb: str, name: str, rt: ResourceType
 ) -> None:
     for fault in emulator.faults.take("error", False, token, verb, name):
         raise _injected(fault, rt, name)
 
 
 def _injected(fault: Fault, rt: ResourceType, name: str) -> ApiError:
-    from ._store import MODIFIED_MSG
-
     status, retry_after = fault.status, fault.retry_after
     if fault.html:
         page = f"<html><head><title>{status}</title></head><body><h1>{status}</h1></body></html>\n"
@@ -202,7 +205,7 @@ def _injected(fault: Fault, rt: ResourceType, name: str) -> ApiError:
     return ApiError.timeout()
 
 
-def _authorize(emulator: KubeEmulator, user: Any, target: _Target) -> None:
+def _authorize(emulator: Cluster, user: Any, target: _Target) -> None:
     rt = target.rt
     if not is_allowed(
         user, target.verb, rt.group, rt.plural, target.namespace, target.name,
@@ -236,7 +239,7 @@ def _check_kind(rt: ResourceType, body: JSON) -> None:
         )
 
 
-def _check_namespace(emulator: KubeEmulator, rt: ResourceType, namespace: str, body: JSON) -> None:
+def _check_namespace(emulator: Cluster, rt: ResourceType, namespace: str, body: JSON) -> None:
     given = (body.get("metadata") or {}).get("namespace")
     if rt.namespaced and given and given != namespace:
         raise ApiError.bad_request(
@@ -248,7 +251,7 @@ def _check_namespace(emulator: KubeEmulator, rt: ResourceType, namespace: str, b
         raise ApiError.not_found("namespaces", "", namespace)
 
 
-def _operate(emulator: KubeEmulator, target: _Target, request: Request) -> tuple[int, JSON]:
+def _operate(emulator: Cluster, target: _Target, request: Request) -> tuple[int, JSON]:
     store, rt, namespace, name = emulator.store, target.rt, target.namespace, target.name
     if target.verb == "get":
         return 200, store.get(rt, namespace, name)
@@ -294,7 +297,7 @@ def _operate(emulator: KubeEmulator, target: _Target, request: Request) -> tuple
     return 200, status_body(200, "", "", {k: v for k, v in details.items() if v}, success=True)
 
 
-def _after_write(emulator: KubeEmulator, rt: ResourceType, obj: JSON, *, deleted: bool) -> None:
+def _after_write(emulator: Cluster, rt: ResourceType, obj: JSON, *, deleted: bool) -> None:
     if rt.plural == "customresourcedefinitions":
         emulator.crd_changed(obj, deleted)
     elif rt.plural == "namespaces" and not rt.group and deleted:

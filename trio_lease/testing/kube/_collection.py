@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ._cluster import Cluster
 from ._http import Request, Response
 from ._resources import ResourceType
 from ._status import ApiError
 from ._watch import WatchStream
-
-if TYPE_CHECKING:
-    from ._emulator import KubeEmulator
 
 __all__ = ["list_objects", "start_watch"]
 
@@ -38,7 +36,7 @@ def _field_selector(request: Request, namespace: str) -> tuple[str | None, str |
 
 
 def list_objects(
-    emulator: KubeEmulator, rt: ResourceType, namespace: str, request: Request
+    emulator: Cluster, rt: ResourceType, namespace: str, request: Request
 ) -> JSON:
     """A ``<Kind>List`` of the objects the request selects, at the latest revision."""
     name, scope = _field_selector(request, namespace)
@@ -59,7 +57,7 @@ def list_objects(
 
 
 def start_watch(
-    emulator: KubeEmulator, rt: ResourceType, namespace: str, request: Request,
+    emulator: Cluster, rt: ResourceType, namespace: str, request: Request,
     *, force_expired: bool,
 ) -> Response:
     """Open a watch: replay from ``resourceVersion`` (or list as ADDED), then follow."""

@@ -8,10 +8,9 @@ server does not offer ``application/json;g=apidiscovery.k8s.io``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ._emulator import KubeEmulator
+from ._cluster import Cluster
 
 __all__ = ["discovery"]
 
@@ -49,7 +48,7 @@ def _group_entry(group: str, versions: list[str]) -> JSON:
     return {"name": group, "versions": listed, "preferredVersion": listed[0]}
 
 
-def discovery(emulator: KubeEmulator, parts: list[str]) -> JSON | None:
+def discovery(emulator: Cluster, parts: list[str]) -> JSON | None:
     """The discovery document at ``parts`` (the path split on ``/``), or None."""
     groups: dict[str, list[str]] = {}
     for group, version, _ in emulator.types:

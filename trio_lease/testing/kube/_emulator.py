@@ -3,37 +3,35 @@
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import Any
 
 import yaml
 
-from ._faults import Faults
-from ._rbac import ADMIN, User, service_account_user
-from ._resources import BUILTIN_TYPES, ResourceType, types_from_crd
-from ._status import ApiError
-from ._store import Event, Store
+from ._api import handle
+from ._cluster import Cluster
+from ._http import Request, Response
+from ._rbac import User, service_account_user
+from ._resources import ResourceType
+from ._server import KubeServer, serve
+from ._transport import KubeTransport
 from ._watch import WatchStream
-
-if TYPE_CHECKING:
-    from ._http import RecordedRequest, Request, Response
-    from ._server import KubeServer
-    from ._transport import KubeTransport
 
 __all__ = ["KubeEmulator"]
 
 JSON = dict[str, Any]
 
 
-class KubeEmulator:
+class KubeEmulator(Cluster):
     """An in-memory kube-apiserver for namespaces, Leases, CRDs, custom resources and RBAC.
 
-    Serve it in-process with :meth:`transport` (an ``httpx.AsyncBaseTransport``: no sockets,
-    works under virtual time) or on a loopback port with :meth:`serve` (HTTPS with a fresh CA,
-    or plain HTTP). Both paths run the same request handler, so they behave identically.
+    Serve it in-process with :meth:`transport` (an ``httpx.AsyncBaseTransport`` that also
+    carries the backends' unary request seam: no sockets, works under virtual time) or on a
+    loopback port with :meth:`serve` (HTTPS with a fresh CA, or plain HTTP). Every path runs
+    the same request handler, so they behave identically. Its state (:attr:`store`,
+    :attr:`faults`, :attr:`requests`, ...) is that of :class:`~._cluster.Cluster`.
 
     Args:
         namespaces: namespaces that exist from the start.
@@ -57,31 +55,17 @@ class KubeEmulator:
         watch_expired_status: bool = False,
         wall_clock: Callable[[], datetime] | None = None,
     ) -> None:
-        self.require_auth = require_auth
-        self.bookmark_interval = bookmark_interval
-        self.watch_expired_status = watch_expired_status
-        self.faults = Faults()
-        self.store = Store(wall_clock or (lambda: datetime.now(UTC)), history, self._dispatch)
-        self.types: dict[tuple[str, str, str], ResourceType] = {}
-        for rt in BUILTIN_TYPES:
-            self._register(rt)
-        self._tokens: dict[str, User] = {}
-        self.watches: list[WatchStream] = []
-        #: Every request received, oldest first, without its Authorization header: assert on
-        #: User-Agent, Content-Type, ``?timeout=`` or how many requests a client made.
-        self.requests: list[RecordedRequest] = []
+        super().__init__(
+            require_auth=require_auth,
+            history=history,
+            bookmark_interval=bookmark_interval,
+            watch_expired_status=watch_expired_status,
+            wall_clock=wall_clock,
+        )
         for name in namespaces:
             self.create_namespace(name)
 
     # --- types -----------------------------------------------------------------------------
-
-    def _register(self, rt: ResourceType) -> None:
-        self.types[(rt.group, rt.version, rt.plural)] = rt
-
-    def resource_type(self, api_version: str, plural: str) -> ResourceType | None:
-        """The served type at ``api_version`` (``coordination.k8s.io/v1``, ``v1``) and plural."""
-        group, _, version = api_version.rpartition("/")
-        return self.types.get((group, version, plural))
 
     def _type_for_kind(self, api_version: str, kind: str) -> ResourceType:
         group, _, version = api_version.rpartition("/")
@@ -89,26 +73,6 @@ class KubeEmulator:
             if (rt.group, rt.version, rt.kind) == (group, version, kind):
                 return rt
         raise ValueError(f"no resource type for apiVersion {api_version!r} kind {kind!r}")
-
-    def crd_changed(self, crd: JSON, deleted: bool) -> None:
-        """Keep served types in step with CustomResourceDefinitions (called by the handler)."""
-        spec = crd.get("spec") or {}
-        group, plural = spec.get("group", ""), (spec.get("names") or {}).get("plural", "")
-        for key in [k for k in self.types if k[0] == group and k[2] == plural]:
-            del self.types[key]
-        if deleted:
-            self.store.drop_bucket((group, plural))
-            for watch in [w for w in self.watches if w.rt.storage_key == (group, plural)]:
-                watch.cut(abrupt=False)
-            return
-        for rt in types_from_crd(crd):
-            self._register(rt)
-
-    def namespace_deleted(self, namespace: str) -> None:
-        """Delete everything in a deleted namespace (the namespace controller's job)."""
-        for rt in {rt.storage_key: rt for rt in self.types.values() if rt.namespaced}.values():
-            for obj in self.store.items(rt, namespace):
-                self.store.delete(rt, namespace, obj["metadata"]["name"], {})
 
     # --- objects ---------------------------------------------------------------------------
 
@@ -174,11 +138,6 @@ class KubeEmulator:
         """The ``coordination.k8s.io/v1`` Lease ``namespace/name``, or None."""
         return self.get("coordination.k8s.io/v1", "leases", name, namespace)
 
-    @property
-    def resource_version(self) -> str:
-        """The latest revision (what a list would report)."""
-        return str(self.store.revision)
-
     # --- authentication and RBAC -----------------------------------------------------------
 
     def add_token(
@@ -212,17 +171,6 @@ class KubeEmulator:
         if user is not None:
             self._tokens[token] = User(user.name, user.groups, float("-inf"))
 
-    def authenticate(self, token: str | None, now: float) -> User:
-        """The user behind a request's token; :class:`ApiError` 401 if unknown or expired."""
-        if token is None:
-            if self.require_auth:
-                raise ApiError.unauthorized()
-            return ADMIN
-        user = self._tokens.get(token)
-        if user is None or (user.expires_at is not None and now >= user.expires_at):
-            raise ApiError.unauthorized()
-        return user
-
     def grant(
         self,
         subject: str,
@@ -252,16 +200,7 @@ class KubeEmulator:
                          "name": role_name}},
         ])
 
-    def rbac_objects(self, plural: str, namespace: str) -> list[JSON]:
-        return self.store.items(self.types[("rbac.authorization.k8s.io", "v1", plural)], namespace)
-
     # --- watches ---------------------------------------------------------------------------
-
-    def _dispatch(self, event: Event) -> None:
-        self.watches = [w for w in self.watches if not w.closed]
-        for watch in self.watches:
-            if watch.matches(event.storage_key, event.namespace, event.name):
-                watch.offer(event.type, json.loads(json.dumps(event.obj)))
 
     def _targets(self, token: str | None) -> list[WatchStream]:
         self.watches = [w for w in self.watches if not w.closed]
@@ -294,15 +233,15 @@ class KubeEmulator:
     # --- serving ---------------------------------------------------------------------------
 
     async def handle(self, request: Request) -> Response:
-        """Answer one HTTP request (used by both the transport and the server)."""
-        from ._api import handle
-
+        """Answer one HTTP request (what the transports and the server do with each)."""
         return await handle(self, request)
 
     def transport(self) -> KubeTransport:
-        """An httpx transport that serves requests in-process (no sockets, virtual-time safe)."""
-        from ._transport import KubeTransport
+        """An httpx transport that serves requests in-process (no sockets, virtual-time safe).
 
+        It also carries the unary request seam (:meth:`KubeTransport.unary`): a backend given
+        it sends its unary requests through the production request code, in-process.
+        """
         return KubeTransport(self)
 
     @asynccontextmanager
@@ -310,8 +249,6 @@ class KubeEmulator:
         self, host: str = "127.0.0.1", port: int = 0, *, tls: bool = True
     ) -> AsyncIterator[KubeServer]:
         """Serve on ``host:port`` (0 picks a free port) until the block exits."""
-        from ._server import serve
-
         async with serve(self, host, port, tls=tls) as server:
             yield server
 

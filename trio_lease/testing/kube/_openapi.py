@@ -12,10 +12,9 @@ validates on the server (400 for unknown fields when ``fieldValidation=Strict``)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from ._emulator import KubeEmulator
+from ._cluster import Cluster
 
 __all__ = ["openapi_v3"]
 
@@ -26,7 +25,7 @@ def _gv_path(group: str, version: str) -> str:
     return f"api/{version}" if not group else f"apis/{group}/{version}"
 
 
-def openapi_v3(emulator: KubeEmulator, parts: list[str]) -> JSON | None:
+def openapi_v3(emulator: Cluster, parts: list[str]) -> JSON | None:
     """The OpenAPI v3 root (``/openapi/v3``) or one group-version document, or None."""
     versions = sorted({(g, v) for g, v, _ in emulator.types})
     if parts == ["openapi", "v3"]:

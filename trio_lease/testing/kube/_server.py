@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl
 
 import anyio
@@ -32,11 +32,9 @@ from anyio.streams.tls import TLSListener
 
 from ..._exceptions import LeaseConfigError
 from ._api import handle
+from ._cluster import Cluster
 from ._http import DropReply, Request, Response
 from ._watch import WatchCut
-
-if TYPE_CHECKING:
-    from ._emulator import KubeEmulator
 
 __all__ = ["KubeServer", "serve"]
 
@@ -136,7 +134,7 @@ async def _next_request(conn: h11.Connection, stream: ByteStream) -> Request | N
             return None
 
 
-async def _serve_connection(emulator: KubeEmulator, stream: ByteStream) -> None:
+async def _serve_connection(emulator: Cluster, stream: ByteStream) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
     async with stream:
         try:
@@ -185,7 +183,7 @@ async def _serve_connection(emulator: KubeEmulator, stream: ByteStream) -> None:
 
 @asynccontextmanager
 async def serve(
-    emulator: KubeEmulator, host: str = "127.0.0.1", port: int = 0, *, tls: bool = True
+    emulator: Cluster, host: str = "127.0.0.1", port: int = 0, *, tls: bool = True
 ) -> AsyncIterator[KubeServer]:
     """Listen on ``host:port`` and serve ``emulator`` until the block exits."""
     try:

@@ -1,29 +1,32 @@
 """The in-process httpx transport: no sockets, no threads, safe under virtual time.
 
 ``httpx.AsyncClient(transport=emulator.transport(), base_url="https://kube.test")`` sends every
-request straight to the emulator's handler. The transport also plays the network: it honours
-the client's read timeout (``httpx.ReadTimeout`` when a paused or partitioned request does not
-answer in time, per chunk for watches), turns a dropped reply into
-``httpx.RemoteProtocolError`` and an abruptly cut watch into the error httpx raises for an
-incomplete chunked body.
+request straight to the emulator's handler. The transport also carries the unary request seam
+(:meth:`KubeTransport.unary`, :mod:`._unary`): a backend given the transport sends its unary
+requests there, through its production request code, and only its watches through httpx.
+
+The transport also plays the network: it honours the client's read timeout
+(``httpx.ReadTimeout`` when a paused or partitioned request does not answer in time, per chunk
+for watches), turns a dropped reply into ``httpx.RemoteProtocolError`` and an abruptly cut
+watch into the error httpx raises for an incomplete chunked body.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 import anyio
 import httpx
 
+from ..._http import Unary
+from ..._wire import MAX_BODY_BYTES
 from ._api import handle
+from ._cluster import Cluster
 from ._http import DropReply, Request
+from ._unary import InProcessUnary
 from ._watch import WatchCut, WatchStream
 
 __all__ = ["KubeTransport"]
-
-if TYPE_CHECKING:
-    from ._emulator import KubeEmulator
 
 
 def _read_timeout(request: httpx.Request) -> float | None:
@@ -65,8 +68,15 @@ class _WatchBody(httpx.AsyncByteStream):
 class KubeTransport(httpx.AsyncBaseTransport):
     """Serves httpx requests from a :class:`KubeEmulator` in the calling task."""
 
-    def __init__(self, emulator: KubeEmulator) -> None:
+    #: The emulator served.
+    emulator: Cluster
+
+    def __init__(self, emulator: Cluster) -> None:
         self.emulator = emulator
+
+    def unary(self, url: str, *, max_body: int = MAX_BODY_BYTES) -> Unary:
+        """The in-process unary seam to ``url`` (:class:`trio_lease._http.CarriesUnary`)."""
+        return InProcessUnary(self.emulator, url, max_body=max_body)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         body = await request.aread()

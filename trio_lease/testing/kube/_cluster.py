@@ -1,0 +1,131 @@
+"""The emulated cluster's state: served types, objects, tokens, watches, faults and requests.
+
+:class:`Cluster` is what the API handlers (:mod:`._api` and the modules it calls) read and
+change, and nothing more: the administrator's conveniences (``apply``, ``grant``, cutting
+watches) and the ways to serve it are in :class:`~._emulator.KubeEmulator`, which is a
+:class:`Cluster`. So the layers run one way: store, validation and status at the bottom, this
+state above them, the handlers above it, the transports and the server above those, and the
+emulator on top.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from ._faults import Faults
+from ._http import RecordedRequest
+from ._rbac import ADMIN, User
+from ._resources import BUILTIN_TYPES, ResourceType, types_from_crd
+from ._status import ApiError
+from ._store import Event, Store
+from ._watch import WatchStream
+
+__all__ = ["Cluster"]
+
+JSON = dict[str, Any]
+
+
+class Cluster:
+    """The state one emulated API server serves; see :class:`~._emulator.KubeEmulator`."""
+
+    #: A request without a bearer token is 401 (else it acts as a cluster admin).
+    require_auth: bool
+    #: Seconds of quiet between BOOKMARK events on watches that allow them.
+    bookmark_interval: float
+    #: Answer a too-old watch with HTTP 410 instead of an in-stream ERROR event.
+    watch_expired_status: bool
+    #: The fault plan: ``fail``, ``delay``, ``drop_reply``, ``pause``, ``partition``.
+    faults: Faults
+    #: Objects, the revision counter and the event history.
+    store: Store
+    #: Served types by (group, version, plural).
+    types: dict[tuple[str, str, str], ResourceType]
+    #: Open watches (closed ones are dropped as events arrive).
+    watches: list[WatchStream]
+    #: Every request received, oldest first, without its Authorization header: assert on
+    #: User-Agent, Content-Type, ``?timeout=`` or how many requests a client made.
+    requests: list[RecordedRequest]
+
+    def __init__(
+        self,
+        *,
+        require_auth: bool,
+        history: int,
+        bookmark_interval: float,
+        watch_expired_status: bool,
+        wall_clock: Callable[[], datetime] | None,
+    ) -> None:
+        self.require_auth = require_auth
+        self.bookmark_interval = bookmark_interval
+        self.watch_expired_status = watch_expired_status
+        self.faults = Faults()
+        self.store = Store(wall_clock or (lambda: datetime.now(UTC)), history, self._dispatch)
+        self.types = {}
+        for rt in BUILTIN_TYPES:
+            self._register(rt)
+        self._tokens: dict[str, User] = {}
+        self.watches = []
+        self.requests = []
+
+    # --- types -----------------------------------------------------------------------------
+
+    def _register(self, rt: ResourceType) -> None:
+        self.types[(rt.group, rt.version, rt.plural)] = rt
+
+    def resource_type(self, api_version: str, plural: str) -> ResourceType | None:
+        """The served type at ``api_version`` (``coordination.k8s.io/v1``, ``v1``) and plural."""
+        group, _, version = api_version.rpartition("/")
+        return self.types.get((group, version, plural))
+
+    def crd_changed(self, crd: JSON, deleted: bool) -> None:
+        """Keep served types in step with CustomResourceDefinitions (called by the handler)."""
+        spec = crd.get("spec") or {}
+        group, plural = spec.get("group", ""), (spec.get("names") or {}).get("plural", "")
+        for key in [k for k in self.types if k[0] == group and k[2] == plural]:
+            del self.types[key]
+        if deleted:
+            self.store.drop_bucket((group, plural))
+            for watch in [w for w in self.watches if w.rt.storage_key == (group, plural)]:
+                watch.cut(abrupt=False)
+            return
+        for rt in types_from_crd(crd):
+            self._register(rt)
+
+    def namespace_deleted(self, namespace: str) -> None:
+        """Delete everything in a deleted namespace (the namespace controller's job)."""
+        for rt in {rt.storage_key: rt for rt in self.types.values() if rt.namespaced}.values():
+            for obj in self.store.items(rt, namespace):
+                self.store.delete(rt, namespace, obj["metadata"]["name"], {})
+
+    @property
+    def resource_version(self) -> str:
+        """The latest revision (what a list would report)."""
+        return str(self.store.revision)
+
+    # --- authentication and RBAC -----------------------------------------------------------
+
+    def authenticate(self, token: str | None, now: float) -> User:
+        """The user behind a request's token; :class:`ApiError` 401 if unknown or expired."""
+        if token is None:
+            if self.require_auth:
+                raise ApiError.unauthorized()
+            return ADMIN
+        user = self._tokens.get(token)
+        if user is None or (user.expires_at is not None and now >= user.expires_at):
+            raise ApiError.unauthorized()
+        return user
+
+    def rbac_objects(self, plural: str, namespace: str) -> list[JSON]:
+        """The stored RBAC objects of ``plural`` in ``namespace`` (what the RBAC check reads)."""
+        return self.store.items(self.types[("rbac.authorization.k8s.io", "v1", plural)], namespace)
+
+    # --- watches ---------------------------------------------------------------------------
+
+    def _dispatch(self, event: Event) -> None:
+        self.watches = [w for w in self.watches if not w.closed]
+        for watch in self.watches:
+            if watch.matches(event.storage_key, event.namespace, event.name):
+                watch.offer(event.type, json.loads(json.dumps(event.obj)))

@@ -1,0 +1,86 @@
+"""The in-process unary request seam: the backends' request code, served without sockets.
+
+:class:`InProcessUnary` is a :class:`trio_lease._http.Unary` that hands each request to the
+emulator's handler in the calling task, so it works under virtual time. A backend given
+``emulator.transport()`` sends its unary requests here (the transport is a
+:class:`trio_lease._http.CarriesUnary`), and everything above the seam (credentials and the
+retry after a 401, the time bound, the body cap, reading and mapping the reply) is the
+production code. It keeps the seam's contract as the lean HTTP/1.1 client does on a socket:
+``Host`` and ``Content-Length`` added, a head HTTP cannot carry refused before sending
+(:func:`trio_lease._http.request_head`), the body read through the one cap
+(:class:`trio_lease._http.CappedBody`), ``Content-Length`` in the reply's headers, and a
+dropped reply raised as the :class:`httpx.RemoteProtocolError` of a closed connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from urllib.parse import parse_qsl
+
+import httpx
+
+from ..._http import CappedBody, Headers, Reply, ServerURL, request_head
+from ..._wire import MAX_BODY_BYTES
+from ._api import handle
+from ._cluster import Cluster
+from ._http import DropReply, Request
+
+__all__ = ["InProcessUnary"]
+
+
+class InProcessUnary:
+    """Unary requests to ``url``, answered by ``cluster``'s handler in the calling task."""
+
+    #: The emulator that answers.
+    cluster: Cluster
+    #: Where requests go: the ``Host`` header and the path prefix.
+    url: ServerURL
+
+    def __init__(self, cluster: Cluster, url: str, *, max_body: int = MAX_BODY_BYTES) -> None:
+        self.cluster = cluster
+        self.url = ServerURL.parse(url)
+        self._max_body = max_body
+
+    def __repr__(self) -> str:
+        return f"<InProcessUnary {self.url.origin}>"
+
+    async def request(
+        self,
+        method: str,
+        target: str,
+        *,
+        headers: Sequence[tuple[str, str]] = (),
+        body: bytes | None = None,
+        connect_timeout: float | None = None,
+    ) -> Reply:
+        """Answer one request in-process; see :class:`trio_lease._http.Unary`."""
+        sent = [("Host", self.url.netloc), *headers]
+        if body is not None:
+            sent.append(("Content-Length", str(len(body))))
+        full = self.url.prefix + target
+        request_head(method, full, sent)
+        path, _, query = full.partition("?")
+        request = Request(
+            method,
+            path,
+            dict(parse_qsl(query, keep_blank_values=True)),
+            {name.lower(): value for name, value in sent},
+            body or b"",
+        )
+        try:
+            response = await handle(self.cluster, request)
+        except DropReply:
+            raise httpx.RemoteProtocolError(
+                "the server closed the connection without a reply"
+            ) from None
+        if response.stream is not None:
+            await response.stream.aclose()
+            raise RuntimeError("a watch is a stream, not a unary request: send it through httpx")
+        capped = CappedBody(self._max_body, CappedBody.describe(method, target, self.url.origin))
+        capped.add(response.body)
+        raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
+        raw.append((b"Content-Length", str(len(response.body)).encode()))
+        return Reply(response.status, Headers(raw), capped.content)
+
+    async def aclose(self) -> None:
+        """Nothing to release: no connections."""
