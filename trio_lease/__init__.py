@@ -1,5 +1,6 @@
 """trio_lease: distributed leases for structured-concurrency Python (trio and asyncio)."""
 
+from . import _public
 from ._abc import LeaseBackend as LeaseBackend
 from ._abc import LeaseRecord as LeaseRecord
 from ._exceptions import AcquireTimeout as AcquireTimeout
@@ -53,3 +54,5 @@ __all__ = [
     "Stopping",
     "run_singleton",
 ]
+
+_public.publish(globals())

@@ -17,9 +17,6 @@ from __future__ import annotations
 
 from ._akka import AkkaLease
 from ._held import HeldLease
-from ._host import reraise as reraise  # TEMPORARY: for trio_lease._cli until it imports _host
-from ._host import sole_error as sole_error  # TEMPORARY (see above)
-from ._waiting import WAITING_LOG as WAITING_LOG  # TEMPORARY: for _cli until it imports _waiting
 
 __all__ = ["Lease"]
 

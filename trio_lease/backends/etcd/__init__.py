@@ -2,6 +2,9 @@
 gateway (``POST /v3/...``) with httpx. Registered as ``etcd``. See docs/backends.md.
 """
 
+from ... import _public
 from ._backend import EtcdBackend as EtcdBackend
 
 __all__ = ["EtcdBackend"]
+
+_public.publish(globals())
