@@ -124,8 +124,12 @@ class Cluster:
 
     # --- watches ---------------------------------------------------------------------------
 
-    def _dispatch(self, event: Event) -> None:
+    def open_watches(self) -> list[WatchStream]:
+        """The watches still open (closed ones are dropped from :attr:`watches` now)."""
         self.watches = [w for w in self.watches if not w.closed]
-        for watch in self.watches:
+        return self.watches
+
+    def _dispatch(self, event: Event) -> None:
+        for watch in self.open_watches():
             if watch.matches(event.storage_key, event.namespace, event.name):
                 watch.offer(event.type, json.loads(json.dumps(event.obj)))

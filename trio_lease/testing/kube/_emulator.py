@@ -203,8 +203,7 @@ class KubeEmulator(Cluster):
     # --- watches ---------------------------------------------------------------------------
 
     def _targets(self, token: str | None) -> list[WatchStream]:
-        self.watches = [w for w in self.watches if not w.closed]
-        return [w for w in self.watches if token is None or w.token == token]
+        return [w for w in self.open_watches() if token is None or w.token == token]
 
     def cut_watches(self, token: str | None = None, *, abrupt: bool = True) -> int:
         """Cut open watches (one client's, or all); returns how many were cut."""

@@ -65,9 +65,15 @@ def _details(name: str, group: str, kind: str, **extra: Any) -> JSON:
 class FieldError:
     """One ``field.Error``: renders ``<field>: <body>`` like apimachinery's ``Error()``."""
 
+    field: str
+    #: "Invalid", "Required", "Forbidden", "NotSupported" or "TooLong".
+    kind: str
+    detail: str
+    value: Any
+
     def __init__(self, field: str, kind: str, detail: str = "", value: Any = None) -> None:
         self.field = field
-        self.kind = kind  # "Invalid", "Required", "Forbidden", "NotSupported", "TooLong"
+        self.kind = kind
         self.detail = detail
         self.value = value
 
@@ -115,6 +121,10 @@ GO_UINT64_ZERO = _GoHex(0)
 
 class ApiError(Exception):
     """An HTTP error answer: the status code, a Status body (or plain text) and headers."""
+
+    code: int
+    body: JSON | str
+    headers: list[tuple[str, str]]
 
     def __init__(
         self,

@@ -49,17 +49,37 @@ class Event:
 
     __slots__ = ("name", "namespace", "obj", "rv", "storage_key", "type")
 
+    rv: int
+    type: str
+    storage_key: tuple[str, str]
+    obj: JSON
+    namespace: str
+    name: str
+
     def __init__(self, rv: int, type_: str, storage_key: tuple[str, str], obj: JSON) -> None:
         self.rv = rv
         self.type = type_
         self.storage_key = storage_key
         self.obj = obj
-        self.namespace: str = obj["metadata"].get("namespace", "")
-        self.name: str = obj["metadata"]["name"]
+        self.namespace = obj["metadata"].get("namespace", "")
+        self.name = obj["metadata"]["name"]
 
 
 class Store:
     """Objects by type, a revision counter and the recent event history."""
+
+    #: The revision of the latest write (every write takes the next one, for all types).
+    revision: int
+    #: The recent events, oldest first, that watches resume from.
+    history: deque[Event]
+    #: How many events :attr:`history` keeps.
+    history_size: int
+    #: Every event with a revision above this is still in :attr:`history`.
+    compacted: int
+    #: Warnings of the request being handled (unknown fields), sent as ``Warning`` headers.
+    warnings: list[str]
+    #: ``fieldValidation=Strict``: unknown fields are 400, not warnings.
+    strict: bool
 
     def __init__(
         self,
@@ -70,12 +90,12 @@ class Store:
         self._wall_clock = wall_clock
         self._objects: dict[tuple[str, str], dict[Key, JSON]] = {}
         self.revision = 1
-        self.history: deque[Event] = deque()
+        self.history = deque()
         self.history_size = history
-        self.compacted = 0  # every event with rv > compacted is still in history
+        self.compacted = 0
         self._on_event = on_event
-        self.warnings: list[str] = []
-        self.strict = False  # fieldValidation=Strict: unknown fields are 400, not warnings
+        self.warnings = []
+        self.strict = False
 
     # --- plumbing --------------------------------------------------------------------------
 

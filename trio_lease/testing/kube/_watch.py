@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -44,6 +45,20 @@ def encode(event: JSON) -> bytes:
 class WatchStream:
     """One open watch; iterate it for encoded event lines (bytes)."""
 
+    #: The watched type, and the namespace and name it is narrowed to (None: all).
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    #: The watching client's bearer token (to cut one client's watches).
+    token: str | None
+    #: Whether the client allowed BOOKMARK events, and the quiet time between them.
+    bookmarks: bool
+    bookmark_interval: float
+    #: True once the stream ended.
+    closed: bool
+    #: The resourceVersion of the last event sent.
+    last_rv: str
+
     def __init__(
         self,
         rt: ResourceType,
@@ -54,7 +69,7 @@ class WatchStream:
         bookmarks: bool,
         timeout: float,
         bookmark_interval: float,
-        current_revision: Any,
+        current_revision: Callable[[], int],
     ) -> None:
         self.rt = rt
         self.namespace = namespace
