@@ -1,4 +1,4 @@
-"""The lean HTTP/1.1 client (trio_lease._http) against a scripted server on real loopback sockets.
+"""The lean HTTP/1.1 client (trio_lease._lean_http) against a scripted server on real sockets.
 
 The server reads each request and answers with raw bytes chosen by the test, so framings that a
 well-behaved server rarely sends (chunk extensions, one byte per write, no length, a close in the
@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from trio_lease import BackendProtocolError
+from trio_lease._http import HttpxUnary, Unary
 from trio_lease._lean_http import LeanClient
 
 
@@ -112,6 +113,7 @@ def echo(line: str, connection: int) -> list[bytes | str]:
 
 @pytest.mark.anyio
 async def test_requests_reuse_one_keep_alive_connection() -> None:
+    """Three requests in a row share one keep-alive connection."""
     async with scripted(echo) as server:
         client = LeanClient(server.url, headers=[("Accept", "application/json")])
         answers = [await client.request("GET", f"/x/{i}?a=1") for i in range(3)]
@@ -123,6 +125,7 @@ async def test_requests_reuse_one_keep_alive_connection() -> None:
 
 @pytest.mark.anyio
 async def test_body_and_headers_are_sent() -> None:
+    """A request's body and headers reach the server; reply headers read case-insensitively."""
     async with scripted(echo) as server:
         client = LeanClient(server.url)
         answer = await client.request(
@@ -136,6 +139,7 @@ async def test_body_and_headers_are_sent() -> None:
 
 @pytest.mark.anyio
 async def test_a_chunked_reply_written_one_byte_at_a_time_is_read_whole() -> None:
+    """A chunked reply with extensions and trailers, one byte per write, is read whole."""
     raw = (
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
         b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: y\r\n\r\n"
@@ -155,6 +159,7 @@ async def test_a_chunked_reply_written_one_byte_at_a_time_is_read_whole() -> Non
 
 @pytest.mark.anyio
 async def test_an_idle_connection_the_server_closed_is_replaced_without_an_error() -> None:
+    """An idle connection the server closed silently is replaced, not reported."""
     def script(line: str, connection: int) -> list[bytes | str]:
         return [*echo(line, connection), "close"]  # no "Connection: close": a silent close
 
@@ -193,6 +198,7 @@ async def test_bytes_after_a_reply_are_never_read_as_the_next_answer(separate_wr
 
 @pytest.mark.anyio
 async def test_connection_close_in_the_reply_is_honoured() -> None:
+    """A reply with Connection: close is not reused for the next request."""
     def script(line: str, connection: int) -> list[bytes | str]:
         return [reply(b"{}", "Connection: close")]
 
@@ -206,6 +212,7 @@ async def test_connection_close_in_the_reply_is_honoured() -> None:
 
 @pytest.mark.anyio
 async def test_a_reply_cut_short_raises_a_protocol_error_and_the_connection_is_dropped() -> None:
+    """A body short of its Content-Length is RemoteProtocolError; the next request reconnects."""
     def script(line: str, connection: int) -> list[bytes | str]:
         if connection == 0:
             return [b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"par", "close"]
@@ -222,6 +229,7 @@ async def test_a_reply_cut_short_raises_a_protocol_error_and_the_connection_is_d
 
 @pytest.mark.anyio
 async def test_a_reply_that_is_not_http_raises_a_protocol_error() -> None:
+    """A reply that is not HTTP at all is RemoteProtocolError (malformed)."""
     def script(line: str, connection: int) -> list[bytes | str]:
         return [b"SSH-2.0-OpenSSH_9.2\r\n\r\n", "close"]
 
@@ -234,6 +242,7 @@ async def test_a_reply_that_is_not_http_raises_a_protocol_error() -> None:
 
 @pytest.mark.anyio
 async def test_a_cancelled_request_never_hands_its_late_reply_to_the_next_one() -> None:
+    """A request cancelled mid-reply closes its connection: its late reply is never read."""
     def script(line: str, connection: int) -> list[bytes | str]:
         if line.startswith("GET /slow"):
             return ["wait", *echo(line, connection)]
@@ -252,6 +261,7 @@ async def test_a_cancelled_request_never_hands_its_late_reply_to_the_next_one() 
 
 @pytest.mark.anyio
 async def test_a_refused_connection_is_a_connect_error() -> None:
+    """A refused connection is httpx.ConnectError (nothing was sent)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # bound, never listening: connections are refused
@@ -262,6 +272,7 @@ async def test_a_refused_connection_is_a_connect_error() -> None:
 
 @pytest.mark.anyio
 async def test_an_invalid_header_value_is_refused_without_quoting_it() -> None:
+    """A CRLF in a header value is LocalProtocolError, nothing sent, the value not quoted."""
     async with scripted(echo) as server:
         client = LeanClient(server.url)
         secret = "sekrit-token\r\nX-Injected: 1"
@@ -290,6 +301,7 @@ async def test_a_non_ascii_header_value_is_refused_without_quoting_it() -> None:
 
 @pytest.mark.anyio
 async def test_the_url_path_prefix_is_kept() -> None:
+    """A path prefix in the base URL is kept in front of every target."""
     async with scripted(echo) as server:
         client = LeanClient(server.url + "/k8s/clusters/c-1/")
         answer = await client.request("GET", "/api/v1?x=1")
@@ -298,6 +310,7 @@ async def test_the_url_path_prefix_is_kept() -> None:
 
 
 def test_bad_urls_are_refused_with_what_to_fix() -> None:
+    """Unsupported schemes and https without an SSL context are ValueErrors saying what to fix."""
     with pytest.raises(ValueError, match="http or https"):
         LeanClient("ftp://127.0.0.1/")
     with pytest.raises(ValueError, match="SSL context"):
@@ -306,6 +319,7 @@ def test_bad_urls_are_refused_with_what_to_fix() -> None:
 
 @pytest.mark.anyio
 async def test_reprs_show_no_header_values() -> None:
+    """Reprs of the client, a reply and its headers show no credentials or header values."""
     async with scripted(lambda line, n: [reply(b"{}", "Set-Cookie: session=sekrit")]) as server:
         url = server.url.replace("//", "//user:sekrit@")
         client = LeanClient(url, headers=[("Authorization", "Bearer sekrit")])
@@ -332,3 +346,64 @@ async def test_a_reply_body_over_the_cap_is_refused_while_reading() -> None:
         answer = await client.request("GET", "/b")
         await client.aclose()
     assert answer.json() == {"line": "GET /b HTTP/1.1", "connection": 1}
+
+
+# -- the seam's contract, kept by the lean client and the httpx adapter alike ------------------
+
+
+@asynccontextmanager
+async def seam(kind: str, url: str, *, max_body: int = 4 * 1024 * 1024) -> AsyncIterator[Unary]:
+    """A :class:`Unary` of ``kind`` ("lean" or "httpx") sending to ``url``."""
+    if kind == "lean":
+        client = LeanClient(url, max_body=max_body)
+        yield client
+        await client.aclose()
+        return
+    async with httpx.AsyncClient() as http:
+        yield HttpxUnary(http, url, max_body=max_body)
+
+
+SEAMS = pytest.mark.parametrize("kind", ["lean", "httpx"])
+
+
+@pytest.mark.anyio
+@SEAMS
+async def test_every_seam_sends_the_target_below_the_prefix_with_its_headers(kind: str) -> None:
+    """The URL's prefix, the target's query, the body and the headers reach the server."""
+    async with scripted(echo) as server, seam(kind, server.url + "/k8s/") as unary:
+        answer = await unary.request(
+            "PUT", "/obj?a=1", headers=[("Content-Type", "application/json")], body=b"{}"
+        )
+    assert answer.status_code == 200
+    assert answer.json()["line"] == "PUT /k8s/obj?a=1 HTTP/1.1"
+    assert answer.headers["Content-Type"] == "application/json"
+    assert server.bodies == [b"{}"]
+
+
+@pytest.mark.anyio
+@SEAMS
+async def test_every_seam_refuses_a_bad_header_value_before_sending(kind: str) -> None:
+    """A header HTTP cannot carry is LocalProtocolError on every seam, unquoted, unsent."""
+    async with scripted(echo) as server, seam(kind, server.url) as unary:
+        for secret in ("sekrit\r\nX-Injected: 1", "sekrit-t\u00f8ken"):
+            with pytest.raises(httpx.LocalProtocolError) as caught:
+                await unary.request("GET", "/", headers=[("Authorization", f"Bearer {secret}")])
+            assert "sekrit" not in str(caught.value)
+    assert server.requests == []
+
+
+@pytest.mark.anyio
+@SEAMS
+async def test_every_seam_refuses_a_body_over_its_cap_while_reading(kind: str) -> None:
+    """An endless body is BackendProtocolError on every seam, naming the request and cap."""
+
+    def script(line: str, connection: int) -> list[bytes | str]:
+        chunk = b"400\r\n" + b"x" * 1024 + b"\r\n"
+        return [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", *[chunk] * 64]
+
+    async with scripted(script) as server, seam(kind, server.url, max_body=16 * 1024) as unary:
+        with pytest.raises(BackendProtocolError) as caught:
+            await unary.request("GET", "/big?x=1")
+    assert str(caught.value) == (
+        f"the reply to GET /big from {server.url} is over 16,384 bytes; the outcome is unknown"
+    )
