@@ -180,7 +180,7 @@ class LeaseBackend(abc.ABC):
     def validate_settings(self, settings: LeaseSettings) -> None:  # noqa: B027 - optional hook
         """Reject settings this backend cannot store (raise :class:`LeaseConfigError`)."""
 
-    async def __aenter__(self) -> LeaseBackend:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

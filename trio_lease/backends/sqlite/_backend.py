@@ -1,0 +1,245 @@
+"""SqliteBackend: the SPI on one SQLite connection, used from worker threads.
+
+The connection is opened on first use (:func:`._file.connect`) and shared by every call under a
+lock; an error that needs a fix closes it, so the next call reopens the file and sees the fix (a
+restored file, new permissions). Each write is one ``BEGIN IMMEDIATE`` transaction that bumps
+the version counter and compares the version (:meth:`SqliteBackend._write`). A watch has a
+connection of its own and polls ``PRAGMA data_version``. See the package docstring for the
+design; rows and errors are translated in :mod:`._rows` and :mod:`._errors`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from ... import _wire
+from ..._abc import LeaseBackend, LeaseRecord
+from ..._exceptions import (
+    BackendProtocolError,
+    BackendUnavailable,
+    ConflictError,
+    LeaseConfigError,
+    LeaseError,
+)
+from ..._settings import parse_duration
+from ..._wire import Malformed
+from ._errors import translate
+from ._file import connect, default_path, rollback
+from ._rows import COLUMNS, issued, lease_name, record_from_row, storable
+
+__all__ = ["SqliteBackend"]
+
+T = TypeVar("T")
+
+
+class SqliteBackend(LeaseBackend):
+    """Leases in one SQLite file (default: :func:`default_path`); see the package docstring."""
+
+    supports_watch: bool = True
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        busy_timeout: float = 5.0,
+        watch_interval: float = 0.05,
+    ) -> None:
+        #: The database file.
+        self.path: Path = Path(path).expanduser() if path is not None else default_path()
+        if "\0" in str(self.path):
+            raise LeaseConfigError("the SQLite database path contains a NUL character")
+        if not (0 < busy_timeout < math.inf and 0 < watch_interval < math.inf):
+            raise LeaseConfigError("busy_timeout and watch_interval must be positive seconds")
+        #: Seconds a write waits for another connection's write lock (SQLite's busy timeout).
+        self.busy_timeout: float = busy_timeout
+        #: Seconds between two polls of a watch.
+        self.watch_interval: float = watch_interval
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Self:
+        """Build from a provider section: keys ``path``, ``busy-timeout``, ``watch-interval``."""
+        known = {"path", "busy-timeout", "watch-interval"}
+        unknown = sorted(set(config) - known)
+        if unknown:
+            raise LeaseConfigError(
+                f"unknown sqlite backend key(s) {', '.join(unknown)}; known: {sorted(known)}"
+            )
+        try:
+            return cls(
+                config.get("path"),
+                busy_timeout=parse_duration(config.get("busy-timeout", 5.0)),
+                watch_interval=parse_duration(config.get("watch-interval", 0.05)),
+            )
+        except ValueError as exc:
+            raise LeaseConfigError(f"sqlite backend: {exc}") from None
+
+    def __repr__(self) -> str:
+        return f"SqliteBackend({str(self.path)!r})"
+
+    @property
+    def store_key(self) -> Hashable:
+        try:
+            return ("sqlite", str(self.path.resolve()))
+        except (OSError, RuntimeError):  # a symlink loop; the connection will report it
+            return ("sqlite", os.path.abspath(self.path))
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    # -- connection handling (worker threads) ---------------------------------------------------
+
+    def _translate(self, exc: sqlite3.Error) -> LeaseError:
+        return translate(exc, self.path, self.busy_timeout)
+
+    def _connect(self) -> sqlite3.Connection:
+        return connect(self.path, self.busy_timeout)
+
+    def _with_conn(self, action: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            if self._closed:
+                raise BackendUnavailable(f"the SQLite backend for {self.path} is closed")
+            try:
+                if self._conn is None:
+                    self._conn = self._connect()
+                return action(self._conn)
+            except sqlite3.Error as exc:
+                error = self._translate(exc)
+                if isinstance(error, LeaseConfigError) and self._conn is not None:
+                    # Reopen next time: the fix (a restored file, new permissions) then shows.
+                    with contextlib.suppress(sqlite3.Error):
+                        self._conn.close()
+                    self._conn = None
+                raise error from exc
+
+    def _guarded(self, action: Callable[[], T]) -> T:
+        """Run ``action`` (in a worker thread) with its ``sqlite3`` errors translated."""
+        try:
+            return action()
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from exc
+
+    async def _run(self, action: Callable[[sqlite3.Connection], T]) -> T:
+        return await anyio.to_thread.run_sync(self._with_conn, action, abandon_on_cancel=True)
+
+    # -- the SPI --------------------------------------------------------------------------------
+
+    def _select(self, conn: sqlite3.Connection, name: str) -> LeaseRecord | None:
+        row = conn.execute(f"SELECT {COLUMNS} FROM leases WHERE name = ?", (name,)).fetchone()
+        return None if row is None else record_from_row(row, self.path)
+
+    async def get(self, name: str) -> LeaseRecord | None:
+        name = lease_name(name)
+        return await self._run(lambda conn: self._select(conn, name))
+
+    async def names(self) -> list[str]:
+        """Names of every lease in the file (for ``trio-lease status``); every row is checked."""
+
+        def read(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(f"SELECT {COLUMNS} FROM leases ORDER BY name")
+            return [record_from_row(row, self.path).name for row in rows]
+
+        return await self._run(read)
+
+    async def create(self, record: LeaseRecord) -> LeaseRecord:
+        values = storable(record, self.path)
+        return await self._run(lambda conn: self._write(conn, values, None))
+
+    async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
+        values = storable(record, self.path)
+        return await self._run(lambda conn: self._write(conn, values, expected_version))
+
+    def _write(
+        self, conn: sqlite3.Connection, values: tuple[object, ...], expected: str | None
+    ) -> LeaseRecord:
+        name = values[0]
+        expected_number = None if expected is None else issued(expected)
+        if expected is not None and expected_number is None:
+            raise ConflictError(f"version {expected!r} was never issued")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            counter = conn.execute("SELECT value FROM version_counter WHERE id = 1").fetchone()
+            try:
+                version = 1 + _wire.integer(
+                    None if counter is None else counter[0],
+                    "version_counter.value",
+                    high=_wire.INT64_MAX - 1,
+                )
+            except Malformed as exc:
+                raise BackendProtocolError(
+                    f"SQLite at {self.path}: the version counter is missing or unreadable "
+                    f"({exc}); the file was changed by another program or by hand"
+                ) from None
+            conn.execute("UPDATE version_counter SET value = ? WHERE id = 1", (version,))
+            if expected is None:
+                try:
+                    conn.execute(
+                        f"INSERT INTO leases ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (*values, version),
+                    )
+                except sqlite3.IntegrityError:
+                    raise ConflictError(f"lease {name!r} already exists") from None
+            else:
+                cursor = conn.execute(
+                    "UPDATE leases SET holder = ?, lease_duration = ?, fencing_token = ?, "
+                    "acquired_at = ?, renewed_at = ?, version = ? WHERE name = ? AND version = ?",
+                    (*values[1:], version, name, expected_number),
+                )
+                if cursor.rowcount != 1:
+                    raise ConflictError(f"lease {name!r} is missing or not at version {expected}")
+            conn.execute("COMMIT")
+        except BaseException:
+            rollback(conn)
+            raise
+        return record_from_row((*values, version), self.path)
+
+    async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
+        """Yield the current record, then the record whenever its version changes."""
+        name = lease_name(name)
+        conn = await anyio.to_thread.run_sync(self._guarded, self._connect)
+        try:
+
+            def poll(last: tuple[int, str | None] | None) -> tuple[int, LeaseRecord | None]:
+                data_version = conn.execute("PRAGMA data_version").fetchone()[0]
+                if last is not None and last[0] == data_version:
+                    return data_version, None
+                return data_version, self._select(conn, name)
+
+            seen: tuple[int, str | None] | None = None
+            while True:
+                data_version, record = await anyio.to_thread.run_sync(
+                    self._guarded, functools.partial(poll, seen)
+                )
+                if seen is None or data_version != seen[0]:
+                    version = record.version if record is not None else None
+                    if seen is None or version != seen[1]:
+                        yield record
+                    seen = (data_version, version)
+                await anyio.sleep(self.watch_interval)
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+    async def aclose(self) -> None:
+        def close() -> None:
+            with self._lock:
+                self._closed = True
+                if self._conn is not None:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._conn.close()
+                    self._conn = None
+
+        await anyio.to_thread.run_sync(close)

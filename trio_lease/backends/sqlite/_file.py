@@ -1,0 +1,143 @@
+"""The SQLite backend's database file: its default path, its directory, opening it, its tables.
+
+A connection is opened on a file (never an in-memory database) in WAL mode with
+``synchronous=FULL``. A file that has tables but not ours is refused with
+:class:`LeaseConfigError` before anything, even the journal mode, is written to it; a file
+without tables gets ours, created under SQLite's write lock so that racing creators agree. A
+missing version counter restarts above every version in use, so no version is issued twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sqlite3
+from pathlib import Path
+from typing import Final
+
+from ..._exceptions import BackendUnavailable, LeaseConfigError
+from ._rows import LEASE_COLUMNS, decode_text
+
+__all__ = ["connect", "default_path", "rollback"]
+
+_CREATE_TABLES: Final = (
+    """CREATE TABLE leases (
+        name TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        lease_duration REAL NOT NULL,
+        fencing_token INTEGER NOT NULL,
+        acquired_at TEXT,
+        renewed_at TEXT,
+        version INTEGER NOT NULL
+    )""",
+    "CREATE TABLE version_counter (id INTEGER PRIMARY KEY CHECK (id = 1), value INTEGER)",
+)
+# A missing counter row restarts above every version in use, so no version is issued twice.
+_RESTORE_COUNTER: Final = (
+    "INSERT OR IGNORE INTO version_counter (id, value) SELECT 1, "
+    "coalesce(max(CASE WHEN typeof(version) = 'integer' THEN version END), 0) FROM leases"
+)
+_HAS_COUNTER: Final = "SELECT 1 FROM version_counter WHERE id = 1"
+# errno values of a failed mkdir that can pass on their own (space freed, descriptors closed).
+_TRANSIENT_ERRNOS: Final = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EMFILE, errno.ENFILE, errno.ENOMEM}
+)
+
+
+def default_path() -> Path:
+    """The per-user database path the CLI and examples use by default."""
+    explicit = os.environ.get("TRIO_LEASE_SQLITE_PATH")
+    if explicit:
+        return Path(explicit).expanduser()
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "trio-lease" / "leases.sqlite3"
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    """Roll back an open transaction, never hiding the error that made us roll back."""
+    # After some errors (an I/O error in COMMIT) SQLite has rolled back already; a failing
+    # ROLLBACK must not replace the error that explains what happened.
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
+def _prepare_directory(path: Path) -> None:
+    parent = path.parent
+    where = f"the directory {parent} for the SQLite lease database {path}"
+    if os.path.isdir(path):
+        raise LeaseConfigError(
+            f"{path} is a directory; the SQLite backend needs the path of a database "
+            f"file, such as {path / 'leases.sqlite3'}"
+        )
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise LeaseConfigError(
+            f"cannot create {where}: part of that path is a file, not a directory; choose "
+            "another path"
+        ) from None
+    except OSError as exc:
+        if exc.errno in _TRANSIENT_ERRNOS:
+            raise BackendUnavailable(f"cannot create {where}: {exc.strerror}") from None
+        raise LeaseConfigError(
+            f"cannot create {where}: {exc.strerror}; create it with write access for this "
+            "process, or choose another path"
+        ) from None
+
+
+def connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
+    """A connection to the database at ``path``, with our tables (raises ``sqlite3.Error``)."""
+    _prepare_directory(path)
+    target = os.fspath(path)
+    conn = sqlite3.connect(
+        "./:memory:" if target == ":memory:" else target,  # a file, never a memory database
+        timeout=busy_timeout,
+        isolation_level=None,
+        check_same_thread=False,
+    )
+    try:
+        conn.text_factory = decode_text
+        ours = _has_our_tables(conn, path)  # before anything, even the journal mode, changes
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        if not ours or conn.execute(_HAS_COUNTER).fetchone() is None:
+            conn.execute("BEGIN IMMEDIATE")  # checked again under the lock: racing creators
+            try:
+                if not _has_our_tables(conn, path):
+                    for statement in _CREATE_TABLES:
+                        conn.execute(statement)
+                conn.execute(_RESTORE_COUNTER)
+                conn.execute("COMMIT")
+            except BaseException:
+                rollback(conn)
+                raise
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _has_our_tables(conn: sqlite3.Connection, path: Path) -> bool:
+    """True for our tables, False for a file without tables; else LeaseConfigError."""
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    tables = {row[0] for row in rows if not str(row[0]).startswith("sqlite_")}
+    if not tables:
+        return False
+    problem = ""
+    for table, needed in (("leases", LEASE_COLUMNS), ("version_counter", ("id", "value"))):
+        info = conn.execute(f"PRAGMA table_info({table})").fetchall()
+        missing = [column for column in needed if column not in {row[1] for row in info}]
+        if table not in tables:
+            problem = f"it has tables, but no table {table}"
+        elif missing:
+            problem = f"table {table} has no column {', '.join(missing)}"
+        elif table == "leases" and [row[1] for row in info if row[5]] != ["name"]:
+            problem = "the primary key of table leases is not its name"
+        if problem:
+            raise LeaseConfigError(
+                f"{path} is not a trio_lease database ({problem}); it belongs to "
+                "another program or was changed by hand: give the backend a file of its own"
+            )
+    return True
