@@ -62,25 +62,36 @@ class Holding:
         clock: Callable[[], float],
         wall_clock: Callable[[], datetime],
     ) -> None:
-        self.key = key
-        self.name = record.name
-        self.identity = record.holder
-        self.token = record.fencing_token
-        self.record = record
-        self.deadline = algo.holder_deadline(send_time, settings)
-        self.last_send = send_time
+        #: The registry key: (store key, lease name, holder identity).
+        self.key: tuple[Hashable, str, str] = key
+        #: The lease name.
+        self.name: str = record.name
+        #: The holder identity written in the record.
+        self.identity: str = record.holder
+        #: The grant's fencing token.
+        self.token: int = record.fencing_token
+        #: The record as last confirmed (by a write's answer or a read).
+        self.record: LeaseRecord = record
+        #: When this holder stops believing it holds the lease (on its clock), unless renewed.
+        self.deadline: float = algo.holder_deadline(send_time, settings)
+        #: When the last confirmed write was sent (on the holder's clock).
+        self.last_send: float = send_time
+        #: Why the grant was lost; None while it is not.
         self.lost_cause: str | None = None
-        self.ended = False
-        self.holds = 0
-        self.renewals = 0
-        self._backend = backend
-        self._settings = settings
-        self._clock = clock
-        self._wall_clock = wall_clock
-        self._needs_read = False
+        #: True once every scope holding the grant has left (released or not).
+        self.ended: bool = False
+        #: How many scopes hold the grant (``held()`` blocks and ``acquire()``, reentrancy).
+        self.holds: int = 0
+        #: How many renewals were confirmed.
+        self.renewals: int = 0
+        self._backend: LeaseBackend = backend
+        self._settings: LeaseSettings = settings
+        self._clock: Callable[[], float] = clock
+        self._wall_clock: Callable[[], datetime] = wall_clock
+        self._needs_read: bool = False
         self._last_error: str | None = None
-        self._changed = anyio.Event()
-        self._renew_lock = anyio.Lock()
+        self._changed: anyio.Event = anyio.Event()
+        self._renew_lock: anyio.Lock = anyio.Lock()
         #: The cancel scopes of the bodies guarded by this grant (``held()`` blocks). Each has the
         #: grant's deadline, pushed forward on every confirmed renewal, so an expired deadline
         #: cancels a body even when the event loop stalled past it and the watchdog has not run.

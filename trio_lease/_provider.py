@@ -106,7 +106,7 @@ class LeaseProvider:
 
     def __init__(self, config: str | os.PathLike[str] | Mapping[str, Any]) -> None:
         if isinstance(config, Mapping):
-            self._source = "<configuration mapping>"
+            self._source: str = "<configuration mapping>"
             self._config: Mapping[str, Any] = config
         else:
             path = Path(config)

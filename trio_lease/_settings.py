@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 
@@ -93,7 +93,7 @@ class LeaseSettings(BaseModel):
             arrives (jittered). Default: the heartbeat interval.
     """
 
-    model_config = ConfigDict(
+    model_config: ClassVar[ConfigDict] = ConfigDict(
         frozen=True, extra="forbid", alias_generator=_kebab, populate_by_name=True
     )
 

@@ -102,15 +102,20 @@ class Singleton:
     ) -> None:
         if retry_interval < 0 or stop_grace < 0:
             raise ValueError("retry_interval and stop_grace must not be negative")
-        self.lease = lease
-        self.fn = fn
-        self.retry_interval = retry_interval
-        self.stop_grace = stop_grace
-        self.stop_when_done = stop_when_done
+        #: The lease held while ``fn`` runs.
+        self.lease: Lease = lease
+        #: The task run while the lease is held.
+        self.fn: SingletonFn = fn
+        #: Seconds (jittered) between the end of a run and the next competition for the lease.
+        self.retry_interval: float = retry_interval
+        #: Seconds ``fn`` gets to finish after a graceful stop is asked, before it is cancelled.
+        self.stop_grace: float = stop_grace
+        #: Stop the runner when ``fn`` returns instead of competing again.
+        self.stop_when_done: bool = stop_when_done
         self._state: SingletonState = Following(None)
         self._subscribers: list[MemoryObjectSendStream[SingletonState]] = []
         self._grant: Grant | None = None
-        self._ever_led = False
+        self._ever_led: bool = False
 
     @property
     def state(self) -> SingletonState:

@@ -23,8 +23,9 @@ class MemoryStore:
     """The shared state behind one or more :class:`MemoryBackend` objects."""
 
     def __init__(self) -> None:
+        #: The stored records, by lease name.
         self.records: dict[str, LeaseRecord] = {}
-        self._versions = itertools.count(1)
+        self._versions: itertools.count[int] = itertools.count(1)
         self._changed: dict[str, anyio.Event] = {}
 
     def _commit(self, record: LeaseRecord) -> LeaseRecord:
@@ -53,10 +54,11 @@ class MemoryStore:
 class MemoryBackend(LeaseBackend):
     """Stores records in a :class:`MemoryStore` (a new private one by default)."""
 
-    supports_watch = True
+    supports_watch: bool = True
 
     def __init__(self, store: MemoryStore | None = None) -> None:
-        self.store = store if store is not None else MemoryStore()
+        #: The records, possibly shared with other MemoryBackend objects.
+        self.store: MemoryStore = store if store is not None else MemoryStore()
 
     @property
     def store_key(self) -> Hashable:

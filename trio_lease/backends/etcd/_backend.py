@@ -68,7 +68,7 @@ class EtcdBackend(LeaseBackend):
         transport: an httpx transport, for tests (e.g. ``httpx.MockTransport``).
     """
 
-    supports_watch = True
+    supports_watch: bool = True
 
     def __init__(
         self,
@@ -118,10 +118,13 @@ class EtcdBackend(LeaseBackend):
                 f"etcd TLS files could not be loaded ({type(exc).__name__}: {exc}); check "
                 f"`ca-file`, `cert-file` and `key-file`"
             ) from None
-        self.endpoints = tuple(endpoints)
-        self.prefix = prefix
-        self.username = username
-        self._client = EtcdClient(
+        #: The members' client URLs, in the order they are tried.
+        self.endpoints: tuple[str, ...] = tuple(endpoints)
+        #: Prepended to every lease name to form its key.
+        self.prefix: str = prefix
+        #: The etcd user, if the cluster has authentication enabled.
+        self.username: str | None = username
+        self._client: EtcdClient = EtcdClient(
             endpoints,
             prefix=prefix,
             username=username,
