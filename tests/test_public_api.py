@@ -77,6 +77,9 @@ PUBLIC_MODULES = [
     "trio_lease.backends.memory",
     "trio_lease.backends.sqlite",
     "trio_lease.backends.etcd",
+    "trio_lease.backends.kubernetes",
+    "trio_lease.testing",
+    "trio_lease.testing.kube",
 ]
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -29,7 +29,7 @@ def publish(namespace: Mapping[str, object]) -> None:
     exported = namespace["__all__"]
     assert isinstance(module, str) and isinstance(exported, list | tuple)
     for name in exported:
-        value = namespace[name]
+        value = namespace.get(name)  # None for a name imported on first use (PEP 562)
         if not isinstance(value, type | types.FunctionType):
             continue  # a constant or a type alias has no module of its own
         if not _is_private(value.__module__):

@@ -11,6 +11,7 @@
 
 from typing import TYPE_CHECKING, Any
 
+from .. import _public
 from ._conformance import BackendConformanceError as BackendConformanceError
 from ._conformance import check_backend as check_backend
 from ._faulty import FaultyBackend as FaultyBackend
@@ -28,6 +29,8 @@ __all__ = [
     "check_backend",
     "virtual_time_backends",
 ]
+
+_public.publish(globals())  # KubeEmulator is published by trio_lease.testing.kube
 
 def __getattr__(name: str) -> Any:
     """Import the emulator when ``KubeEmulator`` is first used (PEP 562), and keep it."""

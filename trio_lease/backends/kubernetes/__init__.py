@@ -4,6 +4,7 @@ Talks to the API server directly with httpx (no Kubernetes SDK), compare-and-swa
 ``resourceVersion``. See docs/kubernetes.md for RBAC, the CRD, configuration and tuning.
 """
 
+from ... import _public
 from ._backend import KubernetesBackend as KubernetesBackend
 from ._backend import check as check
 from ._check import CheckProblem as CheckProblem
@@ -45,3 +46,5 @@ __all__ = [
     "resolve_config",
     "validate_lease_name",
 ]
+
+_public.publish(globals())

@@ -19,6 +19,7 @@ Tokens and RBAC: :meth:`KubeEmulator.add_token`, :meth:`~KubeEmulator.add_servic
 Every request is recorded, without credentials, in :attr:`KubeEmulator.requests`.
 """
 
+from ... import _public
 from ._emulator import KubeEmulator as KubeEmulator
 from ._faults import Fault as Fault
 from ._faults import Faults as Faults
@@ -36,3 +37,5 @@ __all__ = [
     "RecordedRequest",
     "User",
 ]
+
+_public.publish(globals())
