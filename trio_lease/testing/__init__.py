@@ -32,6 +32,7 @@ __all__ = [
 
 _public.publish(globals())  # KubeEmulator is published by trio_lease.testing.kube
 
+
 def __getattr__(name: str) -> Any:
     """Import the emulator when ``KubeEmulator`` is first used (PEP 562), and keep it."""
     if name != "KubeEmulator":
