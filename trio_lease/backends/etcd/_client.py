@@ -104,7 +104,7 @@ async def _lines(response: httpx.Response, where: str) -> AsyncIterator[bytes]:
 
 #: Unary requests in flight per client. Without a cap, a burst of acquisitions (1,000 leases
 #: at 100 per second) queued inside httpcore, whose pool matching is O(queued x connections),
-#: and every lease was lost (benchmarks/README.md); the Kubernetes client has the same cap.
+#: and every lease was lost (tools/benchmarks/README.md); the Kubernetes client has the same cap.
 MAX_IN_FLIGHT = 4
 
 

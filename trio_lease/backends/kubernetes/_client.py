@@ -1,4 +1,4 @@
-"""One shared :class:`httpx.AsyncClient` per API server, credentials and event loop.
+"""The pooled HTTP client per API server, credentials and event loop, and its unary requests.
 
 Decision: a process-wide pool of clients, reference-counted, keyed by (server URL, TLS
 settings, credential identity, proxy, injected transport, **running event loop**). Every
@@ -21,7 +21,7 @@ old client closes when its last user lets go.
 The credential identity is a hash of the credential (never the credential itself), so two
 configurations with different tokens never share a client.
 
-Connection limits (measured in ``benchmarks/``): httpcore hands a free connection to waiting
+Connection limits (measured in ``tools/benchmarks/``): httpcore hands a free connection to waiting
 requests by scanning every queued request against every connection, so when more requests are
 in flight than the pool has connections (a thousand leases acquiring or renewing at once), each
 completion costs O(queued x connections) and the process spends its CPU in that scan until
@@ -74,7 +74,7 @@ USER_AGENT = f"trio-lease/{__version__} (python; httpx)"
 #: Requests in flight per pooled client (its slots) and idle connections kept alive. A
 #: renewal holds a connection for about a millisecond, so a few connections carry thousands of
 #: leases, and every idle pooled connection costs each request system calls in httpcore's
-#: ``has_expired`` check. The figures behind 4 are in benchmarks/README.md ("pool").
+#: ``has_expired`` check. The figures behind 4 are in tools/benchmarks/README.md ("pool").
 MAX_IN_FLIGHT = 4
 MAX_KEEPALIVE = 4
 #: No cap on connections: each waiting contender's watch stream holds one for minutes, and a
