@@ -1,9 +1,10 @@
 """How requests authenticate: an :class:`httpx.Auth` flow, and the TLS context.
 
 :class:`KubeAuth` adds the bearer token of the configured source (:mod:`._tokens`, or an exec
-plugin, :mod:`._exec`) and the impersonation headers to every request. On a 401 the flow
-refreshes the credential and retries that request once; a second 401 reaches the backend, which
-raises :class:`BackendAuthError`.
+plugin, :mod:`._exec`) and the impersonation headers to every request. On a 401 the credential
+is read again and the request retried once (:meth:`KubeAuth.headers_after`, the one 401 retry,
+used by the unary requests in :mod:`._client` and by this flow for streams); a second 401
+reaches the backend, which raises :class:`BackendAuthError`.
 
 Impersonation (``as``, ``as-groups``) becomes ``Impersonate-User``/``Impersonate-Group``
 headers, checked once: printable ASCII (spaces allowed inside, none around), no control
@@ -22,7 +23,7 @@ import contextlib
 import os
 import ssl
 import tempfile
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, Generator, Sequence
 from pathlib import Path
 
 import httpx
@@ -82,10 +83,9 @@ class KubeAuth(httpx.Auth):
     ) -> AsyncGenerator[httpx.Request, httpx.Response]:
         request.headers = httpx.Headers([*request.headers.multi_items(), *await self.headers()])
         response = yield request
-        if response.status_code == 401 and self.source is not None:
-            fresh = await self.refreshed_authorization()
-            if fresh is not None:
-                request.headers["Authorization"] = fresh
+        retry = await self.headers_after(response.status_code, request.headers.multi_items())
+        if retry is not None:
+            request.headers = httpx.Headers(retry)
             yield request
 
     async def headers(self, *, refresh: bool = False) -> list[tuple[str, str]]:
@@ -105,6 +105,20 @@ class KubeAuth(httpx.Auth):
             return None
         token = await self.source.token(refresh=True)
         return f"Bearer {token}" if token else None
+
+    async def headers_after(
+        self, status: int, headers: Sequence[tuple[str, str]]
+    ) -> list[tuple[str, str]] | None:
+        """The 401 retry, for every path (unary requests and streams): after a 401 with a token
+        source, ``headers`` with the token read again, to send the request once more (the server
+        refused it before running it, so even a write may be repeated); None: no retry."""
+        if status != 401 or self.source is None:
+            return None
+        fresh = await self.refreshed_authorization()
+        retry = [item for item in headers if item[0].lower() != "authorization"]
+        if fresh is not None:
+            retry.append(("Authorization", fresh))
+        return retry
 
 
 class _EncryptedKey(Exception):

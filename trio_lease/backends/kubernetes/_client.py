@@ -221,12 +221,9 @@ class ClientLease:
             headers.append(("Content-Type", "application/json"))
         unary = self._entry.unary
         reply = await unary.request(method, target, headers=headers, body=data)
-        if reply.status_code == 401 and auth.source is not None:
-            fresh = await auth.refreshed_authorization()
-            headers = [item for item in headers if item[0] != "Authorization"]
-            if fresh is not None:
-                headers.append(("Authorization", fresh))
-            reply = await unary.request(method, target, headers=headers, body=data)
+        retry = await auth.headers_after(reply.status_code, headers)
+        if retry is not None:
+            reply = await unary.request(method, target, headers=retry, body=data)
         return reply
 
     def evict(self) -> None:
