@@ -13,12 +13,10 @@ from ._exceptions import LeaseBusy as LeaseBusy
 from ._exceptions import LeaseConfigError as LeaseConfigError
 from ._exceptions import LeaseError as LeaseError
 from ._exceptions import LeaseLost as LeaseLost
-from ._settings import LeaseSettings as LeaseSettings
-
-__version__ = "0.1.0"
 from ._grant import Grant as Grant
 from ._lease import Lease as Lease
 from ._provider import LeaseProvider as LeaseProvider
+from ._settings import LeaseSettings as LeaseSettings
 from ._singleton import Following as Following
 from ._singleton import Leading as Leading
 from ._singleton import Singleton as Singleton
@@ -27,6 +25,7 @@ from ._singleton import SingletonState as SingletonState
 from ._singleton import Stopped as Stopped
 from ._singleton import Stopping as Stopping
 from ._singleton import run_singleton as run_singleton
+from ._version import __version__ as __version__
 
 __all__ = [
     "AcquireTimeout",

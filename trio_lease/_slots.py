@@ -1,7 +1,7 @@
 """Slots for requests in flight, served renewals first.
 
 The remote backends (Kubernetes, etcd) cap the unary requests one client has in flight (4: see
-benchmarks/README.md). When more requests wait than there are slots, which happens when a
+tools/benchmarks/README.md). When more requests wait than there are slots, which happens when a
 process acquires hundreds of leases at once, the requests that keep held leases held go first:
 a renewal that waits behind acquisitions until its deadline passes loses a lease that was fine,
 while an acquisition that waits a little longer loses nothing.

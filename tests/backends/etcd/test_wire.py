@@ -350,7 +350,7 @@ async def test_watch_decodes_events_and_rereads_after_an_error_line() -> None:
 
 
 async def test_at_most_four_unary_requests_are_in_flight() -> None:
-    """A burst of calls queues in the client, not in httpcore's pool (benchmarks/README.md, 5)."""
+    """A burst of calls queues in the client, not in httpcore's pool (the benchmarks README, 5)."""
     in_flight = peak = 0
 
     async def handler(request: httpx.Request) -> httpx.Response:

@@ -57,14 +57,14 @@ from urllib.parse import urlencode
 import anyio.lowlevel
 import httpx
 
-from ... import __version__
 from ..._http import Answer, CappedBody, HttpxUnary, Unary, unary_for
 from ..._http import read_capped as _read_capped
 from ..._lean_http import LeanClient
 from ..._slots import Slots
+from ..._version import __version__
 from ..._wire import MAX_BODY_BYTES
 from ._auth import KubeAuth, ssl_context, token_source_for
-from ._config import ClusterConfig
+from ._cluster import ClusterConfig
 
 __all__ = ["USER_AGENT", "ClientLease", "acquire_client", "read_capped"]
 

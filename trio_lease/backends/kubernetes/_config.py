@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._exceptions import LeaseConfigError
-from ._cluster import DEFAULT_TOKEN_REFRESH, Credentials
-from ._cluster import ClusterConfig as ClusterConfig  # still imported from here by ._client
+from ._cluster import DEFAULT_TOKEN_REFRESH, ClusterConfig, Credentials
 from ._kubeconfig import load_kubeconfig
 
 __all__ = ["SERVICE_ACCOUNT_DIR", "explicit_config", "in_cluster_config", "resolve_config"]
