@@ -11,7 +11,7 @@ import httpx
 import pytest
 import trustme
 
-from tests.backends.etcd.conftest import require_etcd
+from tests.conftest import require_etcd
 from tests.etcd_server import EtcdCluster, etcd_cluster
 from trio_lease import BackendAuthError, BackendUnavailable, LeaseConfigError, LeaseRecord
 from trio_lease.backends.etcd import EtcdBackend
