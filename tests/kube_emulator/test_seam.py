@@ -123,8 +123,10 @@ async def _script(seam: Unary, emulator: KubeEmulator) -> list[tuple[int, dict[s
     """The same requests through ``seam``: (status, headers, body without uids) of each."""
     emulator.faults.fail(429, verbs={"list"}, times=1, retry_after=3)
     json_headers = [("Accept", "application/json"), ("Content-Type", "application/json")]
+    # managedFields name the User-Agent unless ?fieldManager= is given, and the seams' agents
+    # differ (apiserver/pkg/endpoints/handlers/create.go, managerOrUserAgent).
     created = await seam.request(
-        "POST", f"{LEASES}?timeout=5s", headers=json_headers,
+        "POST", f"{LEASES}?timeout=5s&fieldManager=seam", headers=json_headers,
         body=json.dumps(lease("a", holderIdentity="me", extra=1)).encode(),
     )
     put_body = created.json()
@@ -132,7 +134,7 @@ async def _script(seam: Unary, emulator: KubeEmulator) -> list[tuple[int, dict[s
     replies: list[Reply] = [
         created,
         await seam.request("GET", f"{LEASES}/a"),
-        await seam.request("PUT", f"{LEASES}/a", headers=json_headers,
+        await seam.request("PUT", f"{LEASES}/a?fieldManager=seam", headers=json_headers,
                            body=json.dumps(put_body).encode()),
         await seam.request("GET", f"{LEASES}/missing"),
         await seam.request("POST", LEASES, headers=json_headers, body=b"{not json"),

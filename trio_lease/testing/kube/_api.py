@@ -28,7 +28,9 @@ from ._collection import list_objects, start_watch
 from ._discovery import discovery
 from ._faults import Fault
 from ._http import DropReply, RecordedRequest, Request, Response
+from ._managed import field_manager
 from ._openapi import openapi_v3
+from ._patch import patch
 from ._rbac import forbidden_reason, is_allowed
 from ._resources import ResourceType
 from ._status import ApiError, status_body
@@ -42,7 +44,6 @@ JSON = dict[str, Any]
 DEFAULT_TIMEOUT = 60.0
 _DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 
 
 def parse_duration(text: str) -> float:
@@ -156,10 +157,12 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
             await anyio.sleep(fault.seconds)
         emulator.store.warnings = []
         emulator.store.strict = request.query.get("fieldValidation") == "Strict"
+        emulator.store.manager = _manager(request)
         try:
             code, body = _operate(emulator, target, request)
         finally:
             emulator.store.strict = False
+            emulator.store.manager = ""
         warnings = [("Warning", _warning(w)) for w in emulator.store.warnings]
         for fault in emulator.faults.take("delay", True, token, verb, name):
             await anyio.sleep(fault.seconds)
@@ -170,6 +173,11 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
         return _json(code, body, warnings)
     assert scope.cancelled_caught
     raise ApiError.timeout()
+
+
+def _manager(request: Request) -> str:
+    query_manager = request.query.get("fieldManager", "")
+    return field_manager(query_manager, request.headers.get("user-agent", ""))
 
 
 def _warning(text: str) -> str:
@@ -281,12 +289,9 @@ def _operate(emulator: Cluster, target: _Target, request: Request) -> tuple[int,
         _after_write(emulator, rt, obj, deleted=False)
         return code, obj
     if target.verb == "patch":
-        content_type = request.headers.get("content-type", "").split(";")[0].strip()
-        if content_type not in _MERGE_TYPES:
-            raise ApiError.unsupported_media_type(content_type)
-        obj = store.patch(rt, namespace, name, _decode(request))
+        code, obj = patch(emulator, rt, namespace, name, request, _manager(request))
         _after_write(emulator, rt, obj, deleted=False)
-        return 200, obj
+        return code, obj
     options = _decode(request) if request.body else {}
     obj = store.delete(rt, namespace, name, options)
     _after_write(emulator, rt, obj, deleted=True)

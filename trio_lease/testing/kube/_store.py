@@ -24,6 +24,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from ._managed import record_update
 from ._resources import ResourceType
 from ._status import GO_UINT64_ZERO, ApiError, FieldError
 from ._validation import decode_lease, validate_lease_spec, validate_name, validate_schema
@@ -41,6 +42,7 @@ MODIFIED_MSG = (
 _META_ORDER = (
     "name", "generateName", "namespace", "uid", "resourceVersion", "generation",
     "creationTimestamp", "labels", "annotations", "ownerReferences", "finalizers",
+    "managedFields",
 )
 
 
@@ -80,6 +82,8 @@ class Store:
     warnings: list[str]
     #: ``fieldValidation=Strict``: unknown fields are 400, not warnings.
     strict: bool
+    #: The field manager of the request being handled (``?fieldManager=`` or User-Agent).
+    manager: str
 
     def __init__(
         self,
@@ -96,6 +100,7 @@ class Store:
         self._on_event = on_event
         self.warnings = []
         self.strict = False
+        self.manager = ""
 
     # --- plumbing --------------------------------------------------------------------------
 
@@ -118,6 +123,10 @@ class Store:
         """Forget all history: a watch from any earlier resourceVersion gets 410 Expired."""
         self.history.clear()
         self.compacted = self.revision
+
+    def timestamp(self) -> str:
+        """Now, as metadata timestamps are written (seconds, UTC)."""
+        return self._timestamp()
 
     def _timestamp(self) -> str:
         return self._wall_clock().strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -193,7 +202,10 @@ class Store:
             raise ApiError.invalid(rt.kind, rt.group, name, errors)
         return out
 
-    def create(self, rt: ResourceType, namespace: str, body: JSON) -> JSON:
+    def create(
+        self, rt: ResourceType, namespace: str, body: JSON,
+        managed_fields: list[JSON] | None = None,
+    ) -> JSON:
         """POST: 201 + the object; 409 AlreadyExists; 422 Invalid."""
         obj = self._prepare(rt, body, namespace)
         name = obj["metadata"]["name"]
@@ -204,11 +216,18 @@ class Store:
         meta["creationTimestamp"] = self._timestamp()
         if rt.custom:
             meta["generation"] = 1
+        _set_managed(obj, managed_fields if managed_fields is not None else record_update(
+            rt, None, obj, (body.get("metadata") or {}).get("managedFields"), self.manager,
+            meta["creationTimestamp"],
+        ))
         self.bucket(rt)[(namespace, name)] = obj
         self._commit(rt, "ADDED", obj)
         return self.present(rt, obj)
 
-    def update(self, rt: ResourceType, namespace: str, name: str, body: JSON) -> tuple[int, JSON]:
+    def update(
+        self, rt: ResourceType, namespace: str, name: str, body: JSON,
+        managed_fields: list[JSON] | None = None,
+    ) -> tuple[int, JSON]:
         """PUT: (200, object) or (201, object) for a Lease created on update; see the module."""
         metadata = body.get("metadata") or {}
         uid = metadata.get("uid") or ""
@@ -224,7 +243,7 @@ class Store:
         if existing is None:
             if not rt.create_on_update:
                 raise ApiError.not_found(rt.plural, rt.group, name)
-            return 201, self.create(rt, namespace, body)
+            return 201, self.create(rt, namespace, body, managed_fields)
         if not rv:
             raise ApiError.invalid(
                 rt.plural, rt.group, name,
@@ -236,6 +255,9 @@ class Store:
         for key in ("uid", "creationTimestamp", "resourceVersion", "generation"):
             if key in existing["metadata"]:
                 new["metadata"][key] = existing["metadata"][key]
+        _set_managed(new, managed_fields if managed_fields is not None else record_update(
+            rt, existing, new, metadata.get("managedFields"), self.manager, self._timestamp()
+        ))
         if new == existing:
             return 200, self.present(rt, existing)
         if rt.custom and new.get("spec") != existing.get("spec"):
@@ -276,6 +298,13 @@ class Store:
         del self.bucket(rt)[(namespace, name)]
         self._commit(rt, "DELETED", existing)
         return self.present(rt, existing)
+
+
+def _set_managed(obj: JSON, entries: list[JSON]) -> None:
+    if entries:
+        obj["metadata"]["managedFields"] = entries
+    else:
+        obj["metadata"].pop("managedFields", None)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

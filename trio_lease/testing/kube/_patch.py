@@ -1,0 +1,342 @@
+"""PATCH: JSON patch, merge patch, strategic merge patch and server-side apply.
+
+Follows ``apiserver/pkg/endpoints/handlers/patch.go``:
+
+- The content type (its parameters cut at ``;``) must be one the resource accepts, else 415
+  ``UnsupportedMediaType`` naming them (``negotiation.NewUnsupportedMediaTypeError``). Built-in
+  types accept JSON patch, merge patch, strategic merge patch and apply; custom resources
+  (``apiextensions-apiserver/pkg/apiserver/customresource_handler.go``) all but strategic
+  merge patch.
+- ``PatchOptions`` are validated first (``ValidatePatchOptions``): apply needs
+  ``?fieldManager=`` and ``force`` is only for apply, else 422 on ``PatchOptions.meta.k8s.io``.
+- JSON patch (RFC 6902) runs through evanphx/json-patch v4: an operation that does not apply
+  (a failed ``test``, a missing path) is 422 ``Invalid`` with the generic message "the server
+  rejected our request due to an error in our request" (``NewGenericServerResponse`` keeps
+  only the code); a body that is not a patch is 400 with the decoder's error.
+- JSON and merge patch apply to the stored object (resourceVersion and managedFields
+  included), so a patch that sets a stale ``metadata.resourceVersion`` is 409 Conflict. A
+  missing object is 404; only apply creates (``forceAllowCreate``), answering 201.
+- Strategic merge patch on a built-in type is treated as a merge patch: the same for a
+  Lease's spec (no lists); ``$patch`` directives and list merge keys are not emulated.
+- Apply (``application/apply-patch+yaml``) merges the configuration into the live object,
+  prunes the fields this manager applied before and no longer does, and refuses with a 409
+  listing the conflicting managers and fields unless ``force=true``
+  (``util/managedfields/internal/conflict.go``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import yaml
+
+from ._cluster import Cluster
+from ._http import Request
+from ._managed import Entry, apply_set, changes, decode_entries, encode_entries, zero_object
+from ._resources import ResourceType
+from ._status import ApiError, FieldError, status_body
+from ._store import MODIFIED_MSG, merge_patch
+
+__all__ = ["patch"]
+
+JSON = dict[str, Any]
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+_BUILT_IN_TYPES = (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH)
+_CUSTOM_TYPES = (JSON_PATCH, MERGE_PATCH, APPLY_PATCH)
+
+
+def patch(emulator: Cluster, rt: ResourceType, namespace: str, name: str, request: Request,
+          manager: str) -> tuple[int, JSON]:
+    """Answer one PATCH: (200 or 201, the object)."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip()
+    accepted = _CUSTOM_TYPES if rt.custom else _BUILT_IN_TYPES
+    if content_type not in accepted:
+        message = (
+            "the body of the request was in an unknown format - accepted media types include: "
+            + ", ".join(accepted)
+        )
+        raise ApiError(415, status_body(415, "UnsupportedMediaType", message))
+    _validate_options(request, content_type)
+    store = emulator.store
+    if content_type == APPLY_PATCH:
+        return _apply(emulator, rt, namespace, name, request, manager)
+    existing = store.find(rt, namespace, name)
+    if existing is None:
+        raise ApiError.not_found(rt.plural, rt.group, name)
+    current = store.present(rt, existing)
+    if content_type == JSON_PATCH:
+        patched = apply_json_patch(current, _json_body(request))
+    else:
+        body = _json_body(request)
+        patched = merge_patch(current, body)
+    if not isinstance(patched, dict):
+        raise ApiError.bad_request("the patch did not produce an object")
+    meta = patched.get("metadata")
+    if not isinstance(meta, dict):
+        raise ApiError.bad_request("metadata must be an object")
+    _check_name(meta, name)
+    rv = meta.get("resourceVersion")
+    if not rv and not rt.custom:
+        meta["resourceVersion"] = existing["metadata"]["resourceVersion"]  # unconditional
+    elif rv and rv != existing["metadata"]["resourceVersion"]:
+        raise ApiError.conflict(rt.plural, rt.group, name, MODIFIED_MSG)
+    return 200, store.update(rt, namespace, name, patched)[1]
+
+
+def _validate_options(request: Request, content_type: str) -> None:
+    errors: list[FieldError] = []
+    if content_type == APPLY_PATCH:
+        if not request.query.get("fieldManager"):
+            errors.append(FieldError("fieldManager", "Required", "is required for apply patch"))
+    elif "force" in request.query:
+        errors.append(FieldError("force", "Forbidden", "may not be specified for non-apply patch"))
+    if errors:
+        raise ApiError.invalid("PatchOptions", "meta.k8s.io", "", errors)
+
+
+def _json_body(request: Request) -> Any:
+    try:
+        return json.loads(request.body or b"null")
+    except ValueError as exc:
+        raise ApiError.bad_request(str(exc)) from None
+
+
+def _check_name(meta: JSON, name: str) -> None:
+    given = meta.get("name") or ""
+    if given != name:
+        raise ApiError.bad_request(
+            f"the name of the object ({given}) does not match the name on the URL ({name})"
+        )
+
+
+# --- RFC 6902, with evanphx/json-patch v4's messages --------------------------------------
+
+def _unprocessable() -> ApiError:
+    message = "the server rejected our request due to an error in our request"
+    return ApiError(422, status_body(422, "Invalid", message, {}))
+
+
+def _decode_key(part: str) -> str:
+    return part.replace("~1", "/").replace("~0", "~")
+
+
+def _container(doc: Any, path: str) -> tuple[Any, str] | None:
+    """``findObject``: the object or list holding ``path``'s last element, and that element."""
+    split = path.split("/")
+    if len(split) < 2:
+        return None
+    node = doc
+    for part in split[1:-1]:
+        key = _decode_key(part)
+        if isinstance(node, dict):
+            node = node.get(key)
+        elif isinstance(node, list) and key.lstrip("-").isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return None
+        if not isinstance(node, dict | list):
+            return None
+    return node, _decode_key(split[-1])
+
+
+def _index(node: list[Any], key: str, *, adding: bool) -> int:
+    if adding and key == "-":
+        return len(node)
+    try:
+        idx = int(key)
+    except ValueError:
+        raise _unprocessable() from None
+    size = len(node) + (1 if adding else 0)
+    if idx >= size or idx < -size:
+        raise _unprocessable()
+    return idx + size if idx < 0 else idx
+
+
+def _get(node: Any, key: str) -> Any:
+    if isinstance(node, dict):
+        return node.get(key)
+    return node[_index(node, key, adding=False)]
+
+
+def _add(node: Any, key: str, value: Any) -> None:
+    if isinstance(node, dict):
+        node[key] = value
+    else:
+        node.insert(_index(node, key, adding=True), value)
+
+
+def _remove(node: Any, key: str) -> Any:
+    if isinstance(node, dict):
+        if key not in node:
+            raise _unprocessable()
+        return node.pop(key)
+    return node.pop(_index(node, key, adding=False))
+
+
+def apply_json_patch(doc: JSON, operations: Any) -> Any:
+    """Apply RFC 6902 ``operations`` to a copy of ``doc``; 400 / 422 as the apiserver."""
+    if not isinstance(operations, list) or not all(isinstance(o, dict) for o in operations):
+        raise ApiError.bad_request(
+            "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
+        )
+    doc = copy.deepcopy(doc)
+    for op in operations:
+        kind = op.get("op")
+        if kind not in ("add", "remove", "replace", "move", "copy", "test"):
+            raise _unprocessable()
+        path = op.get("path")
+        if not isinstance(path, str):
+            raise _unprocessable()
+        if kind in ("move", "copy"):
+            source = op.get("from")
+            found = _container(doc, source) if isinstance(source, str) else None
+            if found is None:
+                raise _unprocessable()
+            value = _remove(*found) if kind == "move" else copy.deepcopy(_get(*found))
+        else:
+            value = copy.deepcopy(op.get("value"))
+        found = _container(doc, path)
+        if found is None:
+            raise _unprocessable()
+        node, key = found
+        if kind in ("add", "move", "copy"):
+            _add(node, key, value)
+        elif kind == "remove":
+            _remove(node, key)
+        elif kind == "replace":
+            # v4 sets a missing key of an object too (its ``get`` does not fail there).
+            if isinstance(node, dict):
+                node[key] = value
+            else:
+                node[_index(node, key, adding=False)] = value
+        elif not _equal(_get(node, key), op.get("value"), "value" in op):
+            raise _unprocessable()
+    return doc
+
+
+def _equal(current: Any, wanted: Any, given: bool) -> bool:
+    if current is None:
+        return wanted is None
+    if not given:
+        return False
+    return json.dumps(current, sort_keys=True) == json.dumps(wanted, sort_keys=True)
+
+
+# --- server-side apply ----------------------------------------------------------------------
+
+def _merge(live: Any, config: Any) -> Any:
+    """Merge an applied configuration into the live object: objects recursively, rest replaced."""
+    if not (isinstance(live, dict) and isinstance(config, dict)):
+        return copy.deepcopy(config)
+    out = copy.deepcopy(live)
+    for key, value in config.items():
+        out[key] = _merge(out.get(key), value)
+    return out
+
+
+def _prune(obj: JSON, paths: set[tuple[str, ...]]) -> None:
+    for path in sorted(paths, key=len, reverse=True):
+        node: Any = obj
+        for element in path[:-1]:
+            node = node.get(element[2:]) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(path[-1][2:], None)
+
+
+def _conflict(conflicts: list[tuple[Entry, tuple[str, ...]]]) -> ApiError:
+    def dotted(path: tuple[str, ...]) -> str:
+        return "".join("." + p[2:] for p in path)
+
+    conflicts.sort(key=lambda c: (c[0].describe(), c[1]))
+    causes = [
+        {"reason": "FieldManagerConflict", "message": f"conflict with {e.describe()}",
+         "field": dotted(p)}
+        for e, p in conflicts
+    ]
+    if len(conflicts) == 1:
+        entry, path = conflicts[0]
+        message = f"Apply failed with 1 conflict: conflict with {entry.describe()}: {dotted(path)}"
+    else:
+        lines: list[str] = []
+        for described in sorted({e.describe() for e, _ in conflicts}):
+            lines.append(f"conflicts with {described}:")
+            lines += [f"- {dotted(p)}" for e, p in conflicts if e.describe() == described]
+        message = f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
+    return ApiError(409, status_body(409, "Conflict", message, {"causes": causes}))
+
+
+def _apply(emulator: Cluster, rt: ResourceType, namespace: str, name: str, request: Request,
+           manager: str) -> tuple[int, JSON]:
+    store = emulator.store
+    try:
+        config = yaml.safe_load(request.body or b"")
+    except yaml.YAMLError as exc:
+        raise ApiError.bad_request(f"error decoding YAML: {exc}") from None
+    if not isinstance(config, dict):
+        raise ApiError.bad_request("error decoding YAML: the body is not an object")
+    given = str(config.get("apiVersion") or "")
+    if given != rt.api_version:
+        raise ApiError.bad_request(
+            "Incorrect version specified in apply patch. Specified patch version: "
+            f"{given or '/'}, expected: {rt.api_version}"
+        )
+    meta = config.get("metadata")
+    if not isinstance(meta, dict):
+        meta = config["metadata"] = {}
+    if meta.get("managedFields") is not None:
+        raise ApiError.bad_request("metadata.managedFields must be nil")
+    force = request.query.get("force", "") in ("1", "true", "True")
+    existing = store.find(rt, namespace, name)
+    if existing is None:
+        live: JSON = {"apiVersion": rt.api_version, "kind": rt.kind, "metadata": {}}
+        live.update(zero_object(rt, config))
+        meta.pop("resourceVersion", None)  # WipeObjectMetaSystemFields on create
+    else:
+        live = store.present(rt, existing)
+    merged = _merge(live, config)
+    _check_name(merged["metadata"], name)
+    rv = merged["metadata"].get("resourceVersion")
+    if existing is not None and rv != existing["metadata"]["resourceVersion"]:
+        raise ApiError.conflict(rt.plural, rt.group, name, MODIFIED_MSG)
+    entries = decode_entries(live["metadata"].get("managedFields"))
+    applied = apply_set(config)
+    key = (manager, "Apply", "")
+    mine = next((e for e in entries if e.key == key), None)
+    if mine is not None:
+        others = set().union(*(e.fields for e in entries if e is not mine))
+        dropped = {p for p in mine.fields - applied
+                   if not any(q[: len(p)] == p for q in others | applied)}
+        _prune(merged, dropped)
+    changed, removed = changes(live, merged)
+    conflicts = [(e, p) for e in entries if e is not mine for p in sorted(e.fields & changed)]
+    if conflicts and not force:
+        raise _conflict(conflicts)
+    for entry in entries:
+        if entry is not mine:
+            entry.fields -= changed | removed
+    now = store.timestamp()
+    if mine is None:
+        mine = Entry(manager, "Apply", rt.api_version, now, applied)
+        entries.append(mine)
+    else:
+        mine.fields = applied
+        mine.api_version = rt.api_version
+        if changed or removed:
+            mine.time = now
+    managed = encode_entries(entries)
+    if existing is None:
+        _ensure_namespace(emulator, rt, namespace)
+        merged["metadata"].pop("resourceVersion", None)
+        return 201, store.create(rt, namespace, merged, managed_fields=managed)
+    return 200, store.update(rt, namespace, name, merged, managed_fields=managed)[1]
+
+
+def _ensure_namespace(emulator: Cluster, rt: ResourceType, namespace: str) -> None:
+    namespaces = emulator.types[("", "v1", "namespaces")]
+    if rt.namespaced and emulator.store.find(namespaces, "", namespace) is None:
+        raise ApiError.not_found("namespaces", "", namespace)
