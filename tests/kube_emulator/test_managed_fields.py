@@ -72,7 +72,7 @@ async def test_update_moves_changed_fields_to_the_writer() -> None:
 
 
 async def test_removed_fields_leave_every_entry() -> None:
-    """A field the write removes is owned by no one afterwards (structured-merge-diff update)."""
+    """A removed field is owned by no one afterwards (structured-merge-diff merge/update.go)."""
     emulator = KubeEmulator()
     async with client(emulator, headers={"User-Agent": "first/1"}) as http:
         created = (await http.post(
@@ -86,7 +86,7 @@ async def test_removed_fields_leave_every_entry() -> None:
 
 
 async def test_a_custom_resource_owns_its_spec_object() -> None:
-    """A custom resource's zero value has no spec, so f:spec itself is owned ('.')."""
+    """A custom resource's zero value has no spec, so f:spec itself is owned (typed/compare.go)."""
     emulator = KubeEmulator()
     emulator.apply(LEASE_YML.read_text())
     async with client(emulator, headers={"User-Agent": "akka/2.9"}) as http:
@@ -100,7 +100,7 @@ async def test_a_custom_resource_owns_its_spec_object() -> None:
 
 
 async def test_put_without_managed_fields_keeps_them() -> None:
-    """An update with no managedFields keeps the recorded ones (FieldManager.Update)."""
+    """An update without managedFields keeps the recorded ones (managedfields fieldmanager.go)."""
     emulator = KubeEmulator()
     async with client(emulator, headers={"User-Agent": "first/1"}) as http:
         created = (await http.post(LEASES, json=lease("a", holderIdentity="me"))).json()
@@ -127,3 +127,11 @@ async def test_json_patch_records_an_update_entry() -> None:
         ("first", "Update"), ("patcher", "Update")
     ]
     assert entries[1]["fieldsV1"] == {"f:spec": {"f:leaseTransitions": {}}}
+
+
+async def test_user_agent_without_a_slash_is_the_whole_manager() -> None:
+    """A User-Agent with no '/' is used whole (create.go, prefixFromUserAgent)."""
+    emulator = KubeEmulator()
+    async with client(emulator, headers={"User-Agent": "my-elector"}) as http:
+        response = await http.post(LEASES, json=lease("a", holderIdentity="me"))
+    assert list(_by_manager(response.json())) == ["my-elector"]

@@ -185,7 +185,7 @@ def _apply_body(name: str, **spec: Any) -> bytes:
 
 
 async def test_apply_creates_then_updates() -> None:
-    """Apply creates a missing object (201, forceAllowCreate) and updates it after (200)."""
+    """Apply creates a missing object (201) then updates it (200): patch.go, forceAllowCreate."""
     emulator = KubeEmulator()
     async with client(emulator) as http:
         made = await http.patch(f"{LEASES}/a", params={"fieldManager": "ops"}, headers=APPLY,
@@ -200,7 +200,7 @@ async def test_apply_creates_then_updates() -> None:
 
 
 async def test_apply_yaml_body() -> None:
-    """The apply body is YAML (kubectl sends JSON, which is YAML too)."""
+    """The apply body is YAML; kubectl sends JSON, also YAML (patch.go, applyPatcher, yaml)."""
     emulator = KubeEmulator()
     yaml_body = (
         b"apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: a\n"
@@ -269,7 +269,7 @@ async def test_apply_with_a_stale_resource_version_is_409() -> None:
 
 
 async def test_apply_drops_fields_it_no_longer_applies() -> None:
-    """Fields a manager applied before and omits now are removed if no one else owns them."""
+    """Fields applied before and omitted now go if unowned (structured-merge-diff, prune)."""
     emulator = KubeEmulator()
     async with client(emulator) as http:
         params = {"fieldManager": "ops"}
@@ -300,3 +300,53 @@ async def test_apply_on_a_custom_resource() -> None:
         "Incorrect version specified in apply patch. Specified patch version: akka.io/v2, "
         "expected: akka.io/v1"
     )
+
+
+async def test_apply_conflicts_are_listed_per_manager() -> None:
+    """Several conflicts: one line per field under each manager (managedfields conflict.go)."""
+    emulator = KubeEmulator()
+    async with client(emulator, headers={"User-Agent": "elector/1.0"}) as http:
+        lease_with_labels = {
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "a", "labels": {"x": "1"}},
+            "spec": {"holderIdentity": "me"},
+        }
+        await http.post(LEASES, json=lease_with_labels)
+        body = {**lease_with_labels, "metadata": {"name": "a", "labels": {"x": "2"}},
+                "spec": {"holderIdentity": "ops"}}
+        clash = await http.patch(f"{LEASES}/a", params={"fieldManager": "ops"}, headers=APPLY,
+                                 content=json.dumps(body))
+    assert clash.status_code == 409
+    assert clash.json()["message"] == (
+        'Apply failed with 2 conflicts: conflicts with "elector" using coordination.k8s.io/v1:\n'
+        "- .metadata.labels.x\n- .spec.holderIdentity"
+    )
+    assert [c["field"] for c in clash.json()["details"]["causes"]] == [
+        ".metadata.labels.x", ".spec.holderIdentity"
+    ]
+
+
+async def test_apply_body_that_is_not_an_object_is_400() -> None:
+    """An apply body that is not a YAML object is 400 (patch.go, "error decoding YAML")."""
+    emulator = KubeEmulator()
+    async with client(emulator) as http:
+        response = await http.patch(f"{LEASES}/a", params={"fieldManager": "ops"},
+                                    headers=APPLY, content=b"- a\n- b\n")
+    assert response.status_code == 400
+    assert response.json()["message"] == (
+        "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot "
+        "unmarshal array into Go value of type map[string]interface {}"
+    )
+
+
+async def test_json_patch_pointer_escapes() -> None:
+    """~1 is '/' and ~0 is '~' in a JSON pointer (RFC 6901, evanphx/json-patch decodePatchKey)."""
+    emulator = KubeEmulator()
+    async with client(emulator) as http:
+        await create(http, "a")
+        response = await _json_patch(http, f"{LEASES}/a", [
+            {"op": "add", "path": "/metadata/annotations", "value": {}},
+            {"op": "add", "path": "/metadata/annotations/example.com~1owner~0x", "value": "me"},
+        ])
+    assert response.status_code == 200, response.text
+    assert response.json()["metadata"]["annotations"] == {"example.com/owner~x": "me"}

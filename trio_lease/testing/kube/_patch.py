@@ -270,26 +270,42 @@ def _conflict(conflicts: list[tuple[Entry, tuple[str, ...]]]) -> ApiError:
     return ApiError(409, status_body(409, "Conflict", message, {"causes": causes}))
 
 
-def _apply(emulator: Cluster, rt: ResourceType, namespace: str, name: str, request: Request,
-           manager: str) -> tuple[int, JSON]:
-    store = emulator.store
+def _decode_apply(request: Request, rt: ResourceType) -> JSON:
+    """The applied configuration: a YAML object of ``rt``'s apiVersion, without managedFields."""
+    # sigs.k8s.io/yaml's wrapping; the YAML parser's own words are PyYAML's, not go-yaml's.
     try:
         config = yaml.safe_load(request.body or b"")
     except yaml.YAMLError as exc:
-        raise ApiError.bad_request(f"error decoding YAML: {exc}") from None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ApiError.bad_request(
+            f"error decoding YAML: error converting YAML to JSON: yaml: {problem}"
+        ) from None
+    if config is None:
+        config = {}
     if not isinstance(config, dict):
-        raise ApiError.bad_request("error decoding YAML: the body is not an object")
+        go_type = {list: "array", str: "string", bool: "bool"}.get(type(config), "number")
+        raise ApiError.bad_request(
+            "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot "
+            f"unmarshal {go_type} into Go value of type map[string]interface {{}}"
+        )
     given = str(config.get("apiVersion") or "")
     if given != rt.api_version:
         raise ApiError.bad_request(
             "Incorrect version specified in apply patch. Specified patch version: "
-            f"{given or '/'}, expected: {rt.api_version}"
+            f"{given}, expected: {rt.api_version}"
         )
-    meta = config.get("metadata")
-    if not isinstance(meta, dict):
-        meta = config["metadata"] = {}
-    if meta.get("managedFields") is not None:
+    if not isinstance(config.get("metadata"), dict):
+        config["metadata"] = {}
+    if config["metadata"].get("managedFields") is not None:
         raise ApiError.bad_request("metadata.managedFields must be nil")
+    return config
+
+
+def _apply(emulator: Cluster, rt: ResourceType, namespace: str, name: str, request: Request,
+           manager: str) -> tuple[int, JSON]:
+    store = emulator.store
+    config = _decode_apply(request, rt)
+    meta = config["metadata"]
     force = request.query.get("force", "") in ("1", "true", "True")
     existing = store.find(rt, namespace, name)
     if existing is None:
