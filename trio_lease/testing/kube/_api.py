@@ -33,8 +33,10 @@ from ._openapi import openapi_v3
 from ._patch import patch
 from ._rbac import forbidden_reason, is_allowed
 from ._resources import ResourceType
+from ._reviews import answer_review, is_review_path
 from ._status import ApiError, status_body
 from ._store import MODIFIED_MSG
+from ._table import as_table, table_version
 
 __all__ = ["handle", "parse_duration"]
 
@@ -134,6 +136,13 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
     if document is not None:
         emulator.authenticate(token, anyio.current_time())
         return _json(200, document)
+    if is_review_path(parts):
+        user = emulator.authenticate(token, anyio.current_time())
+        content_type = request.headers.get("content-type", "")
+        review = answer_review(
+            user, request.method, parts, content_type, request.body, emulator.rbac_objects
+        )
+        return _json(201, review)
     target = _route(emulator, request)
     user = emulator.authenticate(token, anyio.current_time())
     rt, name, verb = target.rt, target.name, target.verb
@@ -163,6 +172,9 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
         finally:
             emulator.store.strict = False
             emulator.store.manager = ""
+        table = table_version(request) if verb in ("get", "list") else None
+        if table is not None:
+            body = as_table(emulator, rt, body, request, table)
         warnings = [("Warning", _warning(w)) for w in emulator.store.warnings]
         for fault in emulator.faults.take("delay", True, token, verb, name):
             await anyio.sleep(fault.seconds)

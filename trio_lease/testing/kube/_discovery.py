@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._cluster import Cluster
+from ._reviews import REVIEW_GROUPS
 
 __all__ = ["discovery"]
 
@@ -54,6 +55,8 @@ def discovery(emulator: Cluster, parts: list[str]) -> JSON | None:
     for group, version, _ in emulator.types:
         if group and version not in groups.setdefault(group, []):
             groups[group].append(version)
+    for group, versions in REVIEW_GROUPS.items():
+        groups.setdefault(group, list(versions))
     if parts == ["version"]:
         return VERSION_INFO
     if parts == ["api"]:
@@ -80,6 +83,7 @@ def discovery(emulator: Cluster, parts: list[str]) -> JSON | None:
             for (g, v, _), rt in sorted(emulator.types.items())
             if (g, v) == (group, version)
         ]
+        resources += REVIEW_GROUPS.get(group, {}).get(version, [])
         if not resources:
             return None
         return {

@@ -1,0 +1,254 @@
+"""SelfSubjectAccessReview and SelfSubjectReview: "may I?" and "who am I?".
+
+``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`` answers a
+``SelfSubjectAccessReview`` with the emulator's RBAC decision for the requesting user, as
+``pkg/registry/authorization/selfsubjectaccessreview/rest.go`` does: exactly one of
+``spec.resourceAttributes`` and ``spec.nonResourceAttributes`` (else 422 with the texts of
+``pkg/apis/authorization/validation/validation.go``), then ``status.allowed`` (and
+``status.denied: false``: RBAC never denies, it only fails to allow). Resource attributes are
+checked as a request would be (verb, group, resource[/subresource], namespace, name);
+non-resource attributes against the ``nonResourceURLs`` of the user's ClusterRoles (``*`` and a
+trailing ``*`` as in ``pkg/apis/rbac/v1/evaluation_helpers.go``).
+
+``POST /apis/authentication.k8s.io/v1/selfsubjectreviews`` answers ``status.userInfo`` (the
+user's name and groups, with ``system:authenticated`` as the authenticator's group adder adds
+it), as ``pkg/registry/authentication/selfsubjectreview/rest.go`` does.
+
+Both are allowed to every user, as the bootstrap ClusterRole ``system:basic-user`` bound to
+``system:authenticated`` allows on a real cluster; both answer 201 and store nothing.
+:data:`REVIEW_GROUPS` holds their discovery entries, so ``kubectl auth can-i`` and
+``kubectl auth whoami`` find them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ._rbac import User, is_allowed
+from ._status import ApiError, FieldError
+
+__all__ = ["REVIEW_GROUPS", "answer_review", "is_review_path", "review_from_protobuf"]
+
+JSON = dict[str, Any]
+Lookup = Callable[[str, str], Iterable[JSON]]
+
+_SSAR = ("authorization.k8s.io", "v1", "selfsubjectaccessreviews")
+_SSR = ("authentication.k8s.io", "v1", "selfsubjectreviews")
+
+#: Discovery entries (group -> version -> APIResource list) for the review endpoints.
+REVIEW_GROUPS: dict[str, dict[str, list[JSON]]] = {
+    "authentication.k8s.io": {
+        "v1": [
+            {
+                "name": "selfsubjectreviews", "singularName": "selfsubjectreview",
+                "namespaced": False, "kind": "SelfSubjectReview", "verbs": ["create"],
+            }
+        ]
+    },
+    "authorization.k8s.io": {
+        "v1": [
+            {
+                "name": "selfsubjectaccessreviews", "singularName": "selfsubjectaccessreview",
+                "namespaced": False, "kind": "SelfSubjectAccessReview", "verbs": ["create"],
+            }
+        ]
+    },
+}
+
+
+def is_review_path(parts: list[str]) -> bool:
+    """True for the two review endpoints (``parts`` is the path split on ``/``)."""
+    return len(parts) == 4 and parts[0] == "apis" and tuple(parts[1:]) in (_SSAR, _SSR)
+
+
+def answer_review(
+    user: User, method: str, parts: list[str], content_type: str, data: bytes, lookup: Lookup
+) -> JSON:
+    """The review's answer (sent as 201); 405 for any method but POST, 400/422 for bad bodies.
+
+    The body is JSON or, as kubectl's typed clients send it, Kubernetes protobuf.
+    """
+    if method != "POST":
+        raise ApiError.method_not_allowed(method)
+    if content_type.split(";")[0].strip() == "application/vnd.kubernetes.protobuf":
+        body = review_from_protobuf(data)
+    else:
+        body = _from_json(data)
+    group, version, _ = parts[1:]
+    kind = "SelfSubjectReview" if group == _SSR[0] else "SelfSubjectAccessReview"
+    _check_kind(body, f"{group}/{version}", kind)
+    if kind == "SelfSubjectReview":
+        groups = list(user.groups)
+        if "system:authenticated" not in groups:
+            groups.append("system:authenticated")
+        return {
+            "kind": kind, "apiVersion": f"{group}/{version}",
+            "metadata": {"creationTimestamp": None},
+            "status": {"userInfo": {"username": user.name, "groups": groups}},
+        }
+    spec = body.get("spec") or {}
+    resource, non_resource = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
+    errors = []
+    if resource is not None and non_resource is not None:
+        errors.append(FieldError(
+            "spec.nonResourceAttributes", "Invalid",
+            "cannot be specified in combination with resourceAttributes", non_resource,
+        ))
+    if resource is None and non_resource is None:
+        errors.append(FieldError(
+            "spec.resourceAttributes", "Invalid",
+            "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        ))
+    if errors:
+        raise ApiError.invalid(kind, group, "", errors)
+    if resource is not None:
+        allowed = _resource_allowed(user, resource, lookup)
+    else:
+        allowed = _non_resource_allowed(user, non_resource or {}, lookup)
+    metadata = dict(body.get("metadata") or {})
+    metadata.setdefault("creationTimestamp", None)
+    return {
+        "kind": kind, "apiVersion": f"{group}/{version}", "metadata": metadata,
+        "spec": spec, "status": {"allowed": allowed, "denied": False},
+    }
+
+
+def _check_kind(body: JSON, api_version: str, kind: str) -> None:
+    given_version, given_kind = body.get("apiVersion"), body.get("kind")
+    if given_version and given_version != api_version:
+        raise ApiError.bad_request(
+            f"the API version in the data ({given_version}) does not match the expected API "
+            f"version ({api_version})"
+        )
+    if given_kind and given_kind != kind:
+        raise ApiError.bad_request(
+            f"the object provided is unrecognized (must be of type {kind}): got kind {given_kind}"
+        )
+
+
+def _resource_allowed(user: User, attrs: JSON, lookup: Lookup) -> bool:
+    resource = str(attrs.get("resource") or "")
+    if attrs.get("subresource"):
+        resource = f"{resource}/{attrs['subresource']}"
+    return is_allowed(
+        user, str(attrs.get("verb") or ""), str(attrs.get("group") or ""), resource,
+        str(attrs.get("namespace") or ""), str(attrs.get("name") or ""), lookup,
+    )
+
+
+def _non_resource_allowed(user: User, attrs: JSON, lookup: Lookup) -> bool:
+    if "system:masters" in user.groups:
+        return True
+    verb, path = str(attrs.get("verb") or ""), str(attrs.get("path") or "")
+    roles = {r["metadata"]["name"]: r for r in lookup("clusterroles", "")}
+    for binding in lookup("clusterrolebindings", ""):
+        ref = binding.get("roleRef") or {}
+        if not any(_is_subject(s, user) for s in binding.get("subjects") or []):
+            continue
+        for rule in (roles.get(ref.get("name", "")) or {}).get("rules") or []:
+            verbs = rule.get("verbs") or []
+            if ("*" in verbs or verb in verbs) and any(
+                _url_matches(url, path) for url in rule.get("nonResourceURLs") or []
+            ):
+                return True
+    return False
+
+
+def _is_subject(subject: JSON, user: User) -> bool:
+    kind, name = subject.get("kind"), subject.get("name")
+    if kind == "User":
+        return bool(name == user.name)
+    if kind == "Group":
+        return name in user.groups
+    if kind == "ServiceAccount":
+        return user.name == f"system:serviceaccount:{subject.get('namespace')}:{name}"
+    return False
+
+
+def _url_matches(rule_url: str, path: str) -> bool:
+    if rule_url == "*" or rule_url == path:
+        return True
+    return rule_url.endswith("*") and path.startswith(rule_url[:-1])
+
+
+def _from_json(data: bytes) -> JSON:
+    try:
+        body = json.loads(data or b"{}")
+    except ValueError as exc:
+        raise ApiError.bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError.bad_request("couldn't get version/kind; json parse error: not an object")
+    return body
+
+
+# --- Kubernetes protobuf (apimachinery/pkg/runtime/serializer/protobuf/protobuf.go): the magic
+# "k8s\0", then runtime.Unknown {1: typeMeta {1: apiVersion, 2: kind}, 2: raw}. The review's
+# fields are numbered as in staging/src/k8s.io/api/authorization/v1/generated.proto.
+
+_MAGIC = b"k8s\x00"
+_RESOURCE_FIELDS = {
+    1: "namespace", 2: "verb", 3: "group", 4: "version", 5: "resource", 6: "subresource",
+    7: "name",
+}
+_NON_RESOURCE_FIELDS = {1: "path", 2: "verb"}
+
+
+def _fields(data: bytes) -> dict[int, list[bytes]]:
+    """The length-delimited fields of a protobuf message (varints and fixed ones skipped)."""
+    out: dict[int, list[bytes]] = {}
+    pos = 0
+
+    def varint() -> int:
+        nonlocal pos
+        shift = result = 0
+        while True:
+            if pos >= len(data):
+                raise ApiError.bad_request("protobuf: truncated message")
+            byte = data[pos]
+            pos += 1
+            result |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return result
+
+    while pos < len(data):
+        key = varint()
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            varint()
+        elif wire == 2:
+            size = varint()
+            out.setdefault(number, []).append(data[pos:pos + size])
+            pos += size
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        else:
+            raise ApiError.bad_request(f"protobuf: unsupported wire type {wire}")
+    return out
+
+
+def _strings(data: bytes, names: dict[int, str]) -> JSON:
+    fields = _fields(data)
+    return {name: fields[n][-1].decode() for n, name in names.items() if n in fields}
+
+
+def review_from_protobuf(data: bytes) -> JSON:
+    """A SelfSubjectAccessReview or SelfSubjectReview sent as Kubernetes protobuf, as JSON."""
+    if not data.startswith(_MAGIC):
+        raise ApiError.bad_request("provided object is not a Kubernetes protobuf message")
+    unknown = _fields(data[len(_MAGIC):])
+    type_meta = _strings((unknown.get(1) or [b""])[-1], {1: "apiVersion", 2: "kind"})
+    raw = _fields((unknown.get(2) or [b""])[-1])
+    body: JSON = dict(type_meta)
+    if type_meta.get("kind") != "SelfSubjectAccessReview":
+        return body
+    spec_fields = _fields((raw.get(2) or [b""])[-1])
+    spec: JSON = {}
+    if 1 in spec_fields:
+        spec["resourceAttributes"] = _strings(spec_fields[1][-1], _RESOURCE_FIELDS)
+    if 2 in spec_fields:
+        spec["nonResourceAttributes"] = _strings(spec_fields[2][-1], _NON_RESOURCE_FIELDS)
+    body["spec"] = spec
+    return body
