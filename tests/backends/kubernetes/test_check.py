@@ -8,11 +8,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from trio_lease.backends.kubernetes import ClusterConfig, Credentials, KubernetesBackend
 from trio_lease.backends.kubernetes._cli import add_check_command
 from trio_lease.testing.kube import KubeEmulator
-from trio_lease.testing.kube._rbac import is_allowed
 
 from ._helpers import emulator_with_crd, make_backend
 
@@ -20,30 +20,23 @@ pytestmark = pytest.mark.anyio
 SA = "system:serviceaccount:default:app"
 
 
-class ReviewingTransport(httpx.AsyncBaseTransport):
-    """The emulator plus SelfSubjectAccessReviews answered from its RBAC objects."""
+class NoReviewsTransport(httpx.AsyncBaseTransport):
+    """The emulator, but SelfSubjectAccessReviews answer 404 (a server without them)."""
 
     def __init__(self, emulator: KubeEmulator) -> None:
-        self.emulator = emulator
         self.inner = emulator.transport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if not request.url.path.endswith("/selfsubjectaccessreviews"):
-            return await self.inner.handle_async_request(request)
-        token = request.headers.get("authorization", "").removeprefix("Bearer ") or None
-        user = self.emulator.authenticate(token, 0.0)
-        body = json.loads(await request.aread())
-        attrs = body["spec"]["resourceAttributes"]
-        allowed = is_allowed(user, attrs["verb"], attrs["group"], attrs["resource"],
-                             attrs["namespace"], "", self.emulator.rbac_objects)
-        return httpx.Response(201, json={**body, "status": {"allowed": allowed}})
+        if request.url.path.endswith("/selfsubjectaccessreviews"):
+            return httpx.Response(404, text="404 page not found")
+        return await self.inner.handle_async_request(request)
 
 
 async def test_all_good_reports_ok() -> None:
     """With the CRD and the Role from lease.yml, check reports no problem."""
     emulator = emulator_with_crd(require_auth=True)
     emulator.add_service_account_token("tok", "default", "default")
-    async with make_backend(ReviewingTransport(emulator), token="tok", kind="akka.io/v1") as b:
+    async with make_backend(emulator.transport(), token="tok", kind="akka.io/v1") as b:
         report = await b.check()
     assert report.ok, str(report)
     assert "OK" in str(report)
@@ -54,7 +47,7 @@ async def test_missing_verbs_are_listed_with_the_grant() -> None:
     emulator = emulator_with_crd(require_auth=True)
     emulator.add_service_account_token("tok", "default", "app")
     emulator.grant(SA, ["get"])
-    async with make_backend(ReviewingTransport(emulator), token="tok") as backend:
+    async with make_backend(emulator.transport(), token="tok") as backend:
         report = await backend.check()
     assert not report.ok
     (problem,) = report.problems
@@ -68,7 +61,7 @@ async def test_without_reviews_reads_are_probed() -> None:
     emulator = emulator_with_crd(require_auth=True)
     emulator.add_service_account_token("tok", "default", "app")
     emulator.grant(SA, ["create", "update"])
-    async with make_backend(emulator.transport(), token="tok") as backend:
+    async with make_backend(NoReviewsTransport(emulator), token="tok") as backend:
         report = await backend.check()
     (problem,) = report.problems
     assert "get, list, watch" in problem.what
@@ -130,3 +123,59 @@ async def test_unreadable_token_file_is_reported_as_configuration(tmp_path: Path
     (problem,) = report.problems
     assert "absent" in problem.what
     assert "cannot reach" not in problem.what
+
+
+def _role(verbs: list[str]) -> str:
+    """A Role on coordination Leases with ``verbs``, bound to the app service account."""
+    return (
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n"
+        "metadata: {name: lease-user, namespace: default}\n"
+        f"rules:\n- apiGroups: [coordination.k8s.io]\n  resources: [leases]\n  verbs: {verbs}\n"
+        "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n"
+        "metadata: {name: lease-user, namespace: default}\n"
+        "roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: lease-user}\n"
+        "subjects: [{kind: ServiceAccount, name: app, namespace: default}]\n"
+    )
+
+
+async def test_role_lacking_verbs_is_reported_with_the_rule_that_grants_them() -> None:
+    """Each verb a Role lacks is named, with a Role rule (YAML) that grants exactly those."""
+    # The emulator answers SelfSubjectAccessReviews as
+    # pkg/registry/authorization/selfsubjectaccessreview/rest.go does, from its RBAC objects.
+    emulator = emulator_with_crd(require_auth=True)
+    emulator.add_service_account_token("tok", "default", "app")
+    emulator.apply(_role(["get", "list"]))
+    async with make_backend(emulator.transport(), token="tok") as backend:
+        report = await backend.check()
+    (problem,) = report.problems
+    assert problem.what == (
+        "missing permissions: create, update, watch on leases.coordination.k8s.io in "
+        "namespace 'default'"
+    )
+    rule = yaml.safe_load(problem.rule)["rules"]
+    assert rule == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                     "verbs": ["create", "update", "watch"]}]
+    assert "the Role rule that grants them:" in str(report)
+    assert '      - apiGroups: ["coordination.k8s.io"]' in str(report)
+    assert not any("could not be checked" in note for note in report.notes)
+    role = yaml.safe_load(_role(["get", "list"]).split("---")[0])
+    role["rules"] += rule  # add the suggested rule to the Role: the check then passes
+    emulator.apply([role])
+    async with make_backend(emulator.transport(), token="tok") as backend:
+        assert (await backend.check()).ok
+
+
+async def test_full_role_is_ok_for_both_lease_kinds() -> None:
+    """A Role with every verb the backend needs passes, for Leases and akka.io leases."""
+    emulator = emulator_with_crd(require_auth=True)
+    emulator.add_service_account_token("tok", "default", "app")
+    emulator.apply(_role(["get", "create", "update", "watch", "list"]))
+    async with make_backend(emulator.transport(), token="tok") as backend:
+        report = await backend.check()
+    assert report.ok, str(report)
+    assert not report.notes
+    async with make_backend(emulator.transport(), token="tok", kind="akka.io/v1") as backend:
+        akka = await backend.check()
+    (problem,) = akka.problems
+    assert "get, create, update, watch, list on leases.akka.io" in problem.what
+    assert yaml.safe_load(problem.rule)["rules"][0]["apiGroups"] == ["akka.io"]

@@ -1,8 +1,11 @@
 """``await backend.check()`` / ``trio-lease check``: is this configuration going to work?
 
 One call that finds, each with its fix: an unreachable server (or a TLS problem), rejected
-credentials (401), missing RBAC verbs (asked with SelfSubjectAccessReviews; when those are not
-allowed, by probing ``get``), and a missing CRD for ``akka.io/v1`` (apply ``lease.yml``). It
+credentials (401), missing RBAC verbs (each verb the backend uses, ``get``, ``create``,
+``update``, ``watch`` and ``list`` on its lease kind in its namespace, asked with a
+SelfSubjectAccessReview; when those are not allowed, by probing ``get``, ``list`` and ``watch``),
+reported with the Role rule that grants the missing ones as a YAML snippet, and a missing CRD
+for ``akka.io/v1`` (apply ``lease.yml``). The backend writes no Events, so none are checked. It
 writes nothing.
 
 Its replies go through the same checks as the backend's: failure answers through
@@ -22,20 +25,25 @@ from ..._exceptions import BackendAuthError, BackendProtocolError, LeaseConfigEr
 from ._api import KubeApi
 from ._errors import ApiStatus, RequestContext, parse_status
 
-__all__ = ["CheckProblem", "CheckReport", "run_check"]
+__all__ = ["CheckProblem", "CheckReport", "role_rule", "run_check"]
 
 _SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
 
 @dataclasses.dataclass(frozen=True)
 class CheckProblem:
-    """One thing that will not work, and how to fix it."""
+    """One thing that will not work, and how to fix it (``rule``: a Role rule, as YAML)."""
 
     what: str
     fix: str
+    rule: str = ""
 
     def __str__(self) -> str:
-        return f"{self.what}\n    fix: {self.fix}"
+        text = f"{self.what}\n    fix: {self.fix}"
+        if self.rule:
+            rule = "\n".join(f"      {line}" for line in self.rule.splitlines())
+            text += f"\n    the Role rule that grants them:\n{rule}"
+        return text
 
 
 @dataclasses.dataclass
@@ -64,6 +72,17 @@ class CheckReport:
             lines.append("  OK: reachable, credentials accepted, permissions and resources present")
         lines += [f"  PROBLEM: {problem}" for problem in self.problems]
         return "\n".join(lines)
+
+
+def role_rule(group: str, plural: str, verbs: list[str]) -> str:
+    """The Role rule granting ``verbs`` on ``plural`` in ``group``, as a YAML snippet."""
+    quoted = ", ".join(f'"{verb}"' for verb in verbs)
+    return (
+        "rules:\n"
+        f'- apiGroups: ["{group}"]\n'
+        f'  resources: ["{plural}"]\n'
+        f"  verbs: [{quoted}]\n"
+    )
 
 
 def _rbac_fix(api: KubeApi, verbs: list[str]) -> str:
@@ -119,6 +138,7 @@ async def run_check(api: KubeApi) -> CheckReport:
                 f"missing permissions: {', '.join(missing)} on {api.kind.resource} in "
                 f"namespace {api.namespace!r}",
                 _rbac_fix(api, missing),
+                role_rule(api.kind.group, api.kind.plural, missing),
             )
         )
     if probe.missing_resource:

@@ -21,7 +21,7 @@ import anyio
 
 from ..._exceptions import LeaseConfigError
 from ._backend import KubernetesBackend
-from ._check import CheckReport
+from ._check import CheckProblem, CheckReport
 
 __all__ = ["add_check_command", "run_check"]
 
@@ -89,6 +89,14 @@ def _as_json(report: CheckReport) -> dict[str, Any]:
         "namespace": report.namespace,
         "lease_kind": report.lease_kind,
         "source": report.source,
-        "problems": [{"what": p.what, "fix": p.fix} for p in report.problems],
+        "problems": [_problem(p) for p in report.problems],
         "notes": report.notes,
     }
+
+
+def _problem(problem: CheckProblem) -> dict[str, str]:
+    """One problem for ``--json``: what and fix, and the Role rule (YAML) when one grants it."""
+    out = {"what": problem.what, "fix": problem.fix}
+    if problem.rule:
+        out["rule"] = problem.rule
+    return out
