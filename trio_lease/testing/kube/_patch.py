@@ -56,11 +56,7 @@ def patch(emulator: Cluster, rt: ResourceType, namespace: str, name: str, reques
     content_type = request.headers.get("content-type", "").split(";")[0].strip()
     accepted = _CUSTOM_TYPES if rt.custom else _BUILT_IN_TYPES
     if content_type not in accepted:
-        message = (
-            "the body of the request was in an unknown format - accepted media types include: "
-            + ", ".join(accepted)
-        )
-        raise ApiError(415, status_body(415, "UnsupportedMediaType", message))
+        raise ApiError.unsupported_media_type(accepted)
     _validate_options(request, content_type)
     store = emulator.store
     if content_type == APPLY_PATCH:

@@ -239,12 +239,12 @@ class ApiError(Exception):
         return cls(429, body, [("Retry-After", str(retry_after))])
 
     @classmethod
-    def unsupported_media_type(cls, content_type: str) -> ApiError:
-        """415 for a PATCH content type the server does not know."""
+    def unsupported_media_type(cls, accepted: list[str] | tuple[str, ...]) -> ApiError:
+        """415 for a PATCH content type the resource does not accept
+        (``negotiation.NewUnsupportedMediaTypeError``: it names the accepted ones)."""
         message = (
             "the body of the request was in an unknown format - accepted media types include: "
-            "application/merge-patch+json, application/strategic-merge-patch+json"
-            f" (got {content_type})"
+            + ", ".join(accepted)
         )
         return cls(415, status_body(415, "UnsupportedMediaType", message))
 

@@ -266,20 +266,6 @@ class Store:
         self._commit(rt, "MODIFIED", new)
         return 200, self.present(rt, new)
 
-    def patch(self, rt: ResourceType, namespace: str, name: str, patch: JSON) -> JSON:
-        """Merge PATCH (RFC 7386); a ``metadata.resourceVersion`` in the patch is a precondition."""
-        existing = self.bucket(rt).get((namespace, name))
-        if existing is None:
-            raise ApiError.not_found(rt.plural, rt.group, name)
-        merged = merge_patch(copy.deepcopy(existing), patch)
-        if not isinstance(merged, dict):
-            raise ApiError.bad_request("the patch did not produce an object")
-        rv = (merged.get("metadata") or {}).get("resourceVersion")
-        if rv != existing["metadata"]["resourceVersion"]:
-            raise ApiError.conflict(rt.plural, rt.group, name, MODIFIED_MSG)
-        merged.setdefault("metadata", {})["name"] = name
-        return self.update(rt, namespace, name, merged)[1]
-
     def delete(self, rt: ResourceType, namespace: str, name: str, options: JSON) -> JSON:
         """DELETE with optional uid / resourceVersion preconditions; returns the deleted object."""
         existing = self.bucket(rt).get((namespace, name))
