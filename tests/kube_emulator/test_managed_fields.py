@@ -135,3 +135,17 @@ async def test_user_agent_without_a_slash_is_the_whole_manager() -> None:
     async with client(emulator, headers={"User-Agent": "my-elector"}) as http:
         response = await http.post(LEASES, json=lease("a", holderIdentity="me"))
     assert list(_by_manager(response.json())) == ["my-elector"]
+
+
+async def test_a_single_empty_entry_clears_managed_fields() -> None:
+    """managedFields [{}] strips them; [] keeps them (server-side apply docs, fieldmanager.go)."""
+    emulator = KubeEmulator()
+    merge = {"Content-Type": "application/merge-patch+json"}
+    async with client(emulator, headers={"User-Agent": "first/1"}) as http:
+        await http.post(LEASES, json=lease("a", holderIdentity="me"))
+        kept = await http.patch(f"{LEASES}/a", headers=merge,
+                                content=b'{"metadata": {"managedFields": []}}')
+        cleared = await http.patch(f"{LEASES}/a", headers=merge,
+                                   content=b'{"metadata": {"managedFields": [{}]}}')
+    assert list(_by_manager(kept.json())) == ["first"]
+    assert "managedFields" not in cleared.json()["metadata"]

@@ -21,7 +21,8 @@ and sigs.k8s.io/structured-merge-diff. What this module reproduces:
 - Never owned (``stripMetaManager``): apiVersion, kind, metadata itself and its name,
   namespace, uid, resourceVersion, generation, creationTimestamp, selfLink, managedFields.
 - A write that carries a non-empty ``managedFields`` list replaces the recorded one before the
-  comparison, as the real ``FieldManager.Update`` allows; an empty or missing list keeps it.
+  comparison, as the real ``FieldManager.Update`` allows; an empty or missing list keeps it;
+  ``[{}]`` clears it (the server-side apply documentation's "Clearing managedFields").
 
 Simplified (not structured-merge-diff): every JSON object other than ``metadata.labels`` and
 ``metadata.annotations`` is treated as a struct and every list as atomic (a real server keys
@@ -257,9 +258,12 @@ def record_update(
     ``live`` is None for a create; ``given`` is the list the request carried (used when non
     empty, as the real server lets a client rewrite it), else the live object's list.
     """
-    entries = decode_entries(given) or decode_entries((live or {}).get("metadata", {}).get(
-        "managedFields"
-    ))
+    if isinstance(given, list) and given and all(item == {} for item in given):
+        entries: list[Entry] = []  # ``[{}]``: the documented way to clear them
+    else:
+        entries = decode_entries(given) or decode_entries(
+            (live or {}).get("metadata", {}).get("managedFields")
+        )
     changed, removed = changes(live if live is not None else zero_object(rt, new), new)
     for entry in entries:
         entry.fields -= changed | removed
