@@ -15,7 +15,10 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
+
+from trio_lease.testing.kube import KubeEmulator
 
 from ._helpers import LEASE_YML
 
@@ -178,3 +181,32 @@ def test_auth_whoami(kubectl: Kubectl) -> None:
     assert out.split()[:2] == ["ATTRIBUTE", "VALUE"]
     assert rows["Username"] == "emulator-admin"
     assert "system:masters" in rows["Groups"]
+
+
+def test_auth_can_i_no_for_a_restricted_service_account(tmp_path: Path) -> None:
+    """kubectl auth can-i prints no and exits 1 where the Role lacks the verb."""
+    # Follows pkg/registry/authorization/selfsubjectaccessreview/rest.go and kubectl's
+    # staging/src/k8s.io/kubectl/pkg/cmd/auth/cani.go (exit 1 when not allowed).
+    emulator = KubeEmulator(require_auth=True)
+    emulator.add_service_account_token("app-token", "default", "app")
+    emulator.grant("system:serviceaccount:default:app", ["get", "list"])
+
+    async def main() -> list[subprocess.CompletedProcess[str]]:
+        async with emulator.serve() as server:
+            kubeconfig = server.write_kubeconfig(tmp_path / "config", token="app-token")
+
+            def can_i(*args: str) -> subprocess.CompletedProcess[str]:
+                return subprocess.run(
+                    ["kubectl", "--kubeconfig", str(kubeconfig), "auth", "can-i", *args],
+                    capture_output=True, text=True, timeout=60, check=False,
+                )
+
+            return [
+                await anyio.to_thread.run_sync(can_i, *args)
+                for args in (("list", "leases"), ("create", "leases"), ("get", "leases", "-n", "x"))
+            ]
+
+    listed, created, elsewhere = anyio.run(main)
+    assert (listed.returncode, listed.stdout.strip()) == (0, "yes")
+    assert (created.returncode, created.stdout.strip()) == (1, "no")
+    assert (elsewhere.returncode, elsewhere.stdout.strip()) == (1, "no")
