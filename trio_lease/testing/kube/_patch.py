@@ -102,6 +102,15 @@ def _json_body(request: Request) -> Any:
         raise ApiError.bad_request(str(exc)) from None
 
 
+def _parse_bool(text: str) -> bool:
+    """Go's ``strconv.ParseBool``, as the query parameter codec uses it (400 otherwise)."""
+    if text in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if text in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    raise ApiError.bad_request(f'strconv.ParseBool: parsing "{text}": invalid syntax')
+
+
 def _check_name(meta: JSON, name: str) -> None:
     given = meta.get("name") or ""
     if given != name:
@@ -302,7 +311,7 @@ def _apply(emulator: Cluster, rt: ResourceType, namespace: str, name: str, reque
     store = emulator.store
     config = _decode_apply(request, rt)
     meta = config["metadata"]
-    force = request.query.get("force", "") in ("1", "true", "True")
+    force = _parse_bool(request.query.get("force", "false"))
     existing = store.find(rt, namespace, name)
     if existing is None:
         live: JSON = {"apiVersion": rt.api_version, "kind": rt.kind, "metadata": {}}
