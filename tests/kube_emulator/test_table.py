@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
+import anyio
 import pytest
 
 from trio_lease.testing.kube import KubeEmulator
@@ -156,3 +158,35 @@ def test_human_duration_matches_apimachinery() -> None:
         9 * 365 * 86400: "9y",
     }
     assert {s: human_duration(s) for s in cases} == cases
+
+
+async def test_watch_as_table_sends_one_row_tables_headers_first() -> None:
+    """A Table watch (kubectl get -w) sends one-row Tables, column definitions only at first."""
+    # Follows staging/src/k8s.io/apiserver/pkg/endpoints/handlers/watch.go
+    # (watchEmbeddedEncoder: asTable per event, NoHeaders after the first).
+    emulator, _ = _clocked()
+    events: list[dict[str, object]] = []
+    async with client(emulator, headers={"Accept": KUBECTL_ACCEPT}) as http:
+        await http.post(LEASES, json=lease("held", holderIdentity="pod-a"))
+        params = {"watch": "1", "timeoutSeconds": "5", "resourceVersion": "0"}
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                async with http.stream("GET", LEASES, params=params) as response:
+                    assert response.status_code == 200
+                    async for line in response.aiter_lines():
+                        events.append(json.loads(line))
+
+            tg.start_soon(watch)
+            await anyio.sleep(1)
+            got = (await http.get(f"{LEASES}/held", headers={"Accept": "application/json"}))
+            changed = {**got.json(), "spec": {"holderIdentity": "pod-b"}}
+            await http.put(f"{LEASES}/held", json=changed)
+    assert [e["type"] for e in events] == ["ADDED", "MODIFIED"]
+    first, second = (e["object"] for e in events)
+    assert isinstance(first, dict) and isinstance(second, dict)
+    assert first["kind"] == second["kind"] == "Table"
+    assert [c["name"] for c in first["columnDefinitions"]] == ["Name", "Holder", "Age"]
+    assert second["columnDefinitions"] is None
+    assert [r["cells"][:2] for r in first["rows"]] == [["held", "pod-a"]]
+    assert [r["cells"][:2] for r in second["rows"]] == [["held", "pod-b"]]

@@ -36,7 +36,7 @@ from ._resources import ResourceType
 from ._reviews import answer_review, is_review_path
 from ._status import ApiError, status_body
 from ._store import MODIFIED_MSG
-from ._table import as_table, table_version
+from ._table import as_table, table_events, table_version
 
 __all__ = ["handle", "parse_duration"]
 
@@ -152,9 +152,14 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
             first = forced[0]
             raise _injected(first, rt, name)
         _authorize(emulator, user, target)
-        return start_watch(
+        table = table_version(request)
+        present = None if table is None else table_events(emulator, rt, request, table)
+        watch = start_watch(
             emulator, rt, target.namespace, request, force_expired=bool(forced)
         )
+        if watch.stream is not None:
+            watch.stream.present = present
+        return watch
     timeout = DEFAULT_TIMEOUT
     if "timeout" in request.query:
         timeout = min(parse_duration(request.query["timeout"]), DEFAULT_TIMEOUT)

@@ -16,12 +16,15 @@ get or a list with a Table (``apiserver/pkg/endpoints/handlers/response.go`` ``a
 Each row carries ``object`` as ``includeObject`` asks: ``Metadata`` (the default) a
 ``PartialObjectMetadata``, ``Object`` the whole object, ``None`` nothing; any other value is 400.
 Ages are ``duration.HumanDuration`` (``apimachinery/pkg/util/duration/duration.go``) from the
-emulator's wall clock. Watches are never Tables here (``kubectl get -w`` is not emulated).
+emulator's wall clock. A watch asked for as a Table (``kubectl get -w``) sends each object as a
+one-row Table, with the column definitions in the first event only (``handlers/watch.go``,
+``watchEmbeddedEncoder``); ERROR and BOOKMARK events are sent as they are.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -30,7 +33,7 @@ from ._http import Request
 from ._resources import ResourceType
 from ._status import ApiError
 
-__all__ = ["as_table", "human_duration", "table_version"]
+__all__ = ["as_table", "human_duration", "table_events", "table_version"]
 
 JSON = dict[str, Any]
 
@@ -201,13 +204,18 @@ def _convertor(emulator: Cluster, rt: ResourceType, now: datetime) -> tuple[list
     return columns, default_row
 
 
+def _include(request: Request) -> str:
+    include = request.query.get("includeObject", "") or "Metadata"
+    if include not in ("Metadata", "Object", "None"):
+        raise ApiError.bad_request(f'unrecognized includeObject value: "{include}"')
+    return include
+
+
 def as_table(
     emulator: Cluster, rt: ResourceType, body: JSON, request: Request, version: str
 ) -> JSON:
     """``body`` (one object or a ``<Kind>List``) as a Table of ``meta.k8s.io/<version>``."""
-    include = request.query.get("includeObject", "") or "Metadata"
-    if include not in ("Metadata", "Object", "None"):
-        raise ApiError.bad_request(f'unrecognized includeObject value: "{include}"')
+    include = _include(request)
     now = datetime.fromisoformat(emulator.store.timestamp().replace("Z", "+00:00"))
     columns, row_of = _convertor(emulator, rt, now)
     listed = "items" in body and body.get("kind", "").endswith("List")
@@ -236,3 +244,22 @@ def as_table(
         "kind": "Table", "apiVersion": f"meta.k8s.io/{version}", "metadata": table_meta,
         "columnDefinitions": None, "rows": rows,
     }
+
+
+def table_events(
+    emulator: Cluster, rt: ResourceType, request: Request, version: str
+) -> Callable[[JSON], JSON]:
+    """A watch event's object as a one-row Table; headers only in the first such event."""
+    _include(request)  # 400 for a bad includeObject before the watch starts
+    first = [True]
+
+    def present(event: JSON) -> JSON:
+        if event.get("type") in ("ERROR", "BOOKMARK"):
+            return event
+        table = as_table(emulator, rt, event["object"], request, version)
+        if not first[0]:
+            table["columnDefinitions"] = None
+        first[0] = False
+        return {"type": event["type"], "object": table}
+
+    return present

@@ -58,6 +58,8 @@ class WatchStream:
     closed: bool
     #: The resourceVersion of the last event sent.
     last_rv: str
+    #: How each event is written when it is sent (a Table for kubectl; None: as it is).
+    present: Callable[[JSON], JSON] | None = None
 
     def __init__(
         self,
@@ -146,7 +148,7 @@ class WatchStream:
                 continue
             kind, payload = item
             if kind == "event":
-                return encode(payload)
+                return encode(payload if self.present is None else self.present(payload))
             await self.aclose()
             if kind == "cut":
                 raise WatchCut
