@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Annotated, Any, ClassVar
 
@@ -71,22 +72,44 @@ def _kebab(name: str) -> str:
     return name.replace("_", "-")
 
 
+#: How an unset setting follows from the others (``derive`` gets the settings resolved so far).
+#: R = L/10 is the seed's own ratio (120 s / 12 s); T = R/2, at most 5 s (the seed's T), so a
+#: request is abandoned in time for a retry; T_stop = 1 s (the seed's) where the safety margin
+#: holds it, else half the margin, so stopping work never eats the whole margin.
+_DERIVED: dict[str, tuple[str, Callable[[LeaseSettings], float]]] = {
+    "heartbeat_interval": ("heartbeat_timeout / 10", lambda s: s.heartbeat_timeout / 10),
+    "lease_operation_timeout": (
+        "heartbeat_interval / 2, at most 5 s",
+        lambda s: min(5.0, s.heartbeat_interval / 2),
+    ),
+    "stop_timeout": (
+        "1 s if the safety margin holds it, else half the margin",
+        lambda s: 1.0 if s.safety_margin > 1.0 else max(0.0, s.safety_margin / 2),
+    ),
+}
+
+
 class LeaseSettings(BaseModel):
     """Timing of a lease (frozen; validated at construction).
 
     Every duration accepts seconds, a ``timedelta`` or a string ("1.5s", "250ms", "2m").
     Keys may be given in snake_case or in the seed's kebab-case (``heartbeat-timeout``).
+    Settings left unset follow from those given (docs/tuning.md), so
+    ``LeaseSettings(heartbeat_timeout="2s")`` alone is valid.
 
     Attributes:
         heartbeat_timeout: L. How long a silent holder keeps the lease, as judged by contenders
             on their own clocks. Default 120 s (the seed's default).
-        heartbeat_interval: R. How often the holder renews. Default 12 s.
-        lease_operation_timeout: T. Upper bound of one backend request. Default 5 s.
+        heartbeat_interval: R. How often the holder renews. Default: L/10 (12 s for the
+            default L).
+        lease_operation_timeout: T. Upper bound of one backend request. Default: R/2, at most
+            5 s.
         holder_deadline: D. How long after sending its last confirmed renewal the holder keeps
             believing it holds the lease. Default: max(2L/3, R + 2T), so that at least two
             renewal attempts fit before it. Read the resolved value from :attr:`deadline`.
         stop_timeout: T_stop. How long guarded work may take to stop after it is cancelled.
-            Default 1 s.
+            Default: 1 s where the safety margin L(1−ρ) − D(1+ρ) holds it, else half the
+            margin.
         clock_rate_tolerance: ρ. Tolerated rate error of any participant's monotonic clock.
             Default 1e-3 (NTP slews at most 5e-4).
         poll_interval: how often a waiting contender re-reads the record when no watch event
@@ -124,50 +147,97 @@ class LeaseSettings(BaseModel):
             )
             raise LeaseConfigError(f"invalid lease settings: {problems}") from None
 
+    @property
+    def derived(self) -> frozenset[str]:
+        """The settings that were not given and follow from the others (R, T, T_stop)."""
+        return frozenset(_DERIVED) - self.model_fields_set
+
     @model_validator(mode="after")
-    def _check_inequalities(self) -> LeaseSettings:
-        L, R, T = self.heartbeat_timeout, self.heartbeat_interval, self.lease_operation_timeout
+    def _derive_and_check(self) -> LeaseSettings:
+        problems = self._non_positive()
+        if not problems:
+            for field, (_, rule) in _DERIVED.items():  # in order: R, then T, then T_stop
+                if field not in self.model_fields_set:
+                    object.__setattr__(self, field, rule(self))  # frozen: set once, here
+            problems = self._inequalities()
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def _non_positive(self) -> list[str]:
+        problems = []
         for field in ("heartbeat_timeout", "heartbeat_interval", "lease_operation_timeout"):
-            if getattr(self, field) <= 0:
-                raise ValueError(f"{field} must be positive, got {getattr(self, field)} s")
+            value = getattr(self, field)
+            if field in self.model_fields_set and value <= 0:
+                problems.append(f"{field} must be positive, got {value} s")
+        if self.heartbeat_timeout <= 0:  # nothing to derive the others from
+            problems.append(f"heartbeat_timeout must be positive, got {self.heartbeat_timeout} s")
         for field in ("holder_deadline", "poll_interval"):
             value = getattr(self, field)
             if value is not None and value <= 0:
-                raise ValueError(f"{field} must be positive, got {value} s")
+                problems.append(f"{field} must be positive, got {value} s")
         if self.stop_timeout < 0:
-            raise ValueError(f"stop_timeout must not be negative, got {self.stop_timeout} s")
+            problems.append(f"stop_timeout must not be negative, got {self.stop_timeout} s")
         if not 0 <= self.clock_rate_tolerance < 0.1:
-            raise ValueError(
+            problems.append(
                 f"clock_rate_tolerance must be in [0, 0.1), got {self.clock_rate_tolerance}"
             )
+        return list(dict.fromkeys(problems))
+
+    def _unset(self, *fields: str) -> str:
+        """Where the values in a failed rule came from when not given: '' if all were given."""
+        notes = []
+        for field in fields:
+            if field in self.model_fields_set:
+                continue
+            if field in _DERIVED:
+                rule = _DERIVED[field][0]
+                notes.append(f"{field} = {getattr(self, field):g} s (derived: {rule})")
+            elif field == "holder_deadline":
+                rule = "max(2L/3, R + 2T)"
+                notes.append(f"holder_deadline = {self.deadline:g} s (default: {rule})")
+            elif field == "clock_rate_tolerance":
+                notes.append(f"clock_rate_tolerance = {self.clock_rate_tolerance:g} (default)")
+            else:
+                notes.append(f"{field} = {getattr(self, field):g} s (default)")
+        return f" [not given: {', '.join(notes)}]" if notes else ""
+
+    def _inequalities(self) -> list[str]:
+        """Every failed inequality of DESIGN §6 (all of them, not only the first)."""
+        L, R, T = self.heartbeat_timeout, self.heartbeat_interval, self.lease_operation_timeout
+        problems = []
         if R >= L / 2:
-            raise ValueError(
+            problems.append(
                 f"heartbeat_interval must be < heartbeat_timeout / 2: {R:g} s >= {L / 2:g} s "
                 f"(too large by {R - L / 2:g} s); renew more often or raise the timeout"
+                + self._unset("heartbeat_interval", "heartbeat_timeout")
             )
-        if T >= R:
-            raise ValueError(
-                f"lease_operation_timeout must be < heartbeat_interval: {T:g} s >= {R:g} s "
+        if T > R:
+            problems.append(
+                f"lease_operation_timeout must be <= heartbeat_interval: {T:g} s > {R:g} s "
                 f"(too large by {T - R:g} s)"
+                + self._unset("lease_operation_timeout", "heartbeat_interval")
             )
         D = self.deadline
         if D < R + 2 * T:
-            raise ValueError(
+            problems.append(
                 f"holder_deadline must be >= heartbeat_interval + 2 * lease_operation_timeout so "
                 f"that two renewal attempts fit before it: {D:g} s < {R + 2 * T:g} s "
                 f"(short by {R + 2 * T - D:g} s)"
+                + self._unset("holder_deadline", "heartbeat_interval", "lease_operation_timeout")
             )
         rho = self.clock_rate_tolerance
         lhs = D * (1 + rho) + self.stop_timeout
         rhs = L * (1 - rho)
         if lhs >= rhs:
-            raise ValueError(
+            problems.append(
                 "the safety inequality holder_deadline*(1+rho) + stop_timeout < "
                 f"heartbeat_timeout*(1-rho) fails: {lhs:g} s >= {rhs:g} s (short by "
                 f"{lhs - rhs:g} s); lower holder_deadline or stop_timeout, or raise "
                 "heartbeat_timeout"
+                + self._unset("holder_deadline", "stop_timeout", "heartbeat_timeout")
             )
-        return self
+        return problems
 
     @property
     def deadline(self) -> float:

@@ -65,9 +65,10 @@ def test_bad_durations_are_rejected(bad: object) -> None:
         ({"heartbeat_timeout": 0}, "heartbeat_timeout must be positive"),
         ({"heartbeat_interval": -1}, "heartbeat_interval must be positive"),
         ({"heartbeat_interval": 60}, "heartbeat_interval must be < heartbeat_timeout / 2"),
-        ({"lease_operation_timeout": 12}, "lease_operation_timeout must be < heartbeat_interval"),
+        ({"lease_operation_timeout": 13}, "lease_operation_timeout must be <= heartbeat_interval"),
         ({"holder_deadline": 21}, "two renewal attempts fit"),
-        ({"holder_deadline": 119.5}, "safety inequality"),
+        ({"holder_deadline": 119.9}, "safety inequality"),
+        ({"holder_deadline": 119.5, "stop_timeout": 1}, "safety inequality"),
         ({"stop_timeout": 40}, "safety inequality"),
         ({"clock_rate_tolerance": 0.5}, "clock_rate_tolerance"),
         ({"poll_interval": 0}, "poll_interval must be positive"),
@@ -87,6 +88,66 @@ def test_invalid_settings_name_the_failed_inequality(
 def test_failed_inequality_says_by_how_much() -> None:
     """The message gives both sides and the shortfall."""
     with pytest.raises(LeaseConfigError, match=r"70 s >= 60 s \(too large by 10 s\)"):
+        LeaseSettings(heartbeat_interval=70)
+
+
+def test_unset_settings_follow_from_those_given() -> None:
+    """Only L given: R = L/10, T = R/2 (at most 5 s), T_stop = 1 s or half a smaller margin."""
+    s = LeaseSettings(heartbeat_timeout="2s")
+    assert (s.heartbeat_interval, s.lease_operation_timeout) == pytest.approx((0.2, 0.1))
+    assert s.deadline == pytest.approx(4 / 3)
+    assert s.stop_timeout == pytest.approx(s.safety_margin / 2)
+    assert s.derived == {"heartbeat_interval", "lease_operation_timeout", "stop_timeout"}
+    seed = LeaseSettings()
+    assert (seed.heartbeat_interval, seed.lease_operation_timeout, seed.stop_timeout) == (12, 5, 1)
+    # 1 s where it fits (as before derivation existed): L = 5 s leaves a margin of 1.658 s.
+    assert LeaseSettings(heartbeat_timeout=5).stop_timeout == 1
+
+
+def test_given_settings_are_never_replaced_by_derived_ones() -> None:
+    """A value given is kept as given, even where the derived one would differ."""
+    s = LeaseSettings(heartbeat_timeout=60, heartbeat_interval=3, lease_operation_timeout=2,
+                      stop_timeout=0.5)
+    assert (s.heartbeat_interval, s.lease_operation_timeout, s.stop_timeout) == (3, 2, 0.5)
+    assert s.derived == frozenset()
+
+
+#: Published configurations and how they map (docs/tuning.md, "Published configurations").
+PUBLISHED = {
+    # client-go leader election: LeaseDuration 15 s, RenewDeadline 10 s, RetryPeriod 2 s.
+    "client-go": {"heartbeat_timeout": "15s", "holder_deadline": "10s",
+                  "heartbeat_interval": "2s"},
+    # kubernetes (official Python client) leader election example: 17 / 15 / 5.
+    "kubernetes-python": {"heartbeat_timeout": 17, "holder_deadline": 15,
+                          "heartbeat_interval": 5},
+    # Akka's documented Kubernetes lease example: 100 s / 1 s / 1 s.
+    "akka-example": {"heartbeat-timeout": "100s", "heartbeat-interval": "1s",
+                     "lease-operation-timeout": "1s"},
+    # Akka's reference.conf defaults.
+    "akka-reference": {"heartbeat-timeout": "120s", "heartbeat-interval": "12s",
+                       "lease-operation-timeout": "5s"},
+    "timeout-only-short": {"heartbeat_timeout": "1s"},
+    "timeout-only-3s": {"heartbeat_timeout": 3},
+}
+
+
+@pytest.mark.parametrize("values", PUBLISHED.values(), ids=PUBLISHED.keys())
+def test_published_configurations_are_accepted(values: dict[str, object]) -> None:
+    """Configurations people copy from client-go, the Python client and Akka just work."""
+    s = LeaseSettings(**values)
+    assert s.safety_margin > s.stop_timeout >= 0
+    assert s.lease_operation_timeout <= s.heartbeat_interval < s.heartbeat_timeout / 2
+
+
+def test_every_failed_inequality_is_listed_at_once_with_unset_values_marked() -> None:
+    """Two rules fail: both are named in one error, with the derived T marked as not given."""
+    with pytest.raises(LeaseConfigError) as info:
+        LeaseSettings(heartbeat_timeout=10, heartbeat_interval=6, holder_deadline=9.9)
+    message = str(info.value)
+    assert "heartbeat_interval must be < heartbeat_timeout / 2: 6 s >= 5 s" in message
+    assert "two renewal attempts fit before it: 9.9 s < 12 s" in message
+    assert "lease_operation_timeout = 3 s (derived: heartbeat_interval / 2, at most 5 s)" in message
+    with pytest.raises(LeaseConfigError, match=r"heartbeat_timeout = 120 s \(default\)"):
         LeaseSettings(heartbeat_interval=70)
 
 
