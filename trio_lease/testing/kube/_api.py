@@ -34,6 +34,7 @@ from ._patch import patch
 from ._rbac import forbidden_reason, is_allowed
 from ._resources import ResourceType
 from ._reviews import answer_review, is_review_path
+from ._selectors import exact_name
 from ._status import ApiError, status_body
 from ._store import MODIFIED_MSG
 from ._table import as_table, table_events, table_version
@@ -91,6 +92,8 @@ class _Target:
     namespace: str
     name: str
     verb: str
+    #: The name RBAC sees: the URL's, or a list/watch's ``metadata.name=`` field selector.
+    rbac_name: str = ""
 
 
 def _route(emulator: Cluster, request: Request) -> _Target:
@@ -121,7 +124,10 @@ def _route(emulator: Cluster, request: Request) -> _Target:
     verb = verbs.get((request.method, bool(name)))
     if verb is None:
         raise ApiError.method_not_allowed(request.method)
-    return _Target(rt, namespace, name, verb)
+    if verb in ("list", "watch"):
+        selected = exact_name(request.query.get("fieldSelector", ""))
+        return _Target(rt, namespace, name, verb, selected)
+    return _Target(rt, namespace, name, verb, name)
 
 
 async def _handle(emulator: Cluster, request: Request) -> Response:
@@ -233,11 +239,11 @@ def _injected(fault: Fault, rt: ResourceType, name: str) -> ApiError:
 def _authorize(emulator: Cluster, user: Any, target: _Target) -> None:
     rt = target.rt
     if not is_allowed(
-        user, target.verb, rt.group, rt.plural, target.namespace, target.name,
+        user, target.verb, rt.group, rt.plural, target.namespace, target.rbac_name,
         emulator.rbac_objects,
     ):
         reason = forbidden_reason(user, target.verb, rt.group, rt.plural, target.namespace)
-        raise ApiError.forbidden(rt.plural, rt.group, target.name, reason)
+        raise ApiError.forbidden(rt.plural, rt.group, target.rbac_name, reason)
 
 
 def _decode(request: Request) -> JSON:

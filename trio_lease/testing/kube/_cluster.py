@@ -11,10 +11,12 @@ emulator on top.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from ._compaction import Compactor
 from ._faults import Faults
 from ._http import RecordedRequest
 from ._rbac import ADMIN, User
@@ -41,6 +43,8 @@ class Cluster:
     faults: Faults
     #: Objects, the revision counter and the event history.
     store: Store
+    #: Compacts the history every ``compaction_interval`` seconds (etcd's compactor).
+    compactor: Compactor
     #: Served types by (group, version, plural).
     types: dict[tuple[str, str, str], ResourceType]
     #: Open watches (closed ones are dropped as events arrive).
@@ -53,16 +57,22 @@ class Cluster:
         self,
         *,
         require_auth: bool,
-        history: int,
+        history: int | None,
         bookmark_interval: float,
         watch_expired_status: bool,
         wall_clock: Callable[[], datetime] | None,
+        compaction_interval: float | None = 300.0,
     ) -> None:
         self.require_auth = require_auth
         self.bookmark_interval = bookmark_interval
         self.watch_expired_status = watch_expired_status
         self.faults = Faults()
-        self.store = Store(wall_clock or (lambda: datetime.now(UTC)), history, self._dispatch)
+        self.store = Store(
+            wall_clock or (lambda: datetime.now(UTC)),
+            history if history is not None else sys.maxsize,
+            self._dispatch,
+        )
+        self.compactor = Compactor(compaction_interval)
         self.types = {}
         for rt in BUILTIN_TYPES:
             self._register(rt)
@@ -130,6 +140,7 @@ class Cluster:
         return self.watches
 
     def _dispatch(self, event: Event) -> None:
+        self.compactor.advance(self.store, event.rv - 1)
         for watch in self.open_watches():
             if watch.matches(event.storage_key, event.namespace, event.name):
-                watch.offer(event.type, json.loads(json.dumps(event.obj)))
+                watch.offer(event.type, json.loads(json.dumps(event.obj)), event.prev)

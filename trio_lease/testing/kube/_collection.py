@@ -1,13 +1,30 @@
-"""List and watch: the collection reads (``GET .../leases`` with or without ``watch=1``)."""
+"""List and watch: the collection reads (``GET .../leases`` with or without ``watch=1``).
+
+A list honours ``labelSelector`` and ``fieldSelector`` (:mod:`._selectors`) and pages with
+``limit`` and ``continue`` as ``apiserver/pkg/storage/etcd3/store.go`` ``GetList`` does: items
+in etcd key order (``<namespace>/<name>``), a page of at most ``limit`` selected items, and
+when more remain an opaque ``metadata.continue`` token (``storage.EncodeContinue``: base64url
+of ``{"v":"meta.k8s.io/v1","rv":<revision>,"start":"<next key>"}``) plus
+``remainingItemCount`` (only without selectors). Every page of one list is read at the first
+page's revision, so it is consistent; a token whose revision has been compacted away is 410
+``Expired`` with the ``inconsistentContinue`` message and a fresh token (``rv`` -1) that
+continues at the latest revision (``etcd3/errors.go``). A token that does not decode is 400
+``invalid continue token: continue key is not valid...``, and ``resourceVersion`` together
+with ``continue`` is 400.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import posixpath
 from typing import Any
 
 from ._cluster import Cluster
 from ._http import Request, Response
 from ._resources import ResourceType
+from ._selectors import Selection
 from ._status import ApiError
 from ._watch import WatchStream
 
@@ -15,35 +32,133 @@ __all__ = ["list_objects", "start_watch"]
 
 JSON = dict[str, Any]
 
+_INCONSISTENT = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter, or use the continue token in this "
+    "response to retrieve the remainder of the results. Continuing with the provided token "
+    "results in an inconsistent list - objects that were created, modified, or deleted "
+    "between the time the first chunk was returned and now may show up in the list."
+)
+_INVALID = "invalid continue token: continue key is not valid"
 
-def _field_selector(request: Request, namespace: str) -> tuple[str | None, str | None]:
-    """``metadata.name`` / ``metadata.namespace`` from ``fieldSelector``; 400 for others."""
-    name: str | None = None
-    scope: str | None = namespace or None
-    selector = request.query.get("fieldSelector", "")
-    for term in filter(None, selector.split(",")):
-        key, _, value = term.replace("==", "=").partition("=")
-        if key == "metadata.name":
-            name = value
-        elif key == "metadata.namespace":
-            scope = value
+
+def _key(rt: ResourceType, obj: JSON, scope: str | None) -> str:
+    """The object's etcd key below the list's key prefix."""
+    meta = obj["metadata"]
+    if not rt.namespaced or scope is not None:
+        return str(meta["name"])
+    return f"{meta.get('namespace', '')}/{meta['name']}"
+
+
+def _encode_continue(revision: int, start: str) -> str:
+    token = json.dumps({"v": "meta.k8s.io/v1", "rv": revision, "start": start},
+                       separators=(",", ":"))
+    return base64.urlsafe_b64encode(token.encode()).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[str, int]:
+    """(start key, revision) of a continue token; 400 as ``storage.DecodeContinue`` fails."""
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (binascii.Error, ValueError) as exc:
+        raise ApiError.bad_request(f"{_INVALID}: {exc}") from None
+    if not isinstance(data, dict) or data.get("v") != "meta.k8s.io/v1":
+        version = data.get("v", "") if isinstance(data, dict) else ""
+        raise ApiError.bad_request(
+            f"{_INVALID}: server does not recognize this encoded version {version}"
+        )
+    revision, start = data.get("rv"), data.get("start")
+    if not isinstance(revision, int) or revision == 0:
+        raise ApiError.bad_request(
+            f"{_INVALID}: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
+        )
+    if not isinstance(start, str) or not start:
+        raise ApiError.bad_request(f"{_INVALID}: encoded start key empty (version meta.k8s.io/v1)")
+    key = start if start.startswith("/") else "/" + start
+    if posixpath.normpath(key) != key:  # path.Clean: no climbing out of the key prefix
+        raise ApiError.bad_request(f"{_INVALID}: {start}")
+    return key[1:], revision
+
+
+def _objects_at(
+    emulator: Cluster, rt: ResourceType, scope: str | None, revision: int
+) -> list[JSON]:
+    """The objects as they were at ``revision`` (the current ones, with later events undone)."""
+    store = emulator.store
+    found = {
+        (obj["metadata"].get("namespace", ""), obj["metadata"]["name"]): obj
+        for obj in store.items(rt, scope)
+    }
+    for event in reversed(store.history):
+        if event.rv <= revision:
+            break
+        if event.storage_key != rt.storage_key or (scope is not None and event.namespace != scope):
+            continue
+        key = (event.namespace, event.name)
+        if event.type == "ADDED":
+            found.pop(key, None)
         else:
+            before = event.obj if event.type == "DELETED" else event.prev
+            if before is not None:
+                found[key] = json.loads(json.dumps(before))
+    return list(found.values())
+
+
+def _page(
+    emulator: Cluster, rt: ResourceType, scope: str | None, request: Request,
+    selection: Selection,
+) -> JSON:
+    query = request.query
+    try:
+        limit = int(query.get("limit") or 0)
+    except ValueError as exc:
+        raise ApiError.bad_request(str(exc)) from None
+    store = emulator.store
+    emulator.compactor.advance(store, store.revision)
+    revision, start = store.revision, ""
+    token = query.get("continue", "")
+    if token:
+        start, token_rv = _decode_continue(token)
+        if query.get("resourceVersion", "") not in ("", "0"):
             raise ApiError.bad_request(
-                f'"{key}" is not a known field selector: only "metadata.name", '
-                '"metadata.namespace"'
+                "specifying resource version is not allowed when using continue"
             )
-    return name, scope
+        if token_rv > 0:
+            if token_rv <= store.compacted:
+                error = ApiError.expired(_INCONSISTENT)
+                assert isinstance(error.body, dict)
+                error.body["metadata"] = {"continue": _encode_continue(-1, start)}
+                raise error
+            revision = token_rv
+    objects = (
+        _objects_at(emulator, rt, scope, revision) if revision != store.revision
+        else store.items(rt, scope)
+    )
+    keyed = sorted(((_key(rt, obj, scope), obj) for obj in objects), key=lambda pair: pair[0])
+    keyed = [(key, obj) for key, obj in keyed if key >= start]
+    items: list[JSON] = []
+    meta: JSON = {"resourceVersion": str(revision)}
+    last_key = ""
+    for index, (key, obj) in enumerate(keyed):
+        if limit > 0 and len(items) >= limit:
+            # The next page starts right after the last key looked at (matching or not).
+            meta["continue"] = _encode_continue(revision, last_key + "\x00")
+            if selection.empty:
+                meta["remainingItemCount"] = len(keyed) - index
+            break
+        last_key = key
+        if selection.matches(obj):
+            items.append(obj)
+    return {"metadata": meta, "items": items}
 
 
 def list_objects(
     emulator: Cluster, rt: ResourceType, namespace: str, request: Request
 ) -> JSON:
-    """A ``<Kind>List`` of the objects the request selects, at the latest revision."""
-    name, scope = _field_selector(request, namespace)
-    items = [
-        item for item in emulator.store.items(rt, scope if rt.namespaced else "")
-        if name is None or item["metadata"]["name"] == name
-    ]
+    """A ``<Kind>List`` of the objects the request selects, one page if ``limit`` is set."""
+    selection = Selection.from_query(request.query)
+    page = _page(emulator, rt, namespace or None, request, selection)
+    items = page["items"]
     if not rt.custom:
         for item in items:
             item.pop("kind", None)
@@ -51,7 +166,7 @@ def list_objects(
     return {
         "kind": rt.list_kind,
         "apiVersion": rt.api_version,
-        "metadata": {"resourceVersion": emulator.resource_version},
+        "metadata": page["metadata"],
         "items": items,
     }
 
@@ -61,22 +176,24 @@ def start_watch(
     *, force_expired: bool,
 ) -> Response:
     """Open a watch: replay from ``resourceVersion`` (or list as ADDED), then follow."""
-    name, scope = _field_selector(request, namespace)
+    selection = Selection.from_query(request.query)
+    scope = namespace or None
     timeout = float(request.query.get("timeoutSeconds") or 1800)
     store = emulator.store
+    emulator.compactor.advance(store, store.revision)
     stream = WatchStream(
-        rt, scope, name, request.token,
+        rt, scope, selection.name, request.token,
         bookmarks=request.query.get("allowWatchBookmarks", "") in ("1", "true"),
         timeout=timeout,
         bookmark_interval=emulator.bookmark_interval,
         current_revision=lambda: store.revision,
+        selection=selection,
     )
     rv_text = request.query.get("resourceVersion", "")
     stream.last_rv = rv_text or stream.last_rv
     if rv_text in ("", "0"):
-        for obj in emulator.store.items(rt, scope if rt.namespaced else ""):
-            if name is None or obj["metadata"]["name"] == name:
-                stream.offer("ADDED", obj)
+        for obj in store.items(rt, scope):
+            stream.offer("ADDED", obj)
     else:
         try:
             rv = int(rv_text)
@@ -92,6 +209,7 @@ def start_watch(
         else:
             for event in store.history:
                 if event.rv > rv and stream.matches(event.storage_key, event.namespace, event.name):
-                    stream.offer(event.type, json.loads(json.dumps(event.obj)))
+                    stream.offer(event.type, json.loads(json.dumps(event.obj)), event.prev)
     emulator.watches.append(stream)
     return Response(200, [("Content-Type", "application/json")], stream=stream)
+

@@ -37,8 +37,14 @@ class KubeEmulator(Cluster):
         namespaces: namespaces that exist from the start.
         require_auth: if true, a request without a bearer token is 401; if false (default),
             it acts as a cluster admin. Registered tokens are always checked either way.
-        history: how many events watches can resume from; older resourceVersions are 410.
-        bookmark_interval: seconds of quiet between BOOKMARK events on watches that allow them.
+        history: at most this many events are kept for watches to resume from (None, the
+            default: no count limit, only ``compaction_interval`` decides).
+        bookmark_interval: seconds between BOOKMARK events on watches that allow them (the
+            watch cache's one minute); one also comes 2 s before ``timeoutSeconds`` ends.
+        compaction_interval: seconds between history compactions (etcd's compactor, every
+            5 minutes by default as ``--etcd-compaction-interval``): a watch or a continued
+            list from a resourceVersion older than the previous compaction is 410 Expired.
+            None never compacts by time.
         watch_expired_status: answer a too-old watch with HTTP 410 instead of an in-stream
             ERROR event (the watch cache's behaviour, the default).
         wall_clock: the clock for creationTimestamp (UTC ``datetime``); defaults to the system
@@ -50,8 +56,9 @@ class KubeEmulator(Cluster):
         *,
         namespaces: Iterable[str] = ("default",),
         require_auth: bool = False,
-        history: int = 1000,
+        history: int | None = None,
         bookmark_interval: float = 60.0,
+        compaction_interval: float | None = 300.0,
         watch_expired_status: bool = False,
         wall_clock: Callable[[], datetime] | None = None,
     ) -> None:
@@ -61,6 +68,7 @@ class KubeEmulator(Cluster):
             bookmark_interval=bookmark_interval,
             watch_expired_status=watch_expired_status,
             wall_clock=wall_clock,
+            compaction_interval=compaction_interval,
         )
         for name in namespaces:
             self.create_namespace(name)

@@ -9,9 +9,12 @@ Authorization reads the RBAC objects stored in the emulator (Role, RoleBinding, 
 ClusterRoleBinding, created through the API, :meth:`KubeEmulator.apply` or
 :meth:`KubeEmulator.grant`), so applying ``lease.yml`` really grants what it says. Members of
 the group ``system:masters`` may do anything. A rule matches when verb, API group and resource
-each match (``*`` matches all) and ``resourceNames`` is empty or names the object; as in the
-real RBAC authorizer, ``resourceNames`` can never allow ``create``, ``list`` or ``watch``
-(the name is not known at authorization time). The denial message is the one
+each match (``*`` matches all) and ``resourceNames`` is empty or names the object
+(``rbac.ResourceNameMatches`` in ``plugin/pkg/auth/authorizer/rbac``). The request's name is
+the one in the URL, and for a list or watch the value of a ``metadata.name=`` field selector
+(``endpoints/request/requestinfo.go``): so ``resourceNames`` allows a list or watch narrowed
+to one of its names, and never ``create`` or an unnarrowed list (their name is empty). The
+denial message is the one
 ``responsewriters.forbiddenMessage`` writes:
 ``User "u" cannot update resource "leases" in API group "coordination.k8s.io" in the namespace
 "jobs"`` (or ``at the cluster scope``).
@@ -71,9 +74,7 @@ def _rule_allows(rule: JSON, verb: str, group: str, resource: str, name: str) ->
     if not (has("verbs", verb) and has("apiGroups", group) and has("resources", resource)):
         return False
     names = rule.get("resourceNames") or []
-    if not names:
-        return True
-    return verb not in ("create", "list", "watch", "deletecollection") and name in names
+    return not names or name in names
 
 
 def is_allowed(

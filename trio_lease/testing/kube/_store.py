@@ -47,9 +47,13 @@ _META_ORDER = (
 
 
 class Event:
-    """One committed change: ``type`` is ADDED, MODIFIED or DELETED."""
+    """One committed change: ``type`` is ADDED, MODIFIED or DELETED.
 
-    __slots__ = ("name", "namespace", "obj", "rv", "storage_key", "type")
+    ``prev`` is the object before a MODIFIED (None otherwise): a watch with a label selector
+    needs it to turn a change in or out of the selection into ADDED or DELETED.
+    """
+
+    __slots__ = ("name", "namespace", "obj", "prev", "rv", "storage_key", "type")
 
     rv: int
     type: str
@@ -57,9 +61,14 @@ class Event:
     obj: JSON
     namespace: str
     name: str
+    prev: JSON | None
 
-    def __init__(self, rv: int, type_: str, storage_key: tuple[str, str], obj: JSON) -> None:
+    def __init__(
+        self, rv: int, type_: str, storage_key: tuple[str, str], obj: JSON,
+        prev: JSON | None = None,
+    ) -> None:
         self.rv = rv
+        self.prev = prev
         self.type = type_
         self.storage_key = storage_key
         self.obj = obj
@@ -110,10 +119,11 @@ class Store:
     def drop_bucket(self, storage_key: tuple[str, str]) -> None:
         self._objects.pop(storage_key, None)
 
-    def _commit(self, rt: ResourceType, type_: str, obj: JSON) -> None:
+    def _commit(self, rt: ResourceType, type_: str, obj: JSON, prev: JSON | None = None) -> None:
+        old = None if prev is None else self.present(rt, prev)
         self.revision += 1
         obj["metadata"]["resourceVersion"] = str(self.revision)
-        event = Event(self.revision, type_, rt.storage_key, self.present(rt, obj))
+        event = Event(self.revision, type_, rt.storage_key, self.present(rt, obj), old)
         self.history.append(event)
         while len(self.history) > self.history_size:
             self.compacted = self.history.popleft().rv
@@ -263,7 +273,7 @@ class Store:
         if rt.custom and new.get("spec") != existing.get("spec"):
             new["metadata"]["generation"] = existing["metadata"].get("generation", 1) + 1
         self.bucket(rt)[(namespace, name)] = new
-        self._commit(rt, "MODIFIED", new)
+        self._commit(rt, "MODIFIED", new, existing)
         return 200, self.present(rt, new)
 
     def delete(self, rt: ResourceType, namespace: str, name: str, options: JSON) -> JSON:

@@ -1,11 +1,15 @@
 """Watch streams: ``GET ...?watch=1`` as one JSON event per line.
 
 A :class:`WatchStream` is fed by the emulator on every commit that matches its filter (type,
-namespace, ``fieldSelector=metadata.name=...``). It ends cleanly after ``timeoutSeconds`` (the
-server default is 30 minutes: ``minRequestTimeout`` is 1800 s and the real server adds up to
-as much again at random, which we leave out to stay deterministic). With
-``allowWatchBookmarks=true`` it sends a BOOKMARK carrying the current resourceVersion every
-``bookmark_interval`` seconds of quiet (the watch cache sends them about once a minute) and on
+namespace, ``labelSelector`` and ``fieldSelector``). With a selector, a change that moves an
+object into the selection is sent as ADDED and one that moves it out as DELETED (the previous
+object at the new resourceVersion), as the watch cache's ``cacheWatcher.convertToWatchEvent``
+does. It ends cleanly after ``timeoutSeconds`` (the server default is 30 minutes:
+``minRequestTimeout`` is 1800 s and the real server adds up to as much again at random, which
+we leave out to stay deterministic). With ``allowWatchBookmarks=true`` it sends a BOOKMARK
+carrying the current resourceVersion every ``bookmark_interval`` seconds from the watch's
+start, whatever else it sent, and one 2 seconds before ``timeoutSeconds`` ends (the cacher's
+``cacheWatcher.nextBookmarkTime``: ``bookmarkFrequency`` is one minute), and on
 :meth:`KubeEmulator.send_bookmarks`. A BOOKMARK of a built-in type carries Go's zero values
 (``"creationTimestamp": null``, ``"spec": {}``); a custom resource's carries only metadata.
 
@@ -27,6 +31,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._resources import ResourceType
+from ._selectors import Selection
 from ._status import ApiError
 
 __all__ = ["WatchCut", "WatchStream"]
@@ -54,6 +59,8 @@ class WatchStream:
     #: Whether the client allowed BOOKMARK events, and the quiet time between them.
     bookmarks: bool
     bookmark_interval: float
+    #: The label and field selection beyond name and namespace (None: everything).
+    selection: Selection | None
     #: True once the stream ended.
     closed: bool
     #: The resourceVersion of the last event sent.
@@ -72,15 +79,19 @@ class WatchStream:
         timeout: float,
         bookmark_interval: float,
         current_revision: Callable[[], int],
+        selection: Selection | None = None,
     ) -> None:
         self.rt = rt
+        self.selection = selection if selection is not None and not selection.empty else None
         self.namespace = namespace
         self.name = name
         self.token = token
         self.bookmarks = bookmarks
         self.bookmark_interval = bookmark_interval
         self._revision = current_revision
-        self._deadline = anyio.current_time() + timeout
+        started = anyio.current_time()
+        self._deadline = started + timeout
+        self._next_bookmark = self._bookmark_after(started)
         self._send: MemoryObjectSendStream[tuple[str, Any]]
         self._receive: MemoryObjectReceiveStream[tuple[str, Any]]
         self._send, self._receive = anyio.create_memory_object_stream[tuple[str, Any]](math.inf)
@@ -94,8 +105,23 @@ class WatchStream:
             and (self.name is None or self.name == name)
         )
 
-    def offer(self, type_: str, obj: JSON) -> None:
-        """Queue one event (the object is already a private copy)."""
+    def offer(self, type_: str, obj: JSON, prev: JSON | None = None) -> None:
+        """Queue one event (``obj`` is already a private copy; ``prev`` is read-only)."""
+        if self.selection is not None:
+            now_in = type_ != "DELETED" and self.selection.matches(obj)
+            if type_ == "DELETED":
+                was_in = self.selection.matches(obj)
+            else:
+                was_in = prev is not None and self.selection.matches(prev)
+            if not now_in and not was_in:
+                return
+            if now_in and not was_in:
+                type_ = "ADDED"
+            elif was_in and not now_in and type_ != "DELETED":
+                rv = obj["metadata"].get("resourceVersion")
+                obj = json.loads(json.dumps(prev))
+                obj["metadata"]["resourceVersion"] = rv
+                type_ = "DELETED"
         obj["apiVersion"] = self.rt.api_version
         self.last_rv = obj["metadata"].get("resourceVersion", self.last_rv)
         self._push("event", {"type": type_, "object": obj})
@@ -118,6 +144,11 @@ class WatchStream:
         if not self.closed:
             self._send.send_nowait((kind, payload))
 
+    def _bookmark_after(self, now: float) -> float | None:
+        """``nextBookmarkTime``: a minute on, but no later than 2 s before the deadline."""
+        due = min(now + self.bookmark_interval, self._deadline - 2.0)
+        return due if due > now else None
+
     def _bookmark_event(self) -> JSON:
         obj: JSON = {"kind": self.rt.kind, "apiVersion": self.rt.api_version}
         if self.rt.custom:
@@ -137,14 +168,15 @@ class WatchStream:
                 await self.aclose()
                 break
             wait = self._deadline - now
-            if self.bookmarks:
-                wait = min(wait, self.bookmark_interval)
+            if self.bookmarks and self._next_bookmark is not None:
+                if now >= self._next_bookmark:
+                    self._next_bookmark = self._bookmark_after(now)
+                    return encode(self._bookmark_event())
+                wait = min(wait, self._next_bookmark - now)
             item: tuple[str, Any] | None = None
             with anyio.move_on_after(wait):
                 item = await self._receive.receive()
             if item is None:
-                if anyio.current_time() < self._deadline and self.bookmarks:
-                    return encode(self._bookmark_event())
                 continue
             kind, payload = item
             if kind == "event":
