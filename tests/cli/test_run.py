@@ -138,12 +138,12 @@ def test_renewals_that_cannot_commit_stop_the_command_at_the_deadline(cli: Cli) 
     assert "no renewal was confirmed before the holder's deadline" in holder.stderr()
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_signal_stops_the_command_releases_and_exits_128_plus_n(
     cli: Cli, signum: signal.Signals
 ) -> None:
-    """SIGINT or SIGTERM to `trio-lease run` SIGTERMs the command, releases the lease (status
-    shows it free at once) and exits 130 or 143."""
+    """SIGINT, SIGTERM or SIGHUP (a closed terminal) to `trio-lease run` SIGTERMs the command,
+    releases the lease (status shows it free at once) and exits 130, 143 or 129."""
     log, child = cli.child("holder")
     holder = cli.start("run", "job", *FAST, "--", *child)
     wait_for_event(log, "start", holder)

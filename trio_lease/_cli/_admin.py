@@ -27,7 +27,7 @@ from .._exceptions import (
     LeaseConfigError,
     LeaseError,
 )
-from ._options import add_backend_options, env_flag, open_backend
+from ._options import add_backend_options, env_flag, lease_name, open_backend
 
 __all__ = ["add_admin_commands"]
 
@@ -38,15 +38,21 @@ RELEASE_ATTEMPTS = 5
 def add_admin_commands(commands: Any) -> None:
     """Register ``status`` and ``release`` on the command's subparsers."""
     status = commands.add_parser("status", help="show holder, token, age, expiry")
-    status.add_argument("names", nargs="*")
-    status.add_argument("--json", action="store_true", default=bool(env_flag("json")))
+    status.add_argument(
+        "names", nargs="*", type=lease_name, help="lease names (default: all, where listable)"
+    )
+    status.add_argument(
+        "--json", action="store_true", default=bool(env_flag("json")), help="print JSON rows"
+    )
     add_backend_options(status)
     status.set_defaults(func=status_command)
 
     release = commands.add_parser("release", help="break-glass: free a lease (unsafe)")
-    release.add_argument("name")
+    release.add_argument("name", type=lease_name, help="lease name")
     # Deliberately not from the environment: breaking a lease must be asked for each time.
-    release.add_argument("--force", action="store_true")
+    release.add_argument(
+        "--force", action="store_true", help="required: free the lease whoever holds it"
+    )
     add_backend_options(release)
     release.set_defaults(func=release_command)
 

@@ -126,7 +126,8 @@ def _call(func: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -
     """``func(args)``, in an event loop if it is async; one error out of a group, bare."""
     try:
         if inspect.iscoroutinefunction(func):
-            result: int = anyio.run(func, args)
+            backend = getattr(args, "anyio_backend", None) or "asyncio"
+            result: int = anyio.run(func, args, backend=backend)
         else:
             result = func(args)
     except BaseExceptionGroup as group:  # never expected: one error is reported bare

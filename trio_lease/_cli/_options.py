@@ -6,7 +6,9 @@ variable ``TRIO_LEASE_<OPTION>`` (``TRIO_LEASE_SQLITE_PATH``, ``TRIO_LEASE_OWNER
 wins. The backend comes from ``--config FILE --section PATH`` (a LeaseProvider TOML section),
 else from ``--backend NAME`` (default ``sqlite`` at the per-user path). Timings: the command
 line, else the environment, else the ``--config`` section (as LeaseProvider reads it), else,
-without ``--config``, :data:`CLI_DEFAULTS`.
+without ``--config``, :data:`CLI_DEFAULTS`; but when the heartbeat timeout is given and another
+timing is not, that one follows from it as in :class:`~trio_lease.LeaseSettings` (R = L/10 ...),
+so ``--heartbeat-timeout 3s`` alone is valid. ``--anyio-backend`` picks the event loop.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "duration",
     "env",
     "env_flag",
+    "lease_name",
     "open_backend",
 ]
 
@@ -77,11 +80,28 @@ def duration(value: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def positive_duration(value: str) -> float:
+    """An argparse type: a duration above zero (a wait of 0 s or less is a typo)."""
+    seconds = duration(value)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 s, got {value!r}")
+    return seconds
+
+
+def lease_name(value: str) -> str:
+    """An argparse type: a lease name that is not blank."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("a lease name cannot be blank")
+    return value
+
+
 def add_backend_options(parser: argparse.ArgumentParser) -> None:
     """The backend and timing options of every command that touches leases."""
     group = parser.add_argument_group("backend")
     group.add_argument("--config", default=env("config"), help="LeaseProvider TOML file")
-    group.add_argument("--section", default=env("section"), help="section path in --config")
+    group.add_argument(
+        "--section", default=env("section"), help="section path in --config (needs --config)"
+    )
     group.add_argument(
         "--backend",
         default=env("backend", "sqlite"),
@@ -90,13 +110,39 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--sqlite-path", default=env("sqlite_path"), help="SQLite file (default: per-user path)"
     )
+    group.add_argument(
+        "--anyio-backend",
+        choices=("asyncio", "trio"),
+        default=env("anyio_backend", "asyncio"),
+        help="event loop to run on (default: asyncio)",
+    )
     timing = parser.add_argument_group("timing (seconds or '1.5s', '250ms', '2m')")
     for option, default in CLI_DEFAULTS.items():
         flag = option.replace("_", "-")
         # None means "not given": the --config section, else CLI_DEFAULTS, decides.
         timing.add_argument(
-            f"--{flag}", dest=option, default=env(option), help=f"default: {default}"
+            f"--{flag}",
+            dest=option,
+            default=env(option),
+            help=_TIMING_HELP[option].format(default=default),
         )
+
+
+_TIMING_HELP = {
+    "heartbeat_timeout": "how long a silent holder keeps the lease (default: {default})",
+    "heartbeat_interval": (
+        "how often the holder renews (default: {default}, or a tenth of the heartbeat timeout "
+        "when that is given)"
+    ),
+    "lease_operation_timeout": (
+        "the longest one request may take (default: {default}, or half the heartbeat interval, "
+        "at most 5s, when the heartbeat timeout is given)"
+    ),
+    "stop_timeout": (
+        "how long the command has from SIGTERM to SIGKILL (default: {default}, or 1s when the "
+        "heartbeat timeout is given and the safety margin holds it)"
+    ),
+}
 
 
 def _settings(args: argparse.Namespace, base: LeaseSettings | None) -> LeaseSettings:
@@ -104,6 +150,8 @@ def _settings(args: argparse.Namespace, base: LeaseSettings | None) -> LeaseSett
     given = {option: getattr(args, option) for option in CLI_DEFAULTS}
     given = {option: value for option, value in given.items() if value is not None}
     if base is None:
+        if "heartbeat_timeout" in given:  # the rest follows from it, as in LeaseSettings
+            return LeaseSettings(**given)
         return LeaseSettings(**(CLI_DEFAULTS | given))
     if not given:
         return base
@@ -112,6 +160,11 @@ def _settings(args: argparse.Namespace, base: LeaseSettings | None) -> LeaseSett
 
 def open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]:
     """The backend and settings the options name (not entered yet: ``async with`` it)."""
+    if args.section and not args.config:
+        raise LeaseConfigError(
+            "--section needs --config (the TOML file the section is in); without --config, "
+            "use --backend"
+        )
     if args.config:
         if not args.section:
             raise LeaseConfigError("--config needs --section (the TOML section of the lease)")

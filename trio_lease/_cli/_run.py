@@ -2,9 +2,9 @@
 
 It waits for the lease (or, with ``--no-wait``, gives up at once if another owner holds it),
 saying on stderr what it waits for (:mod:`._waiting`), then runs CMD under the lease
-(:mod:`._child`). SIGINT or SIGTERM stops the child the same way a lost lease does, then
-releases the lease, and the command exits 128+N. The lease's errors reach the entry point,
-which maps them to exit codes.
+(:mod:`._child`). SIGINT, SIGTERM or SIGHUP (a closed terminal) stops the child the same way a
+lost lease does, then releases the lease, and the command exits 128+N. The lease's errors reach
+the entry point, which maps them to exit codes.
 """
 
 from __future__ import annotations
@@ -21,10 +21,26 @@ from anyio.abc import TaskGroup
 from .._lease import Lease
 from .._settings import LeaseSettings
 from ._child import check_command, run_child
-from ._options import add_backend_options, default_owner, duration, env, env_flag, open_backend
+from ._options import (
+    add_backend_options,
+    default_owner,
+    env,
+    env_flag,
+    lease_name,
+    open_backend,
+    positive_duration,
+)
 from ._waiting import report_waiting
 
-__all__ = ["add_run_command", "run"]
+__all__ = ["STOP_SIGNALS", "add_run_command", "run"]
+
+#: Signals that stop a run gracefully: Ctrl-C, a service manager's stop, a closed terminal
+#: (SIGHUP, where the platform has it).
+STOP_SIGNALS: tuple[signal.Signals, ...] = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()),
+)
 
 
 def add_run_command(commands: Any) -> None:
@@ -32,18 +48,20 @@ def add_run_command(commands: Any) -> None:
     parser: argparse.ArgumentParser = commands.add_parser(
         "run", help="run a command only while holding the lease"
     )
-    parser.add_argument("name", help="lease name")
+    parser.add_argument("name", type=lease_name, help="lease name")
     parser.add_argument("--owner", default=default_owner(), help="owner name (default: hostname)")
     wait = parser.add_mutually_exclusive_group()
     no_wait, env_wait = env_flag("no_wait"), env_flag("wait")
     waits = not no_wait if no_wait is not None else (env_wait if env_wait is not None else True)
-    wait.add_argument("--wait", dest="wait", action="store_true", default=waits)
+    wait.add_argument(
+        "--wait", dest="wait", action="store_true", default=waits, help="wait (the default)"
+    )
     wait.add_argument("--no-wait", dest="wait", action="store_false", help="exit 75 if busy")
     env_timeout = env("timeout")
     parser.add_argument(
         "--timeout",
-        type=duration,
-        default=None if env_timeout is None else duration(env_timeout),
+        type=positive_duration,
+        default=None if env_timeout is None else positive_duration(env_timeout),
         help="give up waiting after this long (exit 124)",
     )
     parser.add_argument("command", nargs="*", help="-- CMD [ARGS...]")
@@ -64,7 +82,7 @@ async def run(args: argparse.Namespace) -> int:
 
 
 class _Supervisor:
-    """One run: the lease held around the child, both stopped on SIGINT or SIGTERM."""
+    """One run: the lease held around the child, both stopped on SIGINT, SIGTERM or SIGHUP."""
 
     lease: Lease
     settings: LeaseSettings
@@ -98,7 +116,7 @@ class _Supervisor:
 
     async def supervise(self) -> None:
         """Hold and run until the child exits, the lease is lost or a signal arrives."""
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._cancel_on_signal, signals, tg)
                 tg.start_soon(self._hold_and_run, tg)

@@ -25,7 +25,16 @@ from ._check import CheckProblem, CheckReport
 
 __all__ = ["add_check_command", "run_check"]
 
-_OPTIONS = ("server", "kubeconfig", "context", "namespace", "lease-kind", "token-file", "ca-file")
+#: The section keys ``check`` also takes as options, with their help.
+_OPTIONS = {
+    "server": "API server URL (default: the kubeconfig's or in-cluster)",
+    "kubeconfig": "kubeconfig file (default: KUBECONFIG, else ~/.kube/config)",
+    "context": "kubeconfig context (default: the current one)",
+    "namespace": "namespace of the leases (default: the context's or the pod's, else default)",
+    "lease-kind": "coordination.k8s.io/v1 (the default) or akka.io/v1",
+    "token-file": "bearer token file, read again when it changes",
+    "ca-file": "CA bundle that signs the API server's certificate",
+}
 
 
 def add_check_command(subparsers: Any) -> None:
@@ -37,8 +46,8 @@ def add_check_command(subparsers: Any) -> None:
     )
     parser.add_argument("--config", help="LeaseProvider TOML file")
     parser.add_argument("--section", help="section path in --config (e.g. leases.nightly)")
-    for option in _OPTIONS:
-        parser.add_argument(f"--{option}", dest=option.replace("-", "_"), default=None)
+    for option, text in _OPTIONS.items():
+        parser.add_argument(f"--{option}", dest=option.replace("-", "_"), default=None, help=text)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=run_check)
 
