@@ -216,3 +216,23 @@ async def test_list_resource_version_is_the_latest_revision() -> None:
         await http.post("/api/v1/namespaces", json={"metadata": {"name": "later"}})
         listed = (await http.get(LEASES)).json()
     assert listed["metadata"] == {"resourceVersion": emulator.resource_version}
+
+
+async def test_pages_across_namespaces_follow_etcd_key_order() -> None:
+    """A list across namespaces pages in etcd key order, <namespace>/<name> (etcd3 GetList)."""
+    emulator = KubeEmulator(namespaces=["a", "a-b"])
+    async with client(emulator) as http:
+        for namespace in ("a", "a-b"):
+            response = await http.post(
+                f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases", json=lease("x")
+            )
+            assert response.status_code == 201
+        first = (await http.get("/apis/coordination.k8s.io/v1/leases",
+                                params={"limit": "1"})).json()
+        second = (await http.get("/apis/coordination.k8s.io/v1/leases", params={
+            "limit": "1", "continue": first["metadata"]["continue"],
+        })).json()
+    # "a-b/x" sorts before "a/x" because "-" (0x2d) is below "/" (0x2f).
+    assert [i["metadata"]["namespace"] for i in first["items"]] == ["a-b"]
+    assert [i["metadata"]["namespace"] for i in second["items"]] == ["a"]
+    assert "continue" not in second["metadata"]

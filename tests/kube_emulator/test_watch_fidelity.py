@@ -156,3 +156,19 @@ async def test_compaction_interval_none_keeps_history() -> None:
         events: list[tuple[float, JSON]] = []
         await _watch(http, events, resourceVersion=old, timeoutSeconds="1")
     assert [e["type"] for _, e in events] == ["ADDED"]
+
+
+async def test_field_selector_not_equal_on_a_watch() -> None:
+    """A watch with fieldSelector metadata.name!=a sees every other object only
+    (apimachinery/pkg/fields/selector.go notHasTerm)."""
+    emulator = KubeEmulator()
+    events: list[tuple[float, JSON]] = []
+    async with client(emulator, timeout=None) as http:
+        rv = emulator.resource_version
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: _watch(http, events, resourceVersion=rv,
+                                            fieldSelector="metadata.name!=a", timeoutSeconds="5"))
+            await anyio.sleep(1)
+            await create(http, "a")
+            await create(http, "b")
+    assert [(e["type"], e["object"]["metadata"]["name"]) for _, e in events] == [("ADDED", "b")]
