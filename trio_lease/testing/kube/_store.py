@@ -3,8 +3,9 @@
 One global revision counter gives every write a new ``resourceVersion`` (like etcd's revision),
 shared by all types. A write that changes nothing (same spec, labels, annotations) is not
 written and keeps its resourceVersion, as ``GuaranteedUpdate`` skips identical bytes. Every
-write is also an event in a bounded history that watches resume from; a resourceVersion older
-than the history is "too old" (410 Expired).
+write is also an event in the history that watches and continued lists resume from; the
+cluster's compactor (:mod:`._compaction`, every 5 minutes) and ``history=N`` trim it, and a
+resourceVersion older than the history is "too old" (410 Expired).
 
 Update order, as in ``Store.Update``: the uid precondition (from ``metadata.uid`` in the body)
 is checked first, against the existing object or, for a missing Lease, against an empty one,
