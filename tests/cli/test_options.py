@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import re
+from datetime import UTC, datetime, timedelta
 
+import anyio
 import pytest
 import sniffio
 
@@ -89,3 +91,50 @@ def test_anyio_backend_picks_the_event_loop(loop: str) -> None:
     default = build_parser().parse_args(["status", "job"])
     assert _call(command, default) == 0
     assert seen == [loop, "asyncio"]
+
+
+def test_status_marks_a_holder_silent_past_its_lease_duration_as_expired(cli: Cli) -> None:
+    """A holder whose last renewal (by the wall clocks) is older than its lease duration shows
+    as expired in the table and `"expired": true` in JSON; a live one does not."""
+    from trio_lease import LeaseRecord
+    from trio_lease.backends.sqlite import SqliteBackend
+
+    long_ago = datetime.now(UTC) - timedelta(minutes=5)
+
+    async def seed() -> None:
+        async with SqliteBackend(path=cli.db) as backend:
+            await backend.create(LeaseRecord(
+                "gone", "crashed-host_1", 15.0, 4, acquired_at=long_ago, renewed_at=long_ago
+            ))
+            now = datetime.now(UTC)
+            await backend.create(LeaseRecord(
+                "live", "busy-host_1", 600.0, 2, acquired_at=now, renewed_at=now
+            ))
+
+    anyio.run(seed)
+    gone, live = cli.status("gone", "live")
+    assert (gone["expired"], live["expired"]) == (True, False)
+    table = cli.run("status", "gone", "live").stdout.splitlines()
+    assert table[1].split()[-1] == "expired"
+    assert table[2].split()[-1] != "expired"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_waiting_line_says_how_long_it_waited_and_the_holder_held(anyio_backend: str) -> None:
+    """The waiting line names how long this run has waited and how long the holder has held
+    the lease (by the record's acquired_at)."""
+    from trio_lease import Lease, LeaseBusy, LeaseRecord, LeaseSettings
+    from trio_lease._cli._waiting import waiting_line
+    from trio_lease.backends.memory import MemoryBackend, MemoryStore
+
+    store = MemoryStore()
+    acquired = datetime.now(UTC) - timedelta(seconds=125)
+    store._commit(LeaseRecord("job", "other_1", 15.0, 1, acquired_at=acquired, renewed_at=acquired))
+    settings = LeaseSettings(heartbeat_timeout=15)
+    lease = Lease("job", "me", MemoryBackend(store), settings)
+    with pytest.raises(LeaseBusy):
+        async with lease.try_held():
+            pytest.fail("granted")
+    line = waiting_line(lease, settings, waited=42.0)
+    assert line is not None
+    assert "waiting for 'job' (42 s so far), held by 'other_1' for 2 min 5 s" in line[1]

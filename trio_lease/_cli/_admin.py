@@ -100,6 +100,11 @@ def _describe(record: LeaseRecord | None, name: str) -> dict[str, Any]:
         "expires_in_s": round(record.lease_duration - (now - renewed).total_seconds(), 3)
         if renewed and record.holder
         else None,
+        # A holder silent for longer than its lease duration (by the wall clocks): most likely
+        # gone, and contenders take over once they have seen the record unchanged that long.
+        "expired": (now - renewed).total_seconds() > record.lease_duration
+        if renewed and record.holder
+        else None,
         "version": record.version,
         "unreadable": record.unreadable or None,
     }
@@ -115,6 +120,8 @@ def _table_line(row: dict[str, Any]) -> str:
         )
     age = "-" if row["age_s"] is None else f"{row['age_s']:.1f}s"
     expires = "-" if row["expires_in_s"] is None else f"{row['expires_in_s']:.1f}s"
+    if row["expired"]:
+        expires = "expired"
     return (
         f"{row['name']:24} {row['holder'] or '(free)':36} {row['fencing_token']:>6} "
         f"{age:>9} {expires:>10}"
