@@ -31,7 +31,7 @@ async def test_every_spec_field_is_optional() -> None:
 
 async def test_full_spec_round_trips_in_go_field_order() -> None:
     """All seven spec fields are stored and served in the Go struct's order."""
-    emulator = KubeEmulator()
+    emulator = KubeEmulator(coordinated_leader_election=True)
     spec = {
         "preferredHolder": "b",
         "strategy": "OldestEmulationVersion",
@@ -97,7 +97,7 @@ async def test_lease_transitions_must_not_be_negative() -> None:
 
 async def test_preferred_holder_needs_strategy() -> None:
     """preferredHolder without strategy is 422 Forbidden; with a strategy it is accepted."""
-    emulator = KubeEmulator()
+    emulator = KubeEmulator(coordinated_leader_election=True)
     async with client(emulator) as http:
         bad = await http.post(LEASES, json=lease("p", preferredHolder="b"))
         good = await http.post(
@@ -115,7 +115,7 @@ async def test_preferred_holder_needs_strategy() -> None:
 
 async def test_unknown_builtin_strategy_is_not_supported() -> None:
     """A strategy without "/" other than OldestEmulationVersion is 422 NotSupported."""
-    emulator = KubeEmulator()
+    emulator = KubeEmulator(coordinated_leader_election=True)
     async with client(emulator) as http:
         response = await http.post(LEASES, json=lease("s", strategy="Random"))
     assert response.status_code == 422
@@ -173,7 +173,7 @@ async def test_unknown_spec_fields_are_dropped_with_a_warning() -> None:
 
 async def test_metadata_is_kept_across_put_and_no_generation() -> None:
     """Labels, annotations, strategy survive a PUT; resourceVersion is a string; no generation."""
-    emulator = KubeEmulator()
+    emulator = KubeEmulator(coordinated_leader_election=True)
     async with client(emulator) as http:
         body = lease("k", holderIdentity="a", strategy="x.io/s", preferredHolder="b")
         body["metadata"]["labels"] = {"app": "x"}

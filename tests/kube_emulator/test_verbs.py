@@ -142,9 +142,13 @@ async def test_uid_precondition_defends_against_create_on_update() -> None:
         created["metadata"]["resourceVersion"] = recreated["metadata"]["resourceVersion"]
         replaced = await http.put(f"{LEASES}/a", json=created)
     assert missing.status_code == 409
+    # The storage layer's StorageError, wrapped by InterpretUpdateError into a Conflict
+    # (apiserver/pkg/storage/errors.go, apiserver/pkg/registry/generic/registry/store.go).
     assert missing.json()["message"] == (
-        'Operation cannot be fulfilled on leases.coordination.k8s.io "a": Precondition failed: '
-        f"UID in precondition: {uid}, UID in object meta: "
+        'Operation cannot be fulfilled on leases.coordination.k8s.io "a": StorageError: invalid '
+        "object, Code: 4, Key: /registry/leases/default/a, ResourceVersion: 0, "
+        f"AdditionalErrorMsg: Precondition failed: UID in precondition: {uid}, UID in object "
+        "meta: "
     )
     assert replaced.status_code == 409
     assert "Precondition failed: UID in precondition" in replaced.json()["message"]
@@ -179,11 +183,19 @@ async def test_delete_with_preconditions() -> None:
         bad_rv = await delete({"resourceVersion": "1"})
         ok = await delete({"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]})
         gone = await delete({})
+    # rest.BeforeDelete (apiserver/pkg/registry/rest/delete.go): a Conflict on the kind.
     assert bad_uid[0] == 409
-    assert "UID in precondition: nope" in str(bad_uid[1]["message"])
+    assert bad_uid[1]["message"] == (
+        'Operation cannot be fulfilled on Lease.coordination.k8s.io "a": the UID in the '
+        f"precondition (nope) does not match the UID in record ({meta['uid']}). The object "
+        "might have been deleted and then recreated"
+    )
+    assert bad_uid[1]["details"] == {"name": "a", "group": "coordination.k8s.io", "kind": "Lease"}
     assert bad_rv[0] == 409
-    assert "ResourceVersion in precondition: 1, ResourceVersion in object meta: " in str(
-        bad_rv[1]["message"]
+    assert bad_rv[1]["message"] == (
+        'Operation cannot be fulfilled on Lease.coordination.k8s.io "a": the ResourceVersion in '
+        f"the precondition (1) does not match the ResourceVersion in record "
+        f"({meta['resourceVersion']}). The object might have been modified"
     )
     assert ok == (200, {
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
@@ -273,18 +285,16 @@ async def test_malformed_timeout_is_bad_request() -> None:
 
 
 async def test_unregistered_custom_resource_is_generic_404() -> None:
-    """Before the CRD is applied, akka.io leases are the generic 404 with empty details."""
+    """Before the CRD is applied, akka.io leases are text/plain 404 page not found
+    (apiserver/pkg/util/notfoundhandler/not_found_handler.go, http.NotFound)."""
     emulator = KubeEmulator()
     async with client(emulator) as http:
         before = await http.get(f"{AKKA}/a")
         emulator.apply(LEASE_YML.read_text())
         after = await http.get(f"{AKKA}/a")
     assert before.status_code == 404
-    assert before.json() == {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": "the server could not find the requested resource", "reason": "NotFound",
-        "details": {}, "code": 404,
-    }
+    assert before.headers["content-type"] == "text/plain; charset=utf-8"
+    assert before.text == "404 page not found\n"
     assert after.status_code == 404
     assert after.json()["details"] == {"name": "a", "group": "akka.io", "kind": "leases"}
 
@@ -325,7 +335,7 @@ async def test_crd_applied_through_the_api_is_served() -> None:
         assert (await http.post(crds, json=crd)).status_code == 201
         assert (await http.get(AKKA)).status_code == 200
         assert (await http.delete(f"{crds}/leases.akka.io")).status_code == 200
-        assert (await http.get(AKKA)).json()["details"] == {}
+        assert (await http.get(AKKA)).text == "404 page not found\n"
 
 
 async def test_admin_delete_behind_the_clients_back() -> None:

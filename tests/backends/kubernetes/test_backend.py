@@ -103,7 +103,7 @@ async def test_renewal_after_recreate_is_lost() -> None:
 
 async def test_writes_preserve_fields_we_do_not_model() -> None:
     """strategy, preferredHolder, labels, annotations survive our PUTs; MicroTime has 6 digits."""
-    emulator = emulator_with_crd()
+    emulator = emulator_with_crd(coordinated_leader_election=True)  # the gate keeps the fields
     emulator.apply({
         "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
         "metadata": {"name": "job", "namespace": "default", "labels": {"team": "x"},

@@ -13,6 +13,8 @@ from trio_lease.testing.kube import KubeEmulator
 from ._helpers import emulator_with_crd, make_backend
 
 pytestmark = pytest.mark.anyio
+# The fields exist only with the CoordinatedLeaderElection feature gate on (off by default up to
+# 1.35: pkg/registry/coordination/lease/strategy.go drops them), so every test here turns it on.
 #: L = 15 s, R = 1.5 s, T = 0.5 s, D = 10 s.
 SETTINGS = LeaseSettings(heartbeat_timeout=15, heartbeat_interval=1.5, lease_operation_timeout=0.5)
 
@@ -35,7 +37,7 @@ def _spec(emulator: KubeEmulator) -> dict[str, Any]:
 
 async def test_holder_steps_down_after_grace_when_another_is_preferred() -> None:
     """preferredHolder naming another identity stops renewals after the grace; body cancelled."""
-    emulator = emulator_with_crd()
+    emulator = emulator_with_crd(coordinated_leader_election=True)
     transport = emulator.transport()
     async with make_backend(transport, preferred_holder_grace=5) as backend:
         lease = Lease("job", "a", backend, SETTINGS)
@@ -64,7 +66,7 @@ async def test_holder_steps_down_after_grace_when_another_is_preferred() -> None
 
 async def test_body_ending_first_releases_and_keeps_the_fields() -> None:
     """A body that ends before the grace releases at once; strategy/preferredHolder are kept."""
-    emulator = emulator_with_crd()
+    emulator = emulator_with_crd(coordinated_leader_election=True)
     async with make_backend(emulator.transport(), preferred_holder_grace=60) as backend:
         lease = Lease("job", "a", backend, SETTINGS)
         async with lease.held():
@@ -78,7 +80,7 @@ async def test_body_ending_first_releases_and_keeps_the_fields() -> None:
 
 async def test_preferred_holder_naming_us_changes_nothing() -> None:
     """preferredHolder naming the holder itself does not stop renewals."""
-    emulator = emulator_with_crd()
+    emulator = emulator_with_crd(coordinated_leader_election=True)
     async with make_backend(emulator.transport()) as backend:
         lease = Lease("job", "a", backend, SETTINGS)
         async with lease.held() as grant:

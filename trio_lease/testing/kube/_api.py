@@ -3,11 +3,12 @@
 Routing follows the apiserver's URL layout: ``/api/v1/...`` for the core group,
 ``/apis/{group}/{version}/...`` otherwise, ``namespaces/{ns}/{plural}[/{name}]`` for
 namespaced objects and ``{plural}[/{name}]`` for cluster-scoped objects or lists across all
-namespaces. An unknown group, version or resource is the generic 404 ("the server could not
-find the requested resource", empty details): that is what a client sees before a CRD is
-applied. ``?timeout=`` (a Go duration such as ``5s``; default and maximum 60 s, the server's
-request timeout) bounds every non-watch request and ends in 504 ``Timeout``; the emulator
-cancels the request's work at that moment, so a write delayed past it does not commit (use
+namespaces. An unknown group, version or resource is a 404: ``text/plain`` ``404 page not
+found`` for a group no CRD serves (what a client sees before a CRD is applied and established),
+a Status under a built-in group (:func:`._discovery.not_served`). ``?timeout=`` (a Go duration
+such as ``5s``; default and maximum 60 s, the server's request timeout) bounds every
+non-watch request and ends in 504 ``Timeout``; the emulator cancels the request's work at that
+moment, so a write delayed past it does not commit (use
 ``faults.fail(504, after_commit=True)`` for "committed, but the client saw 504"). Each request
 is recorded in ``emulator.requests`` and logged at DEBUG (method, path and status only).
 """
@@ -25,7 +26,7 @@ import anyio
 
 from ._cluster import Cluster
 from ._collection import list_objects, start_watch
-from ._discovery import discovery
+from ._discovery import discovery, not_served
 from ._faults import Fault
 from ._http import DropReply, RecordedRequest, Request, Response
 from ._managed import field_manager
@@ -103,18 +104,18 @@ def _route(emulator: Cluster, request: Request) -> _Target:
     elif len(parts) >= 3 and parts[0] == "apis":
         group, version, rest = parts[1], parts[2], parts[3:]
     else:
-        raise ApiError.no_route()
+        raise not_served(emulator, parts)
     namespace = ""
     if len(rest) >= 3 and rest[0] == "namespaces":
         namespace, rest = rest[1], rest[2:]
     if not rest or len(rest) > 2:
-        raise ApiError.no_route()
+        raise not_served(emulator, parts)
     rt = emulator.types.get((group, version, rest[0]))
     if rt is None or (namespace and not rt.namespaced):
-        raise ApiError.no_route()
+        raise not_served(emulator, parts)
     name = rest[1] if len(rest) == 2 else ""
     if rt.namespaced and name and not namespace:
-        raise ApiError.no_route()
+        raise not_served(emulator, parts)
     watching = request.query.get("watch", "") in ("1", "true")
     verbs = {
         ("GET", True): "get", ("GET", False): "watch" if watching else "list",
@@ -133,6 +134,7 @@ def _route(emulator: Cluster, request: Request) -> _Target:
 async def _handle(emulator: Cluster, request: Request) -> Response:
     token = request.token
     await emulator.faults.wait_partition(token)
+    emulator.settle_crds()
     parts = [p for p in request.path.strip("/").split("/") if p]
     document = None
     if request.method == "GET":
@@ -295,7 +297,7 @@ def _operate(emulator: Cluster, target: _Target, request: Request) -> tuple[int,
         meta = body.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + format(store.revision * 7919 % 46656, "05x")
-        obj = store.create(rt, namespace, body)
+        obj = store.create(rt, namespace, body, refuse_version=True)
         _after_write(emulator, rt, obj, deleted=False)
         return 201, obj
     if target.verb == "update":

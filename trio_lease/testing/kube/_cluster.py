@@ -16,11 +16,20 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import anyio
+
 from ._compaction import Compactor
+from ._crds import Establisher
 from ._faults import Faults
 from ._http import RecordedRequest
 from ._rbac import ADMIN, User
-from ._resources import BUILTIN_TYPES, ResourceType, types_from_crd
+from ._resources import (
+    BUILTIN_TYPES,
+    ResourceType,
+    crd_established,
+    crd_established_status,
+    types_from_crd,
+)
 from ._status import ApiError
 from ._store import Event, Store
 from ._watch import WatchStream
@@ -47,6 +56,8 @@ class Cluster:
     compactor: Compactor
     #: Served types by (group, version, plural).
     types: dict[tuple[str, str, str], ResourceType]
+    #: New CRDs waiting for their ``Established`` condition (see :mod:`._crds`).
+    establisher: Establisher
     #: Open watches (closed ones are dropped as events arrive).
     watches: list[WatchStream]
     #: Every request received, oldest first, without its Authorization header: assert on
@@ -61,6 +72,8 @@ class Cluster:
         bookmark_interval: float,
         watch_expired_status: bool,
         wall_clock: Callable[[], datetime] | None,
+        crd_establish_delay: float = 0.0,
+        coordinated_leader_election: bool = False,
         compaction_interval: float | None = 300.0,
     ) -> None:
         self.require_auth = require_auth
@@ -73,6 +86,8 @@ class Cluster:
             self._dispatch,
         )
         self.compactor = Compactor(compaction_interval)
+        self.store.coordinated_leader_election = coordinated_leader_election
+        self.establisher = Establisher(crd_establish_delay)
         self.types = {}
         for rt in BUILTIN_TYPES:
             self._register(rt)
@@ -98,11 +113,34 @@ class Cluster:
             del self.types[key]
         if deleted:
             self.store.drop_bucket((group, plural))
+            self.establisher.forget(crd["metadata"]["name"])
             for watch in [w for w in self.watches if w.rt.storage_key == (group, plural)]:
                 watch.cut(abrupt=False)
             return
-        for rt in types_from_crd(crd):
+        served = types_from_crd(crd)
+        if not crd_established(crd):
+            self.establisher.schedule(crd["metadata"]["name"])
+            self.settle_crds()
+            return
+        for rt in served:
             self._register(rt)
+
+    def settle_crds(self) -> None:
+        """Establish the CRDs whose window is over (see :mod:`._crds`) and serve them."""
+        try:
+            now: float | None = anyio.current_time()
+        except RuntimeError:  # no event loop: KubeEmulator.apply before anything runs
+            now = None
+        crds = self.types[("apiextensions.k8s.io", "v1", "customresourcedefinitions")]
+        for name in self.establisher.due(now):
+            crd = self.store.find(crds, "", name)
+            if crd is None or crd_established(crd):
+                continue
+            self.store.write_status(
+                crds, "", name, crd_established_status(crd, self.store.timestamp())
+            )
+            for rt in types_from_crd(crd):
+                self._register(rt)
 
     def namespace_deleted(self, namespace: str) -> None:
         """Delete everything in a deleted namespace (the namespace controller's job)."""

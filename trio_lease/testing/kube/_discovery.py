@@ -12,8 +12,9 @@ from typing import Any
 
 from ._cluster import Cluster
 from ._reviews import REVIEW_GROUPS
+from ._status import ApiError
 
-__all__ = ["discovery"]
+__all__ = ["discovery", "not_served"]
 
 JSON = dict[str, Any]
 
@@ -93,3 +94,19 @@ def discovery(emulator: Cluster, parts: list[str]) -> JSON | None:
             "resources": resources,
         }
     return None
+
+
+def not_served(emulator: Cluster, parts: list[str]) -> ApiError:
+    """The 404 for a path that no handler serves.
+
+    Paths under ``/api`` or a built-in group's ``/apis/<group>`` belong to go-restful web
+    services, whose service error handler writes a Status ("the server could not find the
+    requested resource", empty details). Anything else (a group with no CRD, a CRD that is not
+    established yet, a version it does not serve) falls through the custom-resource handler to
+    the not-found handler (``apiserver/pkg/util/notfoundhandler``), which up to the releases the
+    emulator stands for writes Go's ``http.NotFound``: ``text/plain`` ``404 page not found``.
+    """
+    builtin = {rt.group for rt in emulator.types.values() if not rt.custom} | set(REVIEW_GROUPS)
+    if parts[:1] == ["api"] or (len(parts) >= 2 and parts[0] == "apis" and parts[1] in builtin):
+        return ApiError.no_route()
+    return ApiError.page_not_found()

@@ -49,6 +49,13 @@ class KubeEmulator(Cluster):
             ERROR event (the watch cache's behaviour, the default).
         wall_clock: the clock for creationTimestamp (UTC ``datetime``); defaults to the system
             clock. Nothing in the emulator *decides* by it.
+        crd_establish_delay: seconds between a CRD's creation and its ``Established``
+            condition; until then its resources answer ``404 page not found`` (0, the default:
+            at once, as the second write after the create).
+        coordinated_leader_election: the ``CoordinatedLeaderElection`` feature gate. Off (the
+            default, as on every release up to 1.35) a Lease's ``strategy`` and
+            ``preferredHolder`` are dropped silently on create and update; on, they are kept
+            and validated.
     """
 
     def __init__(
@@ -61,6 +68,8 @@ class KubeEmulator(Cluster):
         compaction_interval: float | None = 300.0,
         watch_expired_status: bool = False,
         wall_clock: Callable[[], datetime] | None = None,
+        crd_establish_delay: float = 0.0,
+        coordinated_leader_election: bool = False,
     ) -> None:
         super().__init__(
             require_auth=require_auth,
@@ -68,6 +77,8 @@ class KubeEmulator(Cluster):
             bookmark_interval=bookmark_interval,
             watch_expired_status=watch_expired_status,
             wall_clock=wall_clock,
+            crd_establish_delay=crd_establish_delay,
+            coordinated_leader_election=coordinated_leader_election,
             compaction_interval=compaction_interval,
         )
         for name in namespaces:

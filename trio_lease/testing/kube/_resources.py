@@ -15,7 +15,14 @@ from typing import Any
 
 from ._status import ApiError, FieldError
 
-__all__ = ["BUILTIN_TYPES", "ResourceType", "types_from_crd"]
+__all__ = [
+    "BUILTIN_TYPES",
+    "ResourceType",
+    "crd_established",
+    "crd_established_status",
+    "crd_initial_status",
+    "types_from_crd",
+]
 
 JSON = dict[str, Any]
 
@@ -46,6 +53,14 @@ class ResourceType:
     def storage_key(self) -> tuple[str, str]:
         """Objects are stored once per (group, plural), whatever version is asked for."""
         return (self.group, self.plural)
+
+    def etcd_key(self, namespace: str, name: str) -> str:
+        """The object's etcd key, as storage errors quote it (``/registry/leases/ns/name``;
+        custom resources and CRDs are under ``/registry/<group>/<plural>``)."""
+        prefix = f"{self.group}/{self.plural}" if self.custom or self.group.startswith(
+            "apiextensions."
+        ) else self.plural
+        return "/".join(["/registry", prefix, *([namespace] if namespace else []), name])
 
     @property
     def list_kind(self) -> str:
@@ -128,3 +143,49 @@ def types_from_crd(crd: JSON) -> list[ResourceType]:
         )
         for version in versions
     ]
+
+
+# --- CRD status (apiextensions-apiserver's strategy and its naming/establishing controllers) ---
+
+
+def crd_initial_status(crd: JSON) -> JSON:
+    """``PrepareForCreate``: a new CRD's status is reset; only the storage version is stored.
+
+    ``acceptedNames`` is always written (not ``omitempty``), empty until names are accepted.
+    """
+    versions = (crd.get("spec") or {}).get("versions") or []
+    stored = [v.get("name", "") for v in versions if v.get("storage")][:1]
+    return {"acceptedNames": {"plural": "", "kind": ""}, "storedVersions": stored}
+
+
+def crd_established(crd: JSON) -> bool:
+    """Served by the CR handler: ``NamesAccepted`` or ``Established`` is True."""
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(
+        c.get("type") in ("NamesAccepted", "Established") and c.get("status") == "True"
+        for c in conditions if isinstance(c, dict)
+    )
+
+
+def crd_established_status(crd: JSON, now: str) -> JSON:
+    """The status after the naming controller accepted the names (``NoConflicts``) and the
+    establishing controller set ``Established`` (``InitialNamesAccepted``)."""
+    status = crd.get("status") or {}
+    names = (crd.get("spec") or {}).get("names") or {}
+    kind = names.get("kind", "")
+    accepted: JSON = {"plural": names.get("plural", ""), "singular": names.get("singular") or
+                      kind.lower()}
+    if names.get("shortNames"):
+        accepted["shortNames"] = list(names["shortNames"])
+    accepted.update({"kind": kind, "listKind": names.get("listKind") or f"{kind}List"})
+    if names.get("categories"):
+        accepted["categories"] = list(names["categories"])
+    conditions = [
+        {"type": "NamesAccepted", "status": "True", "lastTransitionTime": now,
+         "reason": "NoConflicts", "message": "no conflicts found"},
+        {"type": "Established", "status": "True", "lastTransitionTime": now,
+         "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"},
+    ]
+    stored = status.get("storedVersions", crd_initial_status(crd)["storedVersions"])
+    # Go field order: conditions, acceptedNames, storedVersions.
+    return {"conditions": conditions, "acceptedNames": accepted, "storedVersions": stored}

@@ -209,6 +209,7 @@ async def serve(
     server = KubeServer(host, bound_port, tls, ca.cert_pem.bytes())
     async with listener, anyio.create_task_group() as group:
         group.start_soon(listener.serve, on_connection)
+        group.start_soon(emulator.establisher.run, emulator.settle_crds)
         try:
             yield server
         finally:

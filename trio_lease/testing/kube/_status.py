@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["ApiError", "FieldError", "status_body"]
+__all__ = ["ApiError", "FieldError", "status_body", "storage_invalid_obj"]
 
 JSON = dict[str, Any]
 
@@ -119,6 +119,14 @@ class _GoHex:
 GO_UINT64_ZERO = _GoHex(0)
 
 
+def storage_invalid_obj(key: str, message: str) -> str:
+    """``StorageError.Error()`` of ``NewInvalidObjError`` (``apiserver/pkg/storage/errors.go``)."""
+    return (
+        f"StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, "
+        f"AdditionalErrorMsg: {message}"
+    )
+
+
 class ApiError(Exception):
     """An HTTP error answer: the status code, a Status body (or plain text) and headers."""
 
@@ -150,6 +158,21 @@ class ApiError(Exception):
         """404 for an unknown path or API group (a CRD that is not installed): empty details."""
         message = "the server could not find the requested resource"
         return cls(404, status_body(404, "NotFound", message, {}))
+
+    @classmethod
+    def page_not_found(cls) -> ApiError:
+        """Go's ``http.NotFound``: what the end of the handler chain answers for a path nobody
+        serves (a group/version with no CRD; ``apiserver/pkg/util/notfoundhandler``). Plain text,
+        not a Status."""
+        headers = [
+            ("Content-Type", "text/plain; charset=utf-8"), ("X-Content-Type-Options", "nosniff")
+        ]
+        return cls(404, "404 page not found\n", headers)
+
+    @classmethod
+    def unknown(cls, message: str) -> ApiError:
+        """An error that is no Status (``ErrorToAPIStatus``): 500, no reason, no details."""
+        return cls(500, status_body(500, "", message))
 
     @classmethod
     def already_exists(cls, resource: str, group: str, name: str) -> ApiError:

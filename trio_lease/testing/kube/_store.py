@@ -8,10 +8,12 @@ cluster's compactor (:mod:`._compaction`, every 5 minutes) and ``history=N`` tri
 resourceVersion older than the history is "too old" (410 Expired).
 
 Update order, as in ``Store.Update``: the uid precondition (from ``metadata.uid`` in the body)
-is checked first, against the existing object or, for a missing Lease, against an empty one,
-so it fails with ``Precondition failed: UID in precondition: <uid>, UID in object meta: `` as
-409 Conflict. Then a missing object is created (Leases, ``AllowCreateOnUpdate``: 201, the
-stale resourceVersion dropped) or is 404 (custom resources). Then a missing
+is checked first, against the existing object or, for a missing one, against an empty one,
+so it fails with the storage layer's ``StorageError: invalid object, Code: 4, Key:
+/registry/leases/<ns>/<name>, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID
+in precondition: <uid>, UID in object meta: `` as 409 Conflict (``InterpretUpdateError``).
+Then a missing object is created (Leases, ``AllowCreateOnUpdate``: 201, the stale
+resourceVersion dropped) or is 404 (custom resources). Then a missing
 ``resourceVersion`` is 422 (``Invalid value: 0x0: must be specified for an update``), a stale
 one 409 Conflict, and the new object is validated.
 """
@@ -26,9 +28,16 @@ from datetime import datetime
 from typing import Any
 
 from ._managed import record_update
-from ._resources import ResourceType
-from ._status import GO_UINT64_ZERO, ApiError, FieldError
-from ._validation import decode_lease, validate_lease_spec, validate_name, validate_schema
+from ._resources import ResourceType, crd_initial_status
+from ._status import GO_UINT64_ZERO, ApiError, FieldError, storage_invalid_obj
+from ._validation import (
+    decode_lease,
+    decode_metadata,
+    drop_disabled_lease_fields,
+    validate_lease_spec,
+    validate_name,
+    validate_schema,
+)
 
 __all__ = ["Event", "Store"]
 
@@ -92,6 +101,8 @@ class Store:
     warnings: list[str]
     #: ``fieldValidation=Strict``: unknown fields are 400, not warnings.
     strict: bool
+    #: The ``CoordinatedLeaderElection`` feature gate: off drops Lease strategy/preferredHolder.
+    coordinated_leader_election: bool
     #: The field manager of the request being handled (``?fieldManager=`` or User-Agent).
     manager: str
 
@@ -111,6 +122,7 @@ class Store:
         self.warnings = []
         self.strict = False
         self.manager = ""
+        self.coordinated_leader_election = False
 
     # --- plumbing --------------------------------------------------------------------------
 
@@ -172,11 +184,14 @@ class Store:
 
     # --- writes ----------------------------------------------------------------------------
 
-    def _prepare(self, rt: ResourceType, body: JSON, namespace: str) -> JSON:
+    def _prepare(
+        self, rt: ResourceType, body: JSON, namespace: str, old: JSON | None = None
+    ) -> JSON:
         """Decode and validate a new object (400 / 422) and return what will be stored."""
         metadata = body.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise ApiError.bad_request("metadata must be an object")
+        decode_metadata(rt.kind, rt.version, metadata)
         name = metadata.get("name") or ""
         out: JSON = {"kind": rt.kind, "apiVersion": rt.api_version}
         meta: JSON = {"name": name}
@@ -191,6 +206,8 @@ class Store:
             spec = decode_lease(body, self.warnings)
             if self.strict and self.warnings:
                 raise ApiError.bad_request("strict decoding error: " + ", ".join(self.warnings))
+            old_spec = None if old is None else old.get("spec") or {}
+            drop_disabled_lease_fields(spec, old_spec, self.coordinated_leader_election)
             errors += validate_lease_spec(spec)
             out["spec"] = spec
         elif rt.custom:
@@ -209,17 +226,27 @@ class Store:
                 meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
                 out["spec"] = {"finalizers": ["kubernetes"]}
                 out["status"] = {"phase": "Active"}
+            if rt.plural == "customresourcedefinitions":
+                # The strategy keeps the status on update (a subresource) and resets it on create.
+                out["status"] = old["status"] if old else crd_initial_status(out)
         if errors:
             raise ApiError.invalid(rt.kind, rt.group, name, errors)
         return out
 
     def create(
         self, rt: ResourceType, namespace: str, body: JSON,
-        managed_fields: list[JSON] | None = None,
+        managed_fields: list[JSON] | None = None, *, refuse_version: bool = False,
     ) -> JSON:
-        """POST: 201 + the object; 409 AlreadyExists; 422 Invalid."""
+        """POST: 201 + the object; 409 AlreadyExists; 422 Invalid.
+
+        ``refuse_version`` (a POST): a ``metadata.resourceVersion`` in the body is the storage
+        layer's plain error, a 500 (``etcd3/store.go`` Create), checked after validation and
+        before AlreadyExists.
+        """
         obj = self._prepare(rt, body, namespace)
         name = obj["metadata"]["name"]
+        if refuse_version and (body.get("metadata") or {}).get("resourceVersion"):
+            raise ApiError.unknown("resourceVersion should not be set on objects to be created")
         if (namespace, name) in self.bucket(rt):
             raise ApiError.already_exists(rt.plural, rt.group, name)
         meta = obj["metadata"]
@@ -244,12 +271,16 @@ class Store:
         uid = metadata.get("uid") or ""
         rv = metadata.get("resourceVersion") or ""
         existing = self.bucket(rt).get((namespace, name))
-        missing_lease = existing is None and rt.create_on_update
-        if uid and (missing_lease or (existing is not None and existing["metadata"]["uid"] != uid)):
+        # GuaranteedUpdate(ignoreNotFound=true) checks the uid against the stored object, or an
+        # empty one when there is none (custom resources too); the StorageError becomes a 409.
+        if uid and (existing is None or existing["metadata"]["uid"] != uid):
             actual = "" if existing is None else existing["metadata"]["uid"]
             raise ApiError.conflict(
-                rt.plural, rt.group, name,
-                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}",
+                rt.plural, rt.group, name, storage_invalid_obj(
+                    rt.etcd_key(namespace, name),
+                    f"Precondition failed: UID in precondition: {uid}, "
+                    f"UID in object meta: {actual}",
+                ),
             )
         if existing is None:
             if not rt.create_on_update:
@@ -262,7 +293,7 @@ class Store:
             )
         if rv != existing["metadata"]["resourceVersion"]:
             raise ApiError.conflict(rt.plural, rt.group, name, MODIFIED_MSG)
-        new = self._prepare(rt, body, namespace)
+        new = self._prepare(rt, body, namespace, existing)
         for key in ("uid", "creationTimestamp", "resourceVersion", "generation"):
             if key in existing["metadata"]:
                 new["metadata"][key] = existing["metadata"][key]
@@ -277,6 +308,14 @@ class Store:
         self._commit(rt, "MODIFIED", new, existing)
         return 200, self.present(rt, new)
 
+    def write_status(self, rt: ResourceType, namespace: str, name: str, status: JSON) -> None:
+        """A controller's status write (``UpdateStatus``): a new resourceVersion, MODIFIED."""
+        existing = self.bucket(rt)[(namespace, name)]
+        new = copy.deepcopy(existing)
+        new["status"] = status
+        self.bucket(rt)[(namespace, name)] = new
+        self._commit(rt, "MODIFIED", new, existing)
+
     def delete(self, rt: ResourceType, namespace: str, name: str, options: JSON) -> JSON:
         """DELETE with optional uid / resourceVersion preconditions; returns the deleted object."""
         existing = self.bucket(rt).get((namespace, name))
@@ -287,14 +326,18 @@ class Store:
         for key, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
             wanted = preconditions.get(key)
             if wanted is not None and wanted != meta[key]:
+                # rest.BeforeDelete: a Conflict on the *kind* (``Lease.coordination.k8s.io``).
                 raise ApiError.conflict(
-                    rt.plural, rt.group, name,
-                    f"Precondition failed: {label} in precondition: {wanted}, {label} in object "
-                    f"meta: {meta[key]}",
+                    rt.kind, rt.group, name,
+                    f"the {label} in the precondition ({wanted}) does not match the {label} in "
+                    f"record ({meta[key]}). The object might have been {_DELETE_WHY[key]}",
                 )
         del self.bucket(rt)[(namespace, name)]
         self._commit(rt, "DELETED", existing)
         return self.present(rt, existing)
+
+
+_DELETE_WHY = {"uid": "deleted and then recreated", "resourceVersion": "modified"}
 
 
 def _set_managed(obj: JSON, entries: list[JSON]) -> None:

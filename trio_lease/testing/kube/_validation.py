@@ -26,6 +26,8 @@ from ._status import ApiError, FieldError
 
 __all__ = [
     "decode_lease",
+    "decode_metadata",
+    "drop_disabled_lease_fields",
     "format_micro_time",
     "validate_name",
     "validate_namespace_name",
@@ -140,10 +142,10 @@ def decode_lease(obj: JSON, warnings: list[str]) -> JSON:
         if value is None:
             continue
         if expected == "string" and not isinstance(value, str):
-            raise _go_type_error(key, "string")
+            raise _go_type_error(key, "string", value)
         if expected == "int32":
             if isinstance(value, bool) or not isinstance(value, int):
-                raise _go_type_error(key, "int32")
+                raise _go_type_error(key, "int32", value)
             if not -(2**31) <= value <= _INT32_MAX:
                 raise _cannot_handle(
                     "Lease", "v1", f"json: cannot unmarshal number {value} into Go struct "
@@ -151,17 +153,68 @@ def decode_lease(obj: JSON, warnings: list[str]) -> JSON:
                 )
         if expected == "MicroTime":
             if not isinstance(value, str):
-                raise _go_type_error(key, "string")
+                raise _go_type_error(key, "string", value)
             value = _parse_micro_time(value, "Lease")
         clean[key] = value
     return {key: clean[key] for key in _LEASE_SPEC_TYPES if key in clean}
 
 
-def _go_type_error(key: str, go_type: str) -> ApiError:
+def _go_type_error(key: str, go_type: str, value: Any = None) -> ApiError:
     return _cannot_handle(
-        "Lease", "v1", f"json: cannot unmarshal into Go struct field LeaseSpec.spec.{key} of "
-        f"type {go_type}",
+        "Lease", "v1", f"json: cannot unmarshal {_go_json_kind(value)}into Go struct field "
+        f"LeaseSpec.spec.{key} of type {go_type}",
     )
+
+
+def _go_json_kind(value: Any) -> str:
+    """``UnmarshalTypeError.Value`` with a trailing space ("" when unknown)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "bool "
+    if isinstance(value, int | float):
+        return "number "
+    if isinstance(value, str):
+        return "string "
+    return "array " if isinstance(value, list) else "object "
+
+
+def decode_metadata(kind: str, version: str, metadata: JSON) -> None:
+    """``labels`` and ``annotations`` must be objects of strings, else the decoder's 400.
+
+    Go's ``encoding/json`` (``sigs.k8s.io/json``) fails decoding into ``ObjectMeta`` with
+    ``json: cannot unmarshal number into Go struct field ObjectMeta.metadata.annotations of type
+    string``; the create/update handler wraps it (``transformDecodeError``) as ``Lease in
+    version "v1" cannot be handled as a Lease: ...``. A null map or a null value decodes.
+    """
+    for field in ("labels", "annotations"):
+        value = metadata.get(field)
+        if value is None:
+            continue
+        go_type = "map[string]string"
+        if isinstance(value, dict):
+            bad = [v for v in value.values() if v is not None and not isinstance(v, str)]
+            if not bad:
+                continue
+            value, go_type = bad[0], "string"
+        raise _cannot_handle(
+            kind, version, f"json: cannot unmarshal {_go_json_kind(value)}into Go struct field "
+            f"ObjectMeta.metadata.{field} of type {go_type}",
+        )
+
+
+def drop_disabled_lease_fields(spec: JSON, old: JSON | None, gate: bool) -> None:
+    """``PrepareForCreate`` / ``PrepareForUpdate`` of ``pkg/registry/coordination/lease``.
+
+    With the ``CoordinatedLeaderElection`` feature gate off, ``strategy`` and
+    ``preferredHolder`` are dropped silently, unless the stored Lease (``old``, on update)
+    already has the field.
+    """
+    if gate:
+        return
+    for key in ("strategy", "preferredHolder"):
+        if old is None or old.get(key) is None:
+            spec.pop(key, None)
 
 
 def validate_lease_spec(spec: JSON) -> list[FieldError]:
