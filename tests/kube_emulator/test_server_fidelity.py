@@ -272,3 +272,25 @@ async def test_custom_resource_uid_precondition_on_missing_object_is_409() -> No
         "Code: 4, Key: /registry/akka.io/leases/default/a, ResourceVersion: 0, "
         "AdditionalErrorMsg: Precondition failed: UID in precondition: u-1, UID in object meta: "
     )
+
+
+def test_emulate_command_takes_the_two_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`trio-lease emulate --crd-establish-delay 1.5 --coordinated-leader-election` reaches the
+    emulator (the gate as in pkg/registry/coordination/lease/strategy.go)."""
+    from trio_lease.testing.kube import _emulator
+    from trio_lease.testing.kube.__main__ import main
+
+    made: list[KubeEmulator] = []
+
+    class Spy(KubeEmulator):
+        def __init__(self, **kwargs: object) -> None:
+            super().__init__(**kwargs)  # type: ignore[arg-type]
+            made.append(self)
+
+    monkeypatch.setattr(_emulator, "KubeEmulator", Spy)
+    monkeypatch.setattr(anyio, "run", lambda *args, **kwargs: None)
+    assert main(["emulate", "--crd-establish-delay", "1.5",
+                 "--coordinated-leader-election"]) == 0
+    (emulator,) = made
+    assert emulator.establisher.delay == 1.5
+    assert emulator.store.coordinated_leader_election is True

@@ -44,6 +44,15 @@ def add_emulate_command(subparsers: Any) -> None:
         "--apply", type=Path, action="append", default=[], metavar="MANIFEST",
         help="apply a YAML manifest at start (repeatable), e.g. lease.yml",
     )
+    parser.add_argument(
+        "--crd-establish-delay", type=float, default=0.0, metavar="SECONDS",
+        help="seconds before a new CRD is Established and served (404 until then; default 0)",
+    )
+    parser.add_argument(
+        "--coordinated-leader-election", action="store_true",
+        help="turn the CoordinatedLeaderElection feature gate on (off: Lease strategy and "
+        "preferredHolder are dropped, as on real clusters up to 1.35)",
+    )
     parser.set_defaults(func=run_emulate)
 
 
@@ -54,7 +63,11 @@ def run_emulate(args: argparse.Namespace) -> int:
     from ._emulator import KubeEmulator
     from ._status import ApiError
 
-    emulator = KubeEmulator(namespaces=["default", args.namespace], require_auth=True)
+    emulator = KubeEmulator(
+        namespaces=["default", args.namespace], require_auth=True,
+        crd_establish_delay=args.crd_establish_delay,
+        coordinated_leader_election=args.coordinated_leader_election,
+    )
     token: str = args.token or secrets.token_urlsafe(32)
     emulator.add_token(token, "emulator-admin", groups=("system:masters",))
     try:
