@@ -294,3 +294,59 @@ def test_emulate_command_takes_the_two_options(monkeypatch: pytest.MonkeyPatch) 
     (emulator,) = made
     assert emulator.establisher.delay == 1.5
     assert emulator.store.coordinated_leader_election is True
+
+
+# --- apiVersion / kind in a body ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind", "message"),
+    [
+        ("coordination.k8s.io/v1beta1", "Lease", "the API version in the data "
+         "(coordination.k8s.io/v1beta1) does not match the expected API version "
+         "(coordination.k8s.io/v1)"),
+        ("coordination.k8s.io/v2", "Lease", 'Lease in version "v2" cannot be handled as a Lease: '
+         'no kind "Lease" is registered for version "coordination.k8s.io/v2" in scheme '
+         '"k8s.io/kubernetes/pkg/api/legacyscheme/scheme.go:30"'),
+        ("coordination.k8s.io/v1", "ConfigMap", 'ConfigMap in version "v1" cannot be handled as '
+         'a Lease: no kind "ConfigMap" is registered for version "coordination.k8s.io/v1" in '
+         'scheme "k8s.io/kubernetes/pkg/api/legacyscheme/scheme.go:30"'),
+    ],
+)
+async def test_wrong_api_version_or_kind_on_a_lease(
+    api_version: str, kind: str, message: str
+) -> None:
+    """A Lease body of another version or kind: 400 from the decoder or the version check
+    (apiserver/pkg/endpoints/handlers/create.go, update.go: transformDecodeError,
+    AcceptsGroupVersion)."""
+    emulator = KubeEmulator()
+    body = {**lease("a"), "apiVersion": api_version, "kind": kind}
+    async with client(emulator) as http:
+        created = await http.post(LEASES, json=body)
+        replaced = await http.put(f"{LEASES}/a", json=body)
+    for reply in (created, replaced):
+        assert reply.status_code == 400
+        assert reply.json()["reason"] == "BadRequest"
+        assert reply.json()["message"] == message
+
+
+async def test_wrong_kind_on_a_custom_resource_is_422_on_kind() -> None:
+    """A custom resource of the wrong kind: the CR validator's 422 under the body's kind
+    (apiextensions-apiserver pkg/registry/customresource/validator.go ValidateTypeMeta)."""
+    emulator = KubeEmulator()
+    emulator.apply(LEASE_YML.read_text())
+    body = {"apiVersion": "akka.io/v1", "kind": "Other", "metadata": {"name": "a"},
+            "spec": {"owner": "x", "time": 1}}
+    async with client(emulator) as http:
+        wrong_kind = await http.post(AKKA, json=body)
+        wrong_version = await http.post(AKKA, json={**body, "apiVersion": "akka.io/v2",
+                                                    "kind": "Lease"})
+    assert wrong_kind.status_code == 422
+    assert wrong_kind.json()["message"] == (
+        'Other.akka.io "a" is invalid: kind: Invalid value: "Other": must be Lease'
+    )
+    assert wrong_kind.json()["details"]["kind"] == "Other"
+    assert (wrong_version.status_code, wrong_version.json()["message"]) == (
+        400, "the API version in the data (akka.io/v2) does not match the expected API version "
+        "(akka.io/v1)",
+    )

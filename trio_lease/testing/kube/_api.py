@@ -39,6 +39,7 @@ from ._selectors import exact_name
 from ._status import ApiError, status_body
 from ._store import MODIFIED_MSG
 from ._table import as_table, table_events, table_version
+from ._validation import check_type_meta
 
 __all__ = ["handle", "parse_duration"]
 
@@ -259,17 +260,7 @@ def _decode(request: Request) -> JSON:
 
 
 def _check_kind(rt: ResourceType, body: JSON) -> None:
-    api_version, kind = body.get("apiVersion"), body.get("kind")
-    if api_version and api_version != rt.api_version:
-        raise ApiError.bad_request(
-            f"the API version in the data ({api_version}) does not match the expected API "
-            f"version ({rt.api_version})"
-        )
-    if kind and kind != rt.kind:
-        raise ApiError.bad_request(
-            f"the object provided is unrecognized (must be of type {rt.kind}): "
-            f"got kind {kind}"
-        )
+    check_type_meta(rt.kind, rt.group, rt.version, rt.custom, body)
 
 
 def _check_namespace(emulator: Cluster, rt: ResourceType, namespace: str, body: JSON) -> None:

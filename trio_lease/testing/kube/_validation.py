@@ -25,6 +25,7 @@ from typing import Any
 from ._status import ApiError, FieldError
 
 __all__ = [
+    "check_type_meta",
     "decode_lease",
     "decode_metadata",
     "drop_disabled_lease_fields",
@@ -305,3 +306,61 @@ def _json_type_name(value: Any) -> str:
         ):
             return name
     return "null"
+
+
+#: The scheme kube-apiserver decodes built-in types with, as its errors name it.
+_SCHEME = "k8s.io/kubernetes/pkg/api/legacyscheme/scheme.go:30"
+#: Other versions the scheme knows a built-in kind in (decoded, then refused as the wrong
+#: version); any other version or kind is "not registered".
+_ALSO_REGISTERED = {("coordination.k8s.io", "Lease"): ("v1beta1",)}
+
+
+def check_type_meta(
+    kind: str, group: str, version: str, custom: bool, body: JSON
+) -> None:
+    """The body's ``apiVersion``/``kind`` against the URL's type, as the handlers check them.
+
+    ``handlers/create.go`` and ``update.go`` decode first: for a built-in type a kind or
+    version the scheme does not know fails in the decoder (400 ``Lease in version "v2" cannot
+    be handled as a Lease: no kind "Lease" is registered for version ...``,
+    ``transformDecodeError``); a known other version decodes and is then refused (400 ``the API
+    version in the data (...) does not match the expected API version (...)``, the
+    ``AcceptsGroupVersion`` check). A custom resource decodes as unstructured: a wrong version is
+    that same 400, a wrong kind is the CR validator's 422 on ``kind`` (``ValidateTypeMeta``,
+    reported under the body's kind). Missing fields default to the URL's.
+    """
+    expected = f"{group}/{version}" if group else version
+    api_version = body.get("apiVersion") or ""
+    given_kind = body.get("kind") or ""
+    if not isinstance(api_version, str) or not isinstance(given_kind, str):
+        raise ApiError.bad_request("couldn't get version/kind; json parse error: wrong type")
+    if custom:
+        if api_version and api_version != expected:
+            raise _wrong_version(api_version, expected)
+        if given_kind and given_kind != kind:
+            name = str((body.get("metadata") or {}).get("name") or "")
+            raise ApiError.invalid(
+                given_kind, group, name,
+                [FieldError("kind", "Invalid", f"must be {kind}", given_kind)],
+            )
+        return
+    body_group, _, body_version = (api_version or expected).rpartition("/")
+    given_kind = given_kind or kind
+    known = given_kind == kind and body_group == group and (
+        body_version == version or body_version in _ALSO_REGISTERED.get((group, kind), ())
+    )
+    if not known:
+        raise ApiError.bad_request(
+            f'{given_kind} in version "{body_version}" cannot be handled as a {kind}: no kind '
+            f'"{given_kind}" is registered for version "{api_version or expected}" in scheme '
+            f'"{_SCHEME}"'
+        )
+    if body_version != version:
+        raise _wrong_version(api_version, expected)
+
+
+def _wrong_version(given: str, expected: str) -> ApiError:
+    return ApiError.bad_request(
+        f"the API version in the data ({given}) does not match the expected API version "
+        f"({expected})"
+    )
