@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import anyio
 import httpx
@@ -350,3 +356,40 @@ async def test_wrong_kind_on_a_custom_resource_is_422_on_kind() -> None:
         400, "the API version in the data (akka.io/v2) does not match the expected API version "
         "(akka.io/v1)",
     )
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed (CI has it)")
+def test_kubectl_waits_for_established(tmp_path: Path) -> None:
+    """`kubectl wait --for=condition=Established` returns once the window is over, and the CRD's
+    resource is served only then (apiextensions-apiserver establishing_controller.go)."""
+    kubeconfig = tmp_path / "kubeconfig"
+    command = [sys.executable, "-m", "trio_lease.testing.kube", "emulate", "--port", "0",
+               "--kubeconfig", str(kubeconfig), "--crd-establish-delay", "1.5"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert process.stdout is not None
+
+    def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args],
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    try:
+        banner = b""
+        while b"Ctrl-C" not in banner:
+            line = process.stdout.readline()
+            assert line, banner.decode(errors="replace")
+            banner += line
+        assert kubectl("apply", "-f", str(LEASE_YML)).returncode == 0
+        early = kubectl("get", "--raw", "/apis/akka.io/v1/namespaces/default/leases")
+        started = time.monotonic()
+        waited = kubectl("wait", "--for=condition=Established", "crd/leases.akka.io",
+                         "--timeout=30s")
+        took = time.monotonic() - started
+        late = kubectl("get", "leases.akka.io")
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=10)
+    assert early.returncode != 0 and "(NotFound)" in early.stderr  # kubectl words a bare 404
+    assert waited.returncode == 0, waited.stderr
+    assert "condition met" in waited.stdout
+    assert 0.5 < took < 20  # it did wait for the window
+    assert late.returncode == 0, late.stderr
