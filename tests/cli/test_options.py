@@ -138,3 +138,17 @@ async def test_waiting_line_says_how_long_it_waited_and_the_holder_held(anyio_ba
     line = waiting_line(lease, settings, waited=42.0)
     assert line is not None
     assert "waiting for 'job' (42 s so far), held by 'other_1' for 2 min 5 s" in line[1]
+
+
+def test_an_optional_command_is_left_out_only_for_a_missing_third_party_module(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A command whose third-party dependency is missing is left out of the parser; a broken
+    import inside trio_lease is raised, not hidden as a missing command."""
+    from trio_lease._cli import _main
+
+    monkeypatch.setattr(_main, "_OPTIONAL_COMMANDS", (("no_such_dependency_xyz", "add"),))
+    assert "manifests" in _commands(build_parser())
+    monkeypatch.setattr(_main, "_OPTIONAL_COMMANDS", (("trio_lease._no_such_module", "add"),))
+    with pytest.raises(ModuleNotFoundError):
+        build_parser()

@@ -71,10 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_optional_commands(commands: Any) -> None:
+    """Add the optional commands whose dependencies are installed.
+
+    Only a missing third-party module leaves a command out: an import error inside trio_lease
+    is a bug, and hiding the command would hide it.
+    """
     for module_name, function in _OPTIONAL_COMMANDS:
         try:
             module = __import__(module_name, fromlist=[function])
-        except ImportError:
+        except ModuleNotFoundError as exc:
+            if exc.name is None or exc.name.split(".")[0] == "trio_lease":
+                raise
             continue
         adder: Callable[[Any], None] = getattr(module, function)
         adder(commands)
