@@ -121,6 +121,15 @@ class LeaseReading:
         self._observe(record)
         return record
 
+    @property
+    def last_record(self) -> LeaseRecord | None:
+        """The record as last read by this lease (None: never read, or no record stored).
+
+        For status displays: its wall-clock fields are the writer's, informational only, and
+        ``unreadable`` says what could not be read. Decisions never use it without a fresh read.
+        """
+        return self._last_record
+
     def holder(self) -> str | None:
         """The holder identity as last read (None when free or never read).
 

@@ -245,6 +245,19 @@ async def test_holder_and_watch_holder_report_changes(world: World) -> None:
     assert b.holder() is None
 
 
+async def test_last_record_is_the_record_as_last_read(world: World) -> None:
+    """last_record: None before any read, then the record of the last read (holder, token)."""
+    a, b = world.lease("a"), world.lease("b")
+    assert world.lease("c").last_record is None  # never read
+    async with a.held() as grant:
+        with pytest.raises(LeaseBusy):
+            async with b.try_held():
+                pytest.fail("granted")
+        record = b.last_record
+        assert record is not None
+        assert (record.holder, record.fencing_token) == (a.identity, grant.fencing_token)
+
+
 async def test_lost_after_body_finished_without_checkpoint_still_raises(world: World) -> None:
     """§4.5: a loss seen at exit raises LeaseLost even if the body never hit a checkpoint."""
     frozen = world.faulty()

@@ -56,7 +56,7 @@ def waiting_line(
     holder = lease.holder()
     if holder is None:
         return None
-    record = lease._last_record
+    record = lease.last_record
     if record is not None and record.unreadable:
         never = record.fencing_token < 0
         return (
