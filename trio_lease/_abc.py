@@ -22,7 +22,13 @@ To write a backend, subclass :class:`LeaseBackend` and implement:
 ``watch(name)`` (optional; set ``supports_watch = True``)
     An async iterator that first yields the current record (or ``None``), then each later state
     as it changes. It may coalesce changes and may yield a state twice, but must eventually yield
-    the latest state after every change. Used to wake waiting contenders at once.
+    the latest state after every change.
+``watch_feed()`` (optional, with ``supports_watch``)
+    Return a :class:`~trio_lease.abc.WatchFeed` that follows many leases with one stream (a
+    watch by label, a prefix watch, one poller). The core runs one per backend object and
+    hands its changes to every waiter (woken at once) and every holder (which learns of a
+    takeover or a deletion without waiting for its next renewal). The default returns None:
+    the core then follows each watched lease with its own ``watch(name)``.
 ``aclose()``
     Release connections, threads, files.
 ``from_config(config)`` (optional classmethod)
@@ -66,16 +72,18 @@ from __future__ import annotations
 import abc
 import dataclasses
 import inspect
-from collections.abc import AsyncIterator, Hashable, Mapping
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self
+
+import anyio
 
 from ._exceptions import LeaseConfigError
 
 if TYPE_CHECKING:
     from ._settings import LeaseSettings
 
-__all__ = ["LeaseBackend", "LeaseRecord"]
+__all__ = ["LeaseBackend", "LeaseRecord", "Publish", "WatchFeed", "Watched"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -136,6 +144,13 @@ class LeaseBackend(abc.ABC):
         """Yield the current record, then each change (optional; see ``supports_watch``)."""
         raise NotImplementedError(f"{type(self).__name__} does not support watch")
 
+    def watch_feed(self) -> WatchFeed | None:
+        """One feed for every watched lease of this backend (optional; see the module docstring).
+
+        Called once per backend object; the feed keeps its resume point between runs.
+        """
+        return None
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release the backend's resources."""
 
@@ -185,3 +200,65 @@ class LeaseBackend(abc.ABC):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+#: ``publish(name, state)``: a watched lease changed; ``state`` is its record now (None: gone).
+Publish = Callable[[str, LeaseRecord | None], None]
+
+
+class Watched:
+    """The names of the leases a feed follows now; grows and shrinks while the feed runs."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._changed: anyio.Event | None = None
+        #: Bumped on every change of the set (a feed can tell whether it moved since it looked).
+        self.generation: int = 0
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._counts
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._counts))
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def __repr__(self) -> str:
+        return f"<Watched {len(self._counts)} lease(s)>"
+
+    async def wait_changed(self) -> None:
+        """Return after the next change of the set."""
+        if self._changed is None:
+            self._changed = anyio.Event()
+        await self._changed.wait()
+
+    def add(self, name: str) -> None:
+        """One more subscriber of ``name`` (the hub's; feeds only read)."""
+        count = self._counts.get(name, 0)
+        self._counts[name] = count + 1
+        if count == 0:
+            self._bump()
+
+    def discard(self, name: str) -> None:
+        """One subscriber of ``name`` fewer (the hub's; feeds only read)."""
+        count = self._counts.get(name, 0)
+        if count <= 1:
+            if self._counts.pop(name, None) is not None:
+                self._bump()
+        else:
+            self._counts[name] = count - 1
+
+    def _bump(self) -> None:
+        self.generation += 1
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+
+class WatchFeed(abc.ABC):
+    """One stream of changes for many leases of one backend; see the module docstring."""
+
+    @abc.abstractmethod
+    async def run(self, watched: Watched, publish: Publish) -> None:
+        """Publish every change of the watched leases until cancelled."""

@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Hashable
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import TypeVar
 
 import anyio
 
 from . import _algorithm as algo
 from ._abc import LeaseBackend, LeaseRecord
 from ._exceptions import BackendProtocolError, BackendUnavailable, LeaseConfigError, LeaseError
+from ._feed import checked_watch, closing, untyped
 from ._heartbeat import Holding, registry
 from ._identity import incarnation
 from ._settings import LeaseSettings
@@ -36,8 +35,6 @@ from ._settings import LeaseSettings
 __all__ = ["LeaseReading", "closing", "untyped"]
 
 logger = logging.getLogger("trio_lease")
-
-T = TypeVar("T")
 
 
 class LeaseReading:
@@ -169,49 +166,9 @@ class LeaseReading:
                         yield self.holder()
                 await anyio.sleep(self.settings.wait_interval)
 
-    async def _watch_records(self) -> AsyncIterator[LeaseRecord | None]:
+    def _watch_records(self) -> AsyncIterator[LeaseRecord | None]:
         """The backend's watch, each item checked, anything untyped it raises made typed."""
-        async with closing(self.backend.watch(self.name)) as stream:
-            while True:
-                try:
-                    record = await stream.__anext__()
-                except StopAsyncIteration:
-                    return
-                except LeaseError:
-                    raise
-                except Exception as exc:
-                    raise untyped(exc, self.backend, f"watching lease {self.name!r}") from exc
-                if record is not None and not isinstance(record, LeaseRecord):
-                    raise BackendProtocolError(
-                        f"watching lease {self.name!r}: {self.backend!r} yielded "
-                        f"{type(record).__name__}, not a LeaseRecord or None"
-                    )
-                yield record
-
-
-def untyped(exc: Exception, backend: LeaseBackend, what: str) -> BackendProtocolError:
-    """The typed error for an exception outside the LeaseError tree escaping a backend call.
-
-    Backends check their replies where they enter (trio_lease._wire); this is the last line of
-    defence for a backend that does not (a third-party one, or a reply nobody foresaw). The
-    exception's text is not quoted: it may carry what the server sent.
-    """
-    return BackendProtocolError(
-        f"{what}: {backend!r} raised {type(exc).__name__} (a reply it could not read, or a bug "
-        "in the backend); the outcome is unknown"
-    )
-
-
-@asynccontextmanager
-async def closing(stream: AsyncIterator[T]) -> AsyncIterator[AsyncIterator[T]]:
-    """Close a backend's watch stream (an async generator) as soon as we stop reading it."""
-    try:
-        yield stream
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await aclose()
+        return checked_watch(self.backend, self.name)
 
 
 def _utc_now() -> datetime:

@@ -19,9 +19,10 @@ import random
 import anyio
 from anyio.abc import TaskGroup
 
+from ._abc import LeaseRecord
 from ._exceptions import AcquireTimeout, BackendError, BackendUnavailable
 from ._heartbeat import Holding, infinite_or
-from ._reading import closing
+from ._shared_watch import FeedFailure, shared_watch
 from ._writing import LeaseWriting
 
 __all__ = ["EXPIRY_JITTER", "WAITING_LOG", "WARN_AFTER", "WARN_EVERY", "LeaseWaiting"]
@@ -192,27 +193,35 @@ class LeaseWaiting(LeaseWriting):
             )
 
     async def _wake_on_changes(self, wakeup: _Wakeup) -> None:
-        """Wake the waiting contender on every record change the backend reports."""
-        while True:
-            try:
-                # The watch starts after our last read: if its first state already differs from
-                # what we read (released in between), wake at once instead of a poll later.
-                known = self._last_record.version if self._last_record is not None else None
-                async with closing(self._watch_records()) as stream:
-                    async for record in stream:
-                        self._observe(record)
-                        version = record.version if record is not None else None
-                        if version != known:
-                            wakeup.set()
-                        known = version
-            except BackendUnavailable as exc:
-                logger.info("lease %r: watch failed (%s); polling meanwhile", self.name, exc)
-            except Exception as exc:
-                # Not transient (credentials, TLS, a missing CRD): wake the waiting loop, whose
-                # next attempt meets the error too and ends the wait with it.
-                logger.info("lease %r: watch failed (%s)", self.name, exc)
+        """Wake the waiting contender on every record change the shared watch reports."""
+        hub = shared_watch(self.backend)
+        if hub is None:
+            return
+        # The subscription reads the record once subscribed: if that already differs from
+        # what our last attempt read (released in between), wake at once, not a poll later.
+        known = [self._last_record.version if self._last_record is not None else None]
+
+        async def receive(state: LeaseRecord | FeedFailure | None) -> None:
+            if isinstance(state, FeedFailure):
+                # Not transient (credentials, TLS, a missing CRD): the next attempt meets the
+                # error too and ends the wait with it.
                 wakeup.set()
-            await anyio.sleep(self.settings.wait_interval)
+                return
+            self._observe(state)
+            version = state.version if state is not None else None
+            if version != known[0]:
+                wakeup.set()
+            known[0] = version
+
+        await hub.follow(self.name, receive, first=self._read_quietly)
+
+    async def _read_quietly(self) -> LeaseRecord | None:
+        """The watch's first state: a bounded read, whose failure only logs (see follow)."""
+        with anyio.fail_after(self.settings.lease_operation_timeout):
+            record = await self.backend.get(self.name)
+        if record is not None and not isinstance(record, LeaseRecord):
+            raise TypeError(f"{self.backend!r} returned {type(record).__name__} from get")
+        return record
 
 
 class _Wakeup:

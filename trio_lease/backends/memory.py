@@ -1,7 +1,8 @@
 """A process-local backend: records in a dict, for tests and single-process programs.
 
 Several :class:`MemoryBackend` objects can share one :class:`MemoryStore` (each then behaves like
-a separate client of the same server). Watches are woken by an in-process event.
+a separate client of the same server). Watches are woken by an in-process event; the shared
+watch (:class:`MemoryFeed`) is told of every commit of the store and publishes the watched ones.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from collections.abc import AsyncIterator, Hashable
 import anyio
 import anyio.lowlevel
 
-from .._abc import LeaseBackend, LeaseRecord
+from .._abc import LeaseBackend, LeaseRecord, Publish, Watched, WatchFeed
 from .._exceptions import ConflictError
 
-__all__ = ["MemoryBackend", "MemoryStore"]
+__all__ = ["MemoryBackend", "MemoryFeed", "MemoryStore"]
 
 
 class MemoryStore:
@@ -27,21 +28,25 @@ class MemoryStore:
         self.records: dict[str, LeaseRecord] = {}
         self._versions: itertools.count[int] = itertools.count(1)
         self._changed: dict[str, anyio.Event] = {}
+        self._listeners: list[Publish] = []
 
     def _commit(self, record: LeaseRecord) -> LeaseRecord:
         stored = dataclasses.replace(record, version=str(next(self._versions)))
         self.records[record.name] = stored
-        event = self._changed.pop(record.name, None)
-        if event is not None:
-            event.set()
+        self._tell(record.name, stored)
         return stored
 
-    def delete(self, name: str) -> None:
-        """Remove a record (an operator's action; the core never deletes)."""
-        self.records.pop(name, None)
+    def _tell(self, name: str, state: LeaseRecord | None) -> None:
         event = self._changed.pop(name, None)
         if event is not None:
             event.set()
+        for listener in list(self._listeners):
+            listener(name, state)
+
+    def delete(self, name: str) -> None:
+        """Remove a record (an operator's action; the core never deletes)."""
+        if self.records.pop(name, None) is not None:
+            self._tell(name, None)
 
     def changed(self, name: str) -> anyio.Event:
         """An event set at the next change of ``name``."""
@@ -85,9 +90,33 @@ class MemoryBackend(LeaseBackend):
             )
         return self.store._commit(record)
 
+    def watch_feed(self) -> MemoryFeed | None:
+        """The store's commits (None in a subclass with a watch of its own: that is used)."""
+        if type(self).watch is not MemoryBackend.watch:
+            return None
+        return MemoryFeed(self.store)
+
     async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
         """Yield the current record, then the record after every change."""
         while True:
             changed = self.store.changed(name)
             yield self.store.records.get(name)
             await changed.wait()
+
+
+class MemoryFeed(WatchFeed):
+    """The shared watch of a :class:`MemoryStore`: every commit, published as it happens."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store: MemoryStore = store
+
+    async def run(self, watched: Watched, publish: Publish) -> None:
+        def listener(name: str, state: LeaseRecord | None) -> None:
+            if name in watched:
+                publish(name, state)
+
+        self.store._listeners.append(listener)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.store._listeners.remove(listener)

@@ -1,0 +1,189 @@
+"""The shared watch: one feed per backend object, multiplexed to every waiter and holder.
+
+Every waiting contender and every holder of a process that watches a lease of a backend
+object subscribes here (:meth:`SharedWatch.follow`); one :class:`~trio_lease._feed.WatchFeed`
+follows all of them with as few streams as the backend can (one on Kubernetes, etcd and
+SQLite). The feed runs in the task of one subscriber at a time: each subscriber's task waits for
+the hub's run lock and runs the feed while it holds it, so when the running subscriber leaves,
+the next one takes over and the feed resumes from the resume point it kept (structured
+concurrency: no task outlives the scopes that use it, and no scope waits for another's).
+
+Each subscription keeps only the latest state of its lease (a slow subscriber never holds the
+feed up, and a burst of changes wakes it once); a subscription can filter states before they
+wake it (a holder ignores its own renewals). Feed failures that retrying cannot fix wake every
+subscriber with :class:`FeedFailure`; the feed runs again after a pause.
+
+One hub per backend object while it has subscribers (its locks and events belong to the event
+loop that made them); the feed object, with its resume point, lives as long as the backend.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import anyio
+
+from ._abc import LeaseBackend, LeaseRecord, Watched, WatchFeed
+from ._feed import PerNameFeed
+from ._host import sole_error
+
+__all__ = ["FeedFailure", "SharedWatch", "shared_watch"]
+
+logger = logging.getLogger("trio_lease")
+
+#: Pause before running a feed again after it failed or returned.
+RERUN_PAUSE: Final = 1.0
+
+_hubs: weakref.WeakKeyDictionary[LeaseBackend, SharedWatch] = weakref.WeakKeyDictionary()
+_feeds: weakref.WeakKeyDictionary[LeaseBackend, WatchFeed] = weakref.WeakKeyDictionary()
+
+
+class FeedFailure:
+    """Delivered to every subscriber when the feed failed with an error retrying cannot fix."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error: Exception = error
+
+
+State = LeaseRecord | None
+Receive = Callable[[State | FeedFailure], Awaitable[None]]
+
+
+def shared_watch(backend: LeaseBackend) -> SharedWatch | None:
+    """The hub of ``backend`` (made on first use), or None if it cannot watch."""
+    if not backend.supports_watch:
+        return None
+    hub = _hubs.get(backend)
+    if hub is None:
+        feed = _feeds.get(backend)
+        if feed is None:
+            feed = _feeds[backend] = backend.watch_feed() or PerNameFeed(backend)
+        hub = _hubs[backend] = SharedWatch(backend, feed)
+    return hub
+
+
+class _Subscription:
+    """One subscriber's latest undelivered state, and what wakes it."""
+
+    __slots__ = ("_event", "_pending", "_state", "interesting")
+
+    def __init__(self, interesting: Callable[[State], bool] | None) -> None:
+        self.interesting = interesting
+        self._pending = False
+        self._state: State | FeedFailure = None
+        self._event = anyio.Event()
+
+    def put(self, state: State | FeedFailure) -> None:
+        if (
+            self.interesting is not None
+            and not isinstance(state, FeedFailure)
+            and not self.interesting(state)
+        ):
+            return
+        self._state = state
+        if not self._pending:
+            self._pending = True
+            self._event.set()
+
+    async def take(self) -> State | FeedFailure:
+        while not self._pending:
+            await self._event.wait()
+        self._event = anyio.Event()
+        self._pending = False
+        state, self._state = self._state, None
+        return state
+
+
+class SharedWatch:
+    """The subscribers of one backend object's leases and the feed that serves them."""
+
+    def __init__(self, backend: LeaseBackend, feed: WatchFeed) -> None:
+        self.backend: LeaseBackend = backend
+        self.feed: WatchFeed = feed
+        self._watched = Watched()
+        self._subscriptions: dict[str, set[_Subscription]] = {}
+        self._run_lock = anyio.Lock()
+        #: How many times the feed was started (a new host, or a rerun after a failure).
+        self.runs: int = 0
+
+    def __repr__(self) -> str:
+        return f"<SharedWatch of {self.backend!r}: {len(self._watched)} lease(s)>"
+
+    @property
+    def subscribers(self) -> int:
+        """How many subscriptions are open now."""
+        return sum(len(subs) for subs in self._subscriptions.values())
+
+    async def follow(
+        self,
+        name: str,
+        receive: Receive,
+        *,
+        first: Callable[[], Awaitable[State]] | None = None,
+        interesting: Callable[[State], bool] | None = None,
+    ) -> None:
+        """Call ``receive`` with each new state of lease ``name`` until cancelled.
+
+        ``first``: read the current state once subscribed and deliver it first (a change
+        between a caller's last read and the subscription is then not missed). ``interesting``
+        filters states before they wake this subscriber. Errors of ``first`` are ignored (the
+        feed's next state, or the caller's own next read, tells).
+        """
+        subscription = _Subscription(interesting)
+        subs = self._subscriptions.setdefault(name, set())
+        subs.add(subscription)
+        self._watched.add(name)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._host)
+                if first is not None:
+                    try:
+                        subscription.put(await first())
+                    except Exception as exc:
+                        logger.debug("lease %r: first read of a watch failed: %s", name, exc)
+                while True:
+                    await receive(await subscription.take())
+        finally:
+            subs.discard(subscription)
+            if not subs:
+                del self._subscriptions[name]
+            self._watched.discard(name)
+            if not self._subscriptions and _hubs.get(self.backend) is self:
+                del _hubs[self.backend]  # the next subscriber makes a new hub on its loop
+
+    def publish(self, name: str, state: State) -> None:
+        """Hand a state of ``name`` to its subscribers (the feed's ``publish``)."""
+        for subscription in self._subscriptions.get(name, ()):
+            subscription.put(state)
+
+    async def _host(self) -> None:
+        """Run the feed while this subscriber holds the run lock (see the module docstring)."""
+        async with self._run_lock:
+            while self._subscriptions:
+                self.runs += 1
+                try:
+                    await self.feed.run(self._watched, self.publish)
+                except Exception as exc:
+                    error = exc
+                    if isinstance(exc, ExceptionGroup):  # from the feed's task group
+                        single = sole_error(exc)
+                        if isinstance(single, Exception):
+                            error = single
+                    logger.warning(
+                        "the shared watch of %r failed: %s; running it again in %g s",
+                        self.backend,
+                        error,
+                        RERUN_PAUSE,
+                    )
+                    failure = FeedFailure(error)
+                    for subs in list(self._subscriptions.values()):
+                        for subscription in subs:
+                            subscription.put(failure)
+                else:
+                    logger.info("the shared watch of %r ended; running it again", self.backend)
+                await anyio.sleep(RERUN_PAUSE)
