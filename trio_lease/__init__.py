@@ -15,6 +15,10 @@ from ._exceptions import LeaseError as LeaseError
 from ._exceptions import LeaseLost as LeaseLost
 from ._grant import Grant as Grant
 from ._lease import Lease as Lease
+from ._observer import LeaseInfo as LeaseInfo
+from ._observer import LeaseObserver as LeaseObserver
+from ._observer import add_observer as add_observer
+from ._observer import remove_observer as remove_observer
 from ._provider import LeaseProvider as LeaseProvider
 from ._settings import LeaseSettings as LeaseSettings
 from ._singleton import Following as Following
@@ -42,7 +46,9 @@ __all__ = [
     "LeaseBusy",
     "LeaseConfigError",
     "LeaseError",
+    "LeaseInfo",
     "LeaseLost",
+    "LeaseObserver",
     "LeaseProvider",
     "LeaseRecord",
     "LeaseSettings",
@@ -51,6 +57,8 @@ __all__ = [
     "SingletonState",
     "Stopped",
     "Stopping",
+    "add_observer",
+    "remove_observer",
     "run_singleton",
 ]
 

@@ -37,6 +37,7 @@ import anyio
 from . import _algorithm as algo
 from ._abc import LeaseBackend, LeaseRecord
 from ._exceptions import ConflictError
+from ._observer import LeaseInfo, LeaseObserver, everywhere, notify
 from ._settings import LeaseSettings
 from ._shared_watch import FeedFailure, SharedWatch, shared_watch
 from ._slots import urgent
@@ -65,6 +66,8 @@ class Holding:
         send_time: float,
         clock: Callable[[], float],
         wall_clock: Callable[[], datetime],
+        info: LeaseInfo | None = None,
+        observers: tuple[LeaseObserver, ...] = (),
     ) -> None:
         #: The registry key: (store key, lease name, holder identity).
         self.key: tuple[Hashable, str, str] = key
@@ -80,6 +83,11 @@ class Holding:
         self.deadline: float = algo.holder_deadline(send_time, settings)
         #: When the last confirmed write was sent (on the holder's clock).
         self.last_send: float = send_time
+        #: When the grant's write was sent (on the holder's clock).
+        self.granted_at: float = send_time
+        #: Which lease observers are told about, and the lease's own observers.
+        self.info: LeaseInfo = info or LeaseInfo(record.name, record.holder, record.holder)
+        self.observers: tuple[LeaseObserver, ...] = observers
         #: Why the grant was lost; None while it is not.
         self.lost_cause: str | None = None
         #: True once every scope holding the grant has left (released or not).
@@ -133,6 +141,12 @@ class Holding:
             self.lost_cause = cause
             logger.warning("lease %r lost by %s: %s", self.name, self.identity, cause)
             self._notify()
+            self.tell("lost", cause=cause)
+
+    def tell(self, step: str, **details: object) -> None:
+        """Tell the observers (:mod:`._observer`) about a step of this grant."""
+        if self.observers or everywhere():
+            notify(self.observers, step, self.info, fencing_token=self.token, **details)
 
     def end(self) -> None:
         """Stop the grant (all scopes left); watchdogs return without declaring a loss."""
@@ -249,9 +263,18 @@ class Holding:
             started = self._clock()
             if await self._renew_once():
                 next_at = self.last_send + settings.heartbeat_interval
+                if self.observers or everywhere():
+                    now = self._clock()
+                    self.tell("renewed", latency=now - started, valid_for=self.deadline - now)
             else:
                 # Retry soon: D >= R + 2T leaves room for at least two attempts.
                 next_at = started + retry_gap
+                if self.is_active() and (self.observers or everywhere()):
+                    self.tell(
+                        "renewal_failed",
+                        cause=self._last_error or "no renewal was confirmed",
+                        time_left=max(0.0, self.deadline - self._clock()),
+                    )
 
     async def _renew_once(self) -> bool:
         """One renewal attempt; True when a write was confirmed and the deadline moved."""

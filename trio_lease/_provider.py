@@ -25,7 +25,7 @@ import importlib
 import importlib.metadata
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -38,6 +38,7 @@ from ._akka import end_hosted_hold
 from ._exceptions import LeaseConfigError
 from ._host import close_host, open_host
 from ._lease import Lease
+from ._observer import LeaseObserver, observers_of
 from ._settings import SECTION_KEYS, SETTINGS_KEYS, LeaseSettings
 
 __all__ = ["LeaseProvider", "load_backend_class"]
@@ -104,7 +105,14 @@ def build_backend(cls: type[LeaseBackend], config: Mapping[str, Any], where: str
 class LeaseProvider:
     """Loads and caches leases from a TOML configuration (a file path or a parsed mapping)."""
 
-    def __init__(self, config: str | os.PathLike[str] | Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        config: str | os.PathLike[str] | Mapping[str, Any],
+        *,
+        observers: Iterable[LeaseObserver] = (),
+    ) -> None:
+        #: Observers given to every lease this provider loads (:class:`LeaseObserver`).
+        self.observers: tuple[LeaseObserver, ...] = observers_of(observers)
         if isinstance(config, Mapping):
             self._source: str = "<configuration mapping>"
             self._config: Mapping[str, Any] = config
@@ -177,7 +185,7 @@ class LeaseProvider:
         lease = self._leases.get(key)
         if lease is None:
             backend, settings = self._backend_for(config_path)
-            lease = Lease(name, owner, backend, settings)
+            lease = Lease(name, owner, backend, settings, observers=self.observers)
             lease.attach_host(self._host)
             self._leases[key] = lease
         return lease

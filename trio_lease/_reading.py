@@ -19,7 +19,7 @@ module imports one above it.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from datetime import UTC, datetime
 
 import anyio
@@ -30,6 +30,7 @@ from ._exceptions import BackendProtocolError, BackendUnavailable, LeaseConfigEr
 from ._feed import checked_watch, closing, untyped
 from ._heartbeat import Holding, registry
 from ._identity import incarnation
+from ._observer import LeaseInfo, LeaseObserver, observers_of
 from ._settings import LeaseSettings
 
 __all__ = ["LeaseReading", "closing", "untyped"]
@@ -49,6 +50,7 @@ class LeaseReading:
         *,
         clock: Callable[[], float] | None = None,
         wall_clock: Callable[[], datetime] | None = None,
+        observers: Iterable[LeaseObserver] = (),
     ) -> None:
         if not isinstance(name, str) or not name:
             raise LeaseConfigError(f"a lease name must be a non-empty string, got {name!r}")
@@ -73,6 +75,11 @@ class LeaseReading:
         self._wall_clock: Callable[[], datetime] = (
             wall_clock if wall_clock is not None else _utc_now
         )
+        #: Which lease observers are told about; the lease's own observers (:mod:`._observer`).
+        self._info: LeaseInfo = LeaseInfo(name, owner, self.identity)
+        self._observers: tuple[LeaseObserver, ...] = observers_of(observers)
+        #: When the current wait for a grant started (None: not waiting).
+        self._wait_started: float | None = None
         self._observation: algo.Observation | None = None
         self._last_record: LeaseRecord | None = None
         #: The highest fencing token seen on this lease (read or granted): new grants go above.

@@ -22,6 +22,7 @@ from anyio.abc import TaskGroup
 from ._abc import LeaseRecord
 from ._exceptions import AcquireTimeout, BackendError, BackendUnavailable
 from ._heartbeat import Holding, infinite_or
+from ._observer import everywhere, notify
 from ._shared_watch import FeedFailure, shared_watch
 from ._writing import LeaseWriting
 
@@ -89,14 +90,18 @@ class LeaseWaiting(LeaseWriting):
         self._failing_since = None
         self._last_error = None
         self._warned_at = None
+        self._wait_started = self._clock()
         error: list[Exception] = []
-        with anyio.move_on_after(infinite_or(timeout)):
-            async with anyio.create_task_group() as tg:
-                try:
-                    await self._wait_loop(tg, box)
-                except Exception as exc:  # raised bare below, never in an ExceptionGroup
-                    error.append(exc)
-                tg.cancel_scope.cancel()
+        try:
+            with anyio.move_on_after(infinite_or(timeout)):
+                async with anyio.create_task_group() as tg:
+                    try:
+                        await self._wait_loop(tg, box)
+                    except Exception as exc:  # raised bare below, never in an ExceptionGroup
+                        error.append(exc)
+                    tg.cancel_scope.cancel()
+        finally:
+            self._wait_started = None
         if error:
             raise error[0]
 
@@ -123,6 +128,14 @@ class LeaseWaiting(LeaseWriting):
                     box.append(attempt)
                     return
                 expires_in = attempt.expires_in
+                if self._observers or everywhere():
+                    notify(
+                        self._observers,
+                        "waiting",
+                        self._info,
+                        holder=attempt.holder,
+                        expires_in=expires_in,
+                    )
                 delay = min(expires_in, self.settings.wait_interval)
                 until_expiry = expires_in <= self.settings.wait_interval
                 if attempt.unreadable:

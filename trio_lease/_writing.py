@@ -26,6 +26,7 @@ from . import _algorithm as algo
 from ._abc import LeaseRecord
 from ._exceptions import BackendProtocolError, BackendUnavailable, ConflictError, LeaseError
 from ._heartbeat import Holding, registry
+from ._observer import everywhere
 from ._reading import LeaseReading, untyped
 from ._slots import urgent
 
@@ -129,8 +130,13 @@ class LeaseWriting(LeaseReading):
             send_time=send,
             clock=self._clock,
             wall_clock=self._wall_clock,
+            info=self._info,
+            observers=self._observers,
         )
         registry[self._key] = holding
+        if self._observers or everywhere():
+            started = self._wait_started
+            holding.tell("acquired", waited=0.0 if started is None else self._clock() - started)
         return holding
 
     async def _resolve_unknown_grant(
@@ -173,7 +179,14 @@ class LeaseWriting(LeaseReading):
         holding.end()
         if was_lost:
             return False
-        return await self._release(holding, raise_unknown=raise_unknown)
+        written = False
+        try:
+            written = await self._release(holding, raise_unknown=raise_unknown)
+        finally:
+            if holding.observers or everywhere():
+                held = self._clock() - holding.granted_at
+                holding.tell("released", held=held, written=written)
+        return written
 
     async def _release(self, holding: Holding, *, raise_unknown: bool) -> bool:
         """Write an empty holder if a fresh read still shows our grant (DESIGN §4.4)."""
