@@ -119,7 +119,9 @@ async def test_a_takeover_tells_lost_with_its_cause_and_no_release(everywhere: R
         async with lease.held():
             record = store.records["job"]
             store._commit(
-                dataclasses.replace(record, holder="intruder", fencing_token=record.fencing_token + 1)
+                dataclasses.replace(
+                    record, holder="intruder", fencing_token=record.fencing_token + 1
+                )
             )
             await anyio.sleep(SETTINGS.heartbeat_timeout)
     assert everywhere.steps()[0] == "acquired"
