@@ -10,7 +10,8 @@ a power cut, so fencing tokens never go backwards.
 Blocking calls run in worker threads (``anyio.to_thread``, abandoned on cancellation: a write
 whose caller was cancelled has an unknown outcome, as the SPI expects). ``watch`` polls SQLite's
 ``PRAGMA data_version`` (a cheap counter that moves when another connection commits) every
-``watch_interval`` seconds and yields the record when its version changed.
+``watch_interval`` seconds and yields the record when its version changed; the shared watch
+(:mod:`._feed`) is one such poller, on one connection, for every lease a process watches.
 
 The file is input: another program, an older version or a hand edit may have written it, and
 SQLite lets any column hold any type. :func:`._rows.record_from_row` is the one place a row
@@ -27,7 +28,8 @@ The default path (used by the CLI) is per user: ``$TRIO_LEASE_SQLITE_PATH``, els
 ``$XDG_STATE_HOME/trio-lease/leases.sqlite3``, else ``~/.local/state/trio-lease/leases.sqlite3``.
 
 Modules: :mod:`._backend` (the SPI on one connection), :mod:`._file` (the database file: its
-path, directory, tables), :mod:`._rows` (rows and records), :mod:`._errors` (SQLite's errors).
+path, directory, tables), :mod:`._rows` (rows and records), :mod:`._errors` (SQLite's errors),
+:mod:`._feed` (the shared watch).
 """
 
 from ... import _public

@@ -5,7 +5,8 @@ lock; an error that needs a fix closes it, so the next call reopens the file and
 restored file, new permissions). Each write is one ``BEGIN IMMEDIATE`` transaction that bumps
 the version counter and compares the version (:meth:`SqliteBackend._write`). A watch has a
 connection of its own and polls ``PRAGMA data_version``. See the package docstring for the
-design; rows and errors are translated in :mod:`._rows` and :mod:`._errors`.
+design; rows and errors are translated in :mod:`._rows` and :mod:`._errors`; the shared watch
+(one poller for every watched lease) is :mod:`._feed`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ..._exceptions import (
 from ..._settings import parse_duration
 from ..._wire import Malformed
 from ._errors import translate
+from ._feed import SqliteFeed
 from ._file import connect, default_path, rollback
 from ._rows import COLUMNS, issued, lease_name, record_from_row, storable
 
@@ -68,6 +70,7 @@ class SqliteBackend(LeaseBackend):
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._feed: SqliteFeed | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
@@ -206,6 +209,11 @@ class SqliteBackend(LeaseBackend):
             raise
         return record_from_row((*values, version), self.path)
 
+    def watch_feed(self) -> SqliteFeed:
+        """One poller (one connection) for every lease this backend object's process follows."""
+        self._feed = SqliteFeed(self)
+        return self._feed
+
     async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
         """Yield the current record, then the record whenever its version changes."""
         name = lease_name(name)
@@ -235,6 +243,8 @@ class SqliteBackend(LeaseBackend):
 
     async def aclose(self) -> None:
         def close() -> None:
+            if self._feed is not None:
+                self._feed.close()
             with self._lock:
                 self._closed = True
                 if self._conn is not None:

@@ -1,0 +1,179 @@
+"""The SQLite backend's shared watch: one poller per backend object (real time: threads)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from trio_lease import Lease, LeaseLost, LeaseRecord, LeaseSettings
+from trio_lease._abc import Watched
+from trio_lease._shared_watch import shared_watch
+from trio_lease.backends.sqlite import SqliteBackend
+from trio_lease.backends.sqlite._feed import SqliteFeed
+
+pytestmark = pytest.mark.anyio
+
+#: Renewals far apart (20 s) and records long-lived: only the watch can act within a test.
+SLOW = LeaseSettings(heartbeat_timeout=60, heartbeat_interval=20, lease_operation_timeout=2)
+LIMIT = 30  # seconds: a hang guard, never a timing assert
+
+
+@pytest.fixture
+def anyio_backend(real_time_backend: str) -> str:
+    """SQLite uses worker threads: real time on both backends."""
+    return real_time_backend
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait (polling) until ``condition()`` holds."""
+    while not condition():
+        await anyio.sleep(0.01)
+
+
+def counting_connections(backend: SqliteBackend) -> list[int]:
+    """Count the connections ``backend`` opens (its own and its watches')."""
+    opened = [0]
+    connect = backend._connect
+
+    def counted() -> sqlite3.Connection:
+        opened[0] += 1
+        return connect()
+
+    backend._connect = counted  # type: ignore[method-assign]
+    return opened
+
+
+async def test_many_waiters_share_one_poller(tmp_path: Path) -> None:
+    """200 waiters on 200 leases of one backend: one poller (one connection), all woken."""
+    path, count = tmp_path / "leases.sqlite3", 200
+    other, mine = SqliteBackend(path), SqliteBackend(path, watch_interval=0.01)
+    opened = counting_connections(mine)
+    records = [
+        await other.create(LeaseRecord(name=f"job{i}", holder="other", lease_duration=3600))
+        for i in range(count)
+    ]
+    acquired: list[int] = []
+
+    async def wait(i: int) -> None:
+        async with Lease(f"job{i}", "me", mine, SLOW).held():
+            acquired.append(i)
+
+    async with other, mine, anyio.create_task_group() as tg:
+        with anyio.fail_after(LIMIT):
+            for i in range(count):
+                tg.start_soon(wait, i)
+            hub = shared_watch(mine)
+            assert hub is not None
+            await until(lambda: hub.subscribers == count)
+            feed = hub.feed
+            assert isinstance(feed, SqliteFeed)
+            polls = feed.polls
+            await until(lambda: feed.polls >= polls + 3)
+            for record in records:  # released by their holder: every waiter must wake
+                released = dataclasses.replace(record, holder="", lease_duration=1.0)
+                await other.update(released, record.version)
+            await until(lambda: len(acquired) == count)
+    assert opened[0] == 2  # the backend's own connection and one poller's
+    assert feed.connections == 1
+
+
+async def test_a_foreign_write_cancels_the_holder_before_its_next_renewal(
+    tmp_path: Path,
+) -> None:
+    """Another client writing another holder ends the grant with LeaseLost, no renewal sent."""
+    path = tmp_path / "leases.sqlite3"
+    mine, other = SqliteBackend(path, watch_interval=0.01), SqliteBackend(path)
+    updates = [0]
+    update = mine.update
+
+    async def counted(record: LeaseRecord, expected_version: str) -> LeaseRecord:
+        updates[0] += 1
+        return await update(record, expected_version)
+
+    mine.update = counted  # type: ignore[method-assign]
+    async with mine, other:
+        with pytest.raises(LeaseLost), anyio.fail_after(LIMIT):
+            async with Lease("job", "me", mine, SLOW).held():
+                current = await other.get("job")
+                assert current is not None and current.holder
+                taken = dataclasses.replace(
+                    current, holder="intruder", fencing_token=current.fencing_token + 1
+                )
+                await other.update(taken, current.version)
+                await anyio.sleep_forever()
+    assert updates[0] == 0  # lost on the watch: the first renewal (20 s on) never came
+
+
+@contextlib.asynccontextmanager
+async def running(feed: SqliteFeed, *names: str):  # type: ignore[no-untyped-def]
+    """Run ``feed`` on ``names``; yield the list of what it publishes."""
+    watched = Watched()
+    for name in names:
+        watched.add(name)
+    published: list[tuple[str, LeaseRecord | None]] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(feed.run, watched, lambda name, state: published.append((name, state)))
+        yield published
+        tg.cancel_scope.cancel()
+
+
+async def test_a_deleted_row_is_published_as_none(tmp_path: Path) -> None:
+    """A row deleted by another program is published as None."""
+    path = tmp_path / "leases.sqlite3"
+    async with SqliteBackend(path, watch_interval=0.01) as backend:
+        created = await backend.create(LeaseRecord(name="job", holder="a"))
+        feed = backend.watch_feed()
+        with anyio.fail_after(LIMIT):
+            async with running(feed, "job") as published:
+                await until(lambda: published == [("job", created)])
+                with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+                    conn.execute("DELETE FROM leases WHERE name = 'job'")
+                await until(lambda: len(published) == 2)
+    assert published[1] == ("job", None)
+
+
+async def test_the_poller_selects_nothing_while_data_version_stands(tmp_path: Path) -> None:
+    """Polls with an unmoved data_version run no SELECT; a commit makes one, once per change."""
+    path = tmp_path / "leases.sqlite3"
+    async with SqliteBackend(path, watch_interval=0.01) as backend, SqliteBackend(path) as other:
+        created = await other.create(LeaseRecord(name="job", holder="a"))
+        feed = backend.watch_feed()
+        with anyio.fail_after(LIMIT):
+            async with running(feed, "job") as published:
+                await until(lambda: feed.polls >= 10)
+                assert (feed.selects, published) == (1, [("job", created)])
+                await other.create(LeaseRecord(name="unwatched", holder="b"))
+                await until(lambda: feed.selects == 2)
+                polls = feed.polls
+                await until(lambda: feed.polls >= polls + 10)
+                assert (feed.selects, len(published)) == (2, 1)  # nothing of ours changed
+                renewed = await other.update(created, created.version)
+                await until(lambda: len(published) == 2)
+    assert published[1] == ("job", renewed)
+    assert feed.selects == 3
+
+
+async def test_a_rerun_publishes_only_what_changed_meanwhile(tmp_path: Path) -> None:
+    """Versions and connection are kept on the feed: a new run publishes only what changed."""
+    path = tmp_path / "leases.sqlite3"
+    async with SqliteBackend(path, watch_interval=0.01) as backend:
+        first = await backend.create(LeaseRecord(name="a", holder="x"))
+        second = await backend.create(LeaseRecord(name="b", holder="y"))
+        feed = backend.watch_feed()
+        with anyio.fail_after(LIMIT):
+            async with running(feed, "a", "b") as published:
+                await until(lambda: len(published) == 2)
+            changed = await backend.update(second, second.version)
+            async with running(feed, "a", "b") as again:
+                await until(lambda: len(again) >= 1)
+                polls = feed.polls
+                await until(lambda: feed.polls >= polls + 5)
+    assert sorted(published, key=lambda item: item[0]) == [("a", first), ("b", second)]
+    assert again == [("b", changed)]
+    assert feed.connections == 1  # the poller's connection outlives a run

@@ -1,0 +1,149 @@
+"""SqliteFeed: the shared watch of a :class:`~trio_lease.backends.sqlite.SqliteBackend`.
+
+One poller per backend object follows every lease the process watches: one connection of its
+own (kept across runs, closed with the backend), one worker-thread call per ``watch_interval``.
+Each call reads ``PRAGMA data_version`` (SQLite's counter that moves when another connection
+commits to the file, including this backend object's own writing connection); when it did not
+move, the call does nothing else. When it moved, the call reads the rows of the watched leases
+(``SELECT ... WHERE name IN (...)``, :data:`CHUNK` names per statement) and the feed publishes
+each lease whose version differs from the one it published last (None for a row that is gone).
+A watched lease the feed has not read yet (newly watched, or the first poll of a new
+connection, whose ``data_version`` is not comparable with the old one's) is read at the next
+poll whatever ``data_version`` says.
+
+The versions published last (:attr:`SqliteFeed.known`) are kept on the feed, so a run the hub
+cancelled and started again publishes only what changed meanwhile. A row whose name or version
+cannot be read is skipped (the next request on that lease reports it). A failure that may pass
+(a locked or unreadable file) closes the connection and opens a new one after a pause that
+doubles up to :data:`BACKOFF_MAX`; only :class:`~trio_lease.LeaseConfigError` (a file that
+needs a fix) escapes :meth:`SqliteFeed.run`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import sqlite3
+import threading
+from typing import TYPE_CHECKING, Final
+
+import anyio
+import anyio.to_thread
+
+from ..._abc import LeaseRecord, Publish, Watched, WatchFeed
+from ..._exceptions import BackendProtocolError, BackendUnavailable
+from ._rows import COLUMNS, record_from_row
+
+if TYPE_CHECKING:
+    from ._backend import SqliteBackend
+
+__all__ = ["SqliteFeed"]
+
+logger = logging.getLogger("trio_lease")
+
+#: Names per ``SELECT ... WHERE name IN (...)`` (SQLite's oldest limit is 999 parameters).
+CHUNK: Final = 500
+#: Longest pause (seconds) before a failed poller opens a new connection.
+BACKOFF_MAX: Final = 2.0
+
+State = LeaseRecord | None
+
+
+class SqliteFeed(WatchFeed):
+    """One poller for every watched lease of one backend object; see the module docstring."""
+
+    def __init__(self, backend: SqliteBackend) -> None:
+        self._backend = backend
+        #: The version last published per watched lease (None: published as missing).
+        self.known: dict[str, str | None] = {}
+        #: Worker-thread calls (polls), SELECTs of rows, and connections opened, so far.
+        self.polls: int = 0
+        self.selects: int = 0
+        self.connections: int = 0
+        self._data_version: int | None = None
+        self._pause = backend.watch_interval
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<SqliteFeed of {self._backend!r}: {len(self.known)} lease(s) known>"
+
+    async def run(self, watched: Watched, publish: Publish) -> None:
+        while True:
+            try:
+                await self._follow(watched, publish)
+            except BackendUnavailable as exc:  # a lock, an I/O error: it may pass
+                path = self._backend.path
+                logger.info("the SQLite watch of %s failed (%s); polling again", path, exc)
+            await anyio.sleep(self._pause)
+            self._pause = min(self._pause * 2, BACKOFF_MAX)
+
+    async def _follow(self, watched: Watched, publish: Publish) -> None:
+        """Poll until a poll fails (then the connection is closed) or the run is cancelled."""
+        while True:
+            for name in [n for n in self.known if n not in watched]:
+                del self.known[name]
+            poll = functools.partial(self._poll, list(watched))
+            for name, state in await anyio.to_thread.run_sync(self._backend._guarded, poll):
+                version = state.version if state is not None else None
+                if name not in self.known or self.known[name] != version:
+                    self.known[name] = version
+                    publish(name, state)
+            self._pause = self._backend.watch_interval  # polls succeed: no backoff
+            await anyio.sleep(self._backend.watch_interval)
+
+    def close(self) -> None:
+        """(worker thread) Close the poller's connection for good (the backend is closed)."""
+        with self._lock:
+            self._closed = True
+            self._drop()
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
+
+    def _poll(self, names: list[str]) -> list[tuple[str, State]]:
+        """(worker thread) The states to compare: every watched one if the file changed.
+
+        The connection is kept between polls and runs; a poll that fails closes it, so the
+        next one opens a new connection (on which ``data_version`` starts afresh).
+        """
+        with self._lock:
+            if self._closed:
+                raise BackendUnavailable(f"the SQLite backend for {self._backend.path} is closed")
+            try:
+                return self._poll_on(names)
+            except BaseException:
+                self._drop()
+                raise
+
+    def _poll_on(self, names: list[str]) -> list[tuple[str, State]]:
+        if self._conn is None:
+            self._conn = self._backend._connect()
+            self.connections += 1
+            self._data_version = None  # another connection's counter: not comparable
+        conn = self._conn
+        self.polls += 1
+        data_version = conn.execute("PRAGMA data_version").fetchone()[0]
+        moved, self._data_version = data_version != self._data_version, data_version
+        wanted = names if moved else [n for n in names if n not in self.known]
+        found: dict[str, State] = dict.fromkeys(wanted)
+        for start in range(0, len(wanted), CHUNK):
+            chunk = wanted[start : start + CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            self.selects += 1
+            rows = conn.execute(f"SELECT {COLUMNS} FROM leases WHERE name IN ({marks})", chunk)
+            for row in rows:
+                try:
+                    record = record_from_row(row, self._backend.path)
+                except BackendProtocolError as exc:  # an edited row: its next read reports it
+                    logger.debug("the SQLite watch skipped a row: %s", exc)
+                    if isinstance(row[0], str):
+                        found.pop(row[0], None)
+                    continue
+                found[record.name] = record
+        return list(found.items())
