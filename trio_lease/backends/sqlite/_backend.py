@@ -211,7 +211,12 @@ class SqliteBackend(LeaseBackend):
 
     def watch_feed(self) -> SqliteFeed:
         """One poller (one connection) for every lease this backend object's process follows."""
-        self._feed = SqliteFeed(self)
+        self._feed = SqliteFeed(
+            self.path,
+            watch_interval=self.watch_interval,
+            connect=lambda: self._connect(),
+            translate=self._translate,
+        )
         return self._feed
 
     async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:

@@ -26,17 +26,16 @@ import functools
 import logging
 import sqlite3
 import threading
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
 
 import anyio
 import anyio.to_thread
 
 from ..._abc import LeaseRecord, Publish, Watched, WatchFeed
-from ..._exceptions import BackendProtocolError, BackendUnavailable
+from ..._exceptions import BackendProtocolError, BackendUnavailable, LeaseError
 from ._rows import COLUMNS, record_from_row
-
-if TYPE_CHECKING:
-    from ._backend import SqliteBackend
 
 __all__ = ["SqliteFeed"]
 
@@ -53,8 +52,19 @@ State = LeaseRecord | None
 class SqliteFeed(WatchFeed):
     """One poller for every watched lease of one backend object; see the module docstring."""
 
-    def __init__(self, backend: SqliteBackend) -> None:
-        self._backend = backend
+    def __init__(
+        self,
+        path: Path,
+        *,
+        watch_interval: float,
+        connect: Callable[[], sqlite3.Connection],
+        translate: Callable[[sqlite3.Error], LeaseError],
+    ) -> None:
+        #: The database file, and the seconds between two polls.
+        self.path: Path = path
+        self.watch_interval: float = watch_interval
+        self._connect = connect
+        self._translate = translate
         #: The version last published per watched lease (None: published as missing).
         self.known: dict[str, str | None] = {}
         #: Worker-thread calls (polls), SELECTs of rows, and connections opened, so far.
@@ -62,21 +72,20 @@ class SqliteFeed(WatchFeed):
         self.selects: int = 0
         self.connections: int = 0
         self._data_version: int | None = None
-        self._pause = backend.watch_interval
+        self._pause = watch_interval
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"<SqliteFeed of {self._backend!r}: {len(self.known)} lease(s) known>"
+        return f"<SqliteFeed of {str(self.path)!r}: {len(self.known)} lease(s) known>"
 
     async def run(self, watched: Watched, publish: Publish) -> None:
         while True:
             try:
                 await self._follow(watched, publish)
             except BackendUnavailable as exc:  # a lock, an I/O error: it may pass
-                path = self._backend.path
-                logger.info("the SQLite watch of %s failed (%s); polling again", path, exc)
+                logger.info("the SQLite watch of %s failed (%s); polling again", self.path, exc)
             await anyio.sleep(self._pause)
             self._pause = min(self._pause * 2, BACKOFF_MAX)
 
@@ -86,13 +95,13 @@ class SqliteFeed(WatchFeed):
             for name in [n for n in self.known if n not in watched]:
                 del self.known[name]
             poll = functools.partial(self._poll, list(watched))
-            for name, state in await anyio.to_thread.run_sync(self._backend._guarded, poll):
+            for name, state in await anyio.to_thread.run_sync(poll):
                 version = state.version if state is not None else None
                 if name not in self.known or self.known[name] != version:
                     self.known[name] = version
                     publish(name, state)
-            self._pause = self._backend.watch_interval  # polls succeed: no backoff
-            await anyio.sleep(self._backend.watch_interval)
+            self._pause = self.watch_interval  # polls succeed: no backoff
+            await anyio.sleep(self.watch_interval)
 
     def close(self) -> None:
         """(worker thread) Close the poller's connection for good (the backend is closed)."""
@@ -114,16 +123,19 @@ class SqliteFeed(WatchFeed):
         """
         with self._lock:
             if self._closed:
-                raise BackendUnavailable(f"the SQLite backend for {self._backend.path} is closed")
+                raise BackendUnavailable(f"the SQLite backend for {self.path} is closed")
             try:
                 return self._poll_on(names)
+            except sqlite3.Error as exc:
+                self._drop()
+                raise self._translate(exc) from exc
             except BaseException:
                 self._drop()
                 raise
 
     def _poll_on(self, names: list[str]) -> list[tuple[str, State]]:
         if self._conn is None:
-            self._conn = self._backend._connect()
+            self._conn = self._connect()
             self.connections += 1
             self._data_version = None  # another connection's counter: not comparable
         conn = self._conn
@@ -139,7 +151,7 @@ class SqliteFeed(WatchFeed):
             rows = conn.execute(f"SELECT {COLUMNS} FROM leases WHERE name IN ({marks})", chunk)
             for row in rows:
                 try:
-                    record = record_from_row(row, self._backend.path)
+                    record = record_from_row(row, self.path)
                 except BackendProtocolError as exc:  # an edited row: its next read reports it
                     logger.debug("the SQLite watch skipped a row: %s", exc)
                     if isinstance(row[0], str):
