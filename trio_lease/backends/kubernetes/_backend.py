@@ -21,7 +21,8 @@ protocol error, not a conflict: the server ignored our uid precondition, so whet
 landed somewhere is unknown, and only a fresh read can tell.
 
 Requests (their time bound, 429s, CA reload) and the checks of every reply are the API layer's
-(:mod:`._api`); waiting for changes is :mod:`._watch`; ``check()`` is :mod:`._check`.
+(:mod:`._api`); waiting for changes is :mod:`._watch` (one lease) and :mod:`._feed` (the
+shared watch, by the label every object we create carries); ``check()`` is :mod:`._check`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Self
 import anyio
 import httpx
 
-from ..._abc import LeaseBackend, LeaseRecord
+from ..._abc import LeaseBackend, LeaseRecord, WatchFeed
 from ..._exceptions import BackendProtocolError, ConflictError, LeaseConfigError
 from ..._wire import JsonObject, Malformed
 from ._api import KubeApi
@@ -42,8 +43,9 @@ from ._check import CheckReport, run_check
 from ._cluster import ClusterConfig
 from ._config import resolve_config
 from ._errors import RequestContext, clean_text, error_from
+from ._feed import KubernetesFeed
 from ._models import COORDINATION, LeaseKind, kind_named
-from ._names import KEY_ANNOTATION
+from ._names import KEY_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL
 from ._reading import resource_version
 from ._section import backend_kwargs, check_section
 from ._watch import watch_lease
@@ -185,7 +187,8 @@ class KubernetesBackend(LeaseBackend):
         api = self._api
         object_name = api.objects.object_name(record.name)
         annotations = {KEY_ANNOTATION: record.name} if object_name != record.name else {}
-        body = self.kind.new_object(object_name, record, annotations)
+        labels = {MANAGED_BY_LABEL: MANAGED_BY}  # the shared watch selects by it (._feed)
+        body = self.kind.new_object(object_name, record, annotations, labels)
         ctx = api.ctx("create", object_name)
         response = await api.request("POST", api.collection_path(), ctx, body=body)
         if response.status_code in (200, 201):
@@ -282,6 +285,15 @@ class KubernetesBackend(LeaseBackend):
     async def check(self) -> CheckReport:
         """Report what would stop this backend from working, each with its fix."""
         return await run_check(self._api)
+
+    def watch_feed(self) -> WatchFeed | None:
+        """One label watch for every lease of this backend (:mod:`._feed`); None if polling.
+
+        With ``watch=False`` the core follows each lease with :meth:`watch`, which polls.
+        """
+        if not self.watch_enabled:
+            return None
+        return KubernetesFeed(self._api, poll_interval=self.watch_poll_interval)
 
     def watch(self, name: str) -> AsyncGenerator[LeaseRecord | None]:
         return watch_lease(

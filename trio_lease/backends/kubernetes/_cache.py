@@ -4,8 +4,9 @@ A steady-state renewal is one PUT of the last object we saw with the record writ
 fields we do not model survive, and its ``metadata.uid`` makes the PUT fail on an object that
 was deleted and re-created. :class:`ObjectCache` keeps that object per object name. Objects
 enter through :meth:`ObjectCache.record` (a GET, POST or PUT answer, a LIST item, a watch event),
-which also turns them into records; a DELETED event, a 404, a conflict or an unknown outcome
-drops them, so the next write GETs first.
+which also turns them into records (:meth:`ObjectCache.peek` reads one without keeping it: the
+shared watch's events may lag behind our own writes); a DELETED event, a 404, a conflict or an
+unknown outcome drops them, so the next write GETs first.
 
 Lease keys map to object names here (:func:`lease_name_for`, or a check that the key is a valid
 name). A mapped name stores its key in the :data:`KEY_ANNOTATION` annotation; an object whose
@@ -14,12 +15,13 @@ annotation names another key is refused with :class:`LeaseConfigError` (a name c
 
 from __future__ import annotations
 
+from ..._abc import LeaseRecord
 from ..._exceptions import LeaseConfigError
 from ..._wire import JsonObject
 from ._errors import clean_text
 from ._models import LeaseKind
 from ._names import KEY_ANNOTATION, lease_name_for, validate_lease_name
-from ._reading import KubernetesLeaseRecord
+from ._reading import KubernetesLeaseRecord, resource_version
 
 __all__ = ["ObjectCache"]
 
@@ -57,6 +59,22 @@ class ObjectCache:
         obj.setdefault("apiVersion", self.kind.api_version)
         obj.setdefault("kind", self.kind.kind)
         self._objects[self.object_name(key)] = obj
+        return self.kind.to_record(key, obj)
+
+    def peek(self, key: str, obj: JsonObject) -> LeaseRecord:
+        """The record in ``obj`` without keeping it (the shared watch's: events may lag).
+
+        An object whose key annotation names another lease reads as unreadable (the next
+        read of the lease reports the collision).
+        """
+        try:
+            self.check_key(key, obj)
+        except LeaseConfigError:
+            return LeaseRecord(
+                key,
+                version=resource_version(obj),
+                unreadable="metadata.annotations: the object stores another lease's key",
+            )
         return self.kind.to_record(key, obj)
 
     def get(self, object_name: str) -> JsonObject | None:

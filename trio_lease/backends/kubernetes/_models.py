@@ -129,10 +129,16 @@ class LeaseKind:
     # -- record → object ---------------------------------------------------------------------
 
     def new_object(
-        self, name: str, record: LeaseRecord, annotations: dict[str, str]
+        self,
+        name: str,
+        record: LeaseRecord,
+        annotations: dict[str, str],
+        labels: dict[str, str] | None = None,
     ) -> JsonObject:
         """A fresh object for a POST."""
         metadata: JsonObject = {"name": name}
+        if labels:
+            metadata["labels"] = dict(labels)
         if annotations:
             metadata["annotations"] = dict(annotations)
         obj: JsonObject = {"apiVersion": self.api_version, "kind": self.kind, "metadata": metadata}

@@ -12,6 +12,10 @@ still get different names. Long keys are cut and hashed too, never merely trunca
 truncation made distinct names collide). The backend stores the original key in the
 :data:`KEY_ANNOTATION` annotation and refuses to use an object whose annotation names a
 different key.
+
+Objects the backend creates carry the label :data:`MANAGED_BY_LABEL` = :data:`MANAGED_BY`, so
+one watch by label follows all of them (:mod:`._feed`). Updates never add it to an object
+someone else created: its labels are that owner's.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from ..._exceptions import LeaseConfigError
 
 __all__ = [
     "KEY_ANNOTATION",
+    "MANAGED_BY",
+    "MANAGED_BY_LABEL",
+    "MANAGED_BY_SELECTOR",
     "MAX_NAME_LENGTH",
     "is_valid_name",
     "lease_name_for",
@@ -33,6 +40,11 @@ __all__ = [
 
 #: The annotation holding the original key of a lease whose name was mapped.
 KEY_ANNOTATION = "trio-lease.io/key"
+#: The label put on every object the backend creates; the shared watch selects by it.
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "trio-lease"
+#: The ``labelSelector`` of the shared watch (:mod:`._feed`).
+MANAGED_BY_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 MAX_NAME_LENGTH = 253
 _MAX_NAMESPACE_LENGTH = 63
 _HASH_LENGTH = 10

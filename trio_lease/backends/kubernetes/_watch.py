@@ -64,7 +64,7 @@ from ._api import KubeApi
 from ._errors import RequestContext, error_for, error_from
 from ._reading import resource_version
 
-__all__ = ["FIRST_BACKOFF", "watch_lease"]
+__all__ = ["FIRST_BACKOFF", "WATCH_TIMEOUT_SECONDS", "watch_lease"]
 
 WATCH_TIMEOUT_SECONDS = 300
 #: The first wait before reopening a watch that ended without a useful event (doubles up to
@@ -120,14 +120,20 @@ class _Backoff:
 
 
 async def watch_lease(
-    api: KubeApi, key: str, *, watch: bool = True, poll_interval: float = 5.0
+    api: KubeApi,
+    key: str,
+    *,
+    watch: bool = True,
+    poll_interval: float = 5.0,
+    cache: bool = True,
 ) -> AsyncGenerator[LeaseRecord | None]:
     """Yield the current record of ``key``, then each change (see the module docstring).
 
     ``watch``: use a watch (until it is forbidden); else, and after that, poll every
-    ``poll_interval`` seconds.
+    ``poll_interval`` seconds. ``cache``: keep the objects seen for the next PUT (the shared
+    watch's per-name watches do not: an event may lag behind our own write).
     """
-    lease = _Watched(api, key)
+    lease = _Watched(api, key, cache=cache)
     if watch:
         async with aclosing(lease.watch(_Backoff(poll_interval))) as states:
             async for state in states:
@@ -140,13 +146,16 @@ async def watch_lease(
 class _Watched:
     """One lease being waited on: its object name, and the states read of it."""
 
-    def __init__(self, api: KubeApi, key: str) -> None:
+    def __init__(self, api: KubeApi, key: str, *, cache: bool = True) -> None:
         self.api = api
         self.key = key
+        self.cache = cache
         self.object_name = api.objects.object_name(key)
 
     def state(self, obj: JsonObject | None) -> LeaseRecord | None:
-        """The record in ``obj`` (kept for the next PUT), or None when there is no object."""
+        """The record in ``obj`` (kept for the next PUT if caching), or None: no object."""
+        if not self.cache:
+            return None if obj is None else self.api.objects.peek(self.key, obj)
         if obj is None:
             self.api.objects.forget(self.object_name)
             return None
