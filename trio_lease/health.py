@@ -1,0 +1,232 @@
+"""Health and readiness over HTTP: ``/healthz``, ``/readyz`` and ``/metrics``, for probes.
+
+A :class:`HealthObserver` follows the leases of the process through the observer hooks
+(:class:`~trio_lease.LeaseObserver`); a :class:`HealthServer` answers from it::
+
+    import trio_lease
+    from trio_lease.health import HealthObserver, HealthServer
+
+    health = HealthObserver()
+    trio_lease.add_observer(health)
+    async with HealthServer(health, port=8080):  # 127.0.0.1 unless host= says otherwise
+        ...  # hold leases; the server answers until the block ends
+
+======================  ===========================================================================
+request                 answer
+======================  ===========================================================================
+``/healthz``            503 when a held lease's heartbeat is stuck: no renewal, loss or release was
+                        told for ``margin`` seconds past the end of its last known validity (the
+                        renewing task is wedged; restart the process). 200 otherwise, whether or
+                        not the process holds anything.
+``/readyz``             200 while the server runs.
+``/readyz?leader=1``    200 while the process holds a lease (``&name=NAME``: that lease), else 503.
+``/metrics``            the Prometheus text format of ``registry`` (when one is given), else 404.
+======================  ===========================================================================
+
+A lease that fails to renew is not stuck: its heartbeat loses it at its deadline, and the
+loss is told. Stuck means that did not happen. The observer's clock (default
+:func:`anyio.current_time`) is the one its deadlines are measured on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+import urllib.parse
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+
+from . import _public
+from ._observer import LeaseInfo, LeaseObserver
+from ._serve import Answer, serve_http
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+__all__ = ["HealthObserver", "HealthServer", "serve_health"]
+
+_TEXT = "text/plain; charset=utf-8"
+
+
+@dataclasses.dataclass
+class _Held:
+    """One held grant: its token and when its heartbeat is overdue (inf: not known yet)."""
+
+    fencing_token: int
+    overdue_at: float
+
+
+class HealthObserver(LeaseObserver):
+    """Tracks the leases held by the process and whether their heartbeats still run.
+
+    Args:
+        margin: seconds past a grant's validity before its heartbeat counts as stuck (the
+            watchdog tells the loss at the deadline itself; this absorbs a busy event loop).
+        heartbeat_timeout: the leases' heartbeat timeout, if known: it bounds the first
+            validity after an acquisition (``acquired`` does not tell it). Without it, a
+            heartbeat is judged from its first renewal on.
+        clock: monotonic seconds; default :func:`anyio.current_time` (read in the event loop).
+    """
+
+    def __init__(
+        self,
+        *,
+        margin: float = 2.0,
+        heartbeat_timeout: float | None = None,
+        clock: Callable[[], float] = anyio.current_time,
+    ) -> None:
+        if margin < 0:
+            raise ValueError(f"margin must be 0 or more seconds, got {margin!r}")
+        self.margin = margin
+        self.heartbeat_timeout = heartbeat_timeout
+        self._clock = clock
+        #: Held grants by (lease name, holder identity).
+        self._held: dict[tuple[str, str], _Held] = {}
+
+    # -- the hooks -------------------------------------------------------------------------------
+
+    def acquired(
+        self, lease: LeaseInfo, *, fencing_token: int, waited: float, **details: Any
+    ) -> None:
+        valid_for = details.get("valid_for", self.heartbeat_timeout)
+        overdue_at = math.inf if valid_for is None else self._clock() + valid_for + self.margin
+        self._held[lease.name, lease.identity] = _Held(fencing_token, overdue_at)
+
+    def renewed(
+        self, lease: LeaseInfo, *, fencing_token: int, latency: float, valid_for: float
+    ) -> None:
+        overdue_at = self._clock() + valid_for + self.margin
+        self._held[lease.name, lease.identity] = _Held(fencing_token, overdue_at)
+
+    def lost(self, lease: LeaseInfo, *, fencing_token: int, cause: str) -> None:
+        self._forget(lease, fencing_token)
+
+    def released(self, lease: LeaseInfo, *, fencing_token: int, held: float, written: bool) -> None:
+        self._forget(lease, fencing_token)
+
+    def _forget(self, lease: LeaseInfo, fencing_token: int) -> None:
+        held = self._held.get((lease.name, lease.identity))
+        if held is not None and held.fencing_token == fencing_token:
+            del self._held[lease.name, lease.identity]
+
+    # -- the answers -----------------------------------------------------------------------------
+
+    def holding(self, name: str | None = None) -> bool:
+        """True while the process holds a lease (``name``: that one)."""
+        return any(name is None or held_name == name for held_name, _ in self._held)
+
+    def stuck(self) -> list[str]:
+        """What is wrong: one line per held lease whose heartbeat is overdue (empty: healthy)."""
+        now = self._clock()
+        return [
+            f"lease {name!r} held by {identity!r} (fencing token {held.fencing_token}): no "
+            f"renewal or loss told for {now - held.overdue_at + self.margin:.1f} s past its "
+            "validity; its heartbeat is stuck, restart the process"
+            for (name, identity), held in sorted(self._held.items())
+            if now >= held.overdue_at
+        ]
+
+
+def _answer(
+    health: HealthObserver | None, metrics: CollectorRegistry | None, target: str
+) -> Answer:
+    """The answer to a GET of ``target`` (path and query)."""
+    parts = urllib.parse.urlsplit(target)
+    query = urllib.parse.parse_qs(parts.query)
+    if health is not None and parts.path == "/healthz":
+        problems = health.stuck()
+        if problems:
+            return 503, _TEXT, ("\n".join(problems) + "\n").encode()
+        return 200, _TEXT, b"ok\n"
+    if health is not None and parts.path == "/readyz":
+        if query.get("leader", ["0"])[-1] in ("", "0", "false", "no"):
+            return 200, _TEXT, b"ok\n"
+        name = query.get("name", [None])[-1]
+        if health.holding(name):
+            return 200, _TEXT, b"leading\n"
+        which = f"lease {name!r}" if name is not None else "any lease"
+        return 503, _TEXT, f"not holding {which}\n".encode()
+    if metrics is not None and parts.path == "/metrics":
+        import prometheus_client
+
+        return (
+            200,
+            prometheus_client.CONTENT_TYPE_LATEST,
+            prometheus_client.generate_latest(metrics),
+        )
+    return 404, _TEXT, b"not found: try /healthz, /readyz or /metrics\n"
+
+
+async def serve_health(
+    health: HealthObserver | None = None,
+    *,
+    metrics: CollectorRegistry | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until cancelled; ``task_status`` gets the port (``tg.start(serve_health, ...)``).
+
+    ``health`` serves ``/healthz`` and ``/readyz``, ``metrics`` (a prometheus_client
+    registry) serves ``/metrics``; give either or both. ``port=0`` picks a free port.
+    """
+    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    task_status.started(listener.extra(anyio.abc.SocketAttribute.local_port))
+    await serve_http(listener, lambda target: _answer(health, metrics, target))
+
+
+class HealthServer:
+    """:func:`serve_health` as an ``async with`` block; :attr:`port` is the port it listens on."""
+
+    def __init__(
+        self,
+        health: HealthObserver | None = None,
+        *,
+        metrics: CollectorRegistry | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        if health is None and metrics is None:
+            raise ValueError("HealthServer needs a HealthObserver, a metrics registry, or both")
+        self.health = health
+        self.metrics = metrics
+        self.host = host
+        #: The port asked for; once entered, the port listened on.
+        self.port = port
+        self._running_cm: contextlib.AbstractAsyncContextManager[HealthServer] | None = None
+
+    async def __aenter__(self) -> HealthServer:
+        running = self._running()
+        entered = await running.__aenter__()
+        self._running_cm = running
+        return entered
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        running, self._running_cm = self._running_cm, None
+        assert running is not None, "HealthServer was not entered"
+        return await running.__aexit__(exc_type, exc, tb)
+
+    @contextlib.asynccontextmanager
+    async def _running(self) -> AsyncIterator[HealthServer]:
+        async with anyio.create_task_group() as tg:
+            self.port = await tg.start(
+                functools.partial(
+                    serve_health, self.health, metrics=self.metrics, host=self.host, port=self.port
+                )
+            )
+            yield self
+            tg.cancel_scope.cancel()
+
+
+_public.publish(globals())
