@@ -1,0 +1,255 @@
+"""trio_lease.health (issue 16 item 5): /healthz, /readyz and /metrics over real sockets.
+
+HealthObserver's judgement of real leases runs on virtual time (memory store, faults from
+FaultyBackend). The stuck heartbeat is made with a controllable clock given to the observer: the
+lease's own heartbeat cannot be wedged from outside without patching the core. The HTTP tests
+use real sockets on both loops (``anyio_backend`` parametrised to real time) and httpx, or a raw
+connection where a client misbehaves on purpose.
+"""
+
+from __future__ import annotations
+
+import anyio
+import anyio.abc
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from trio_lease import Lease, LeaseInfo, LeaseLost
+from trio_lease._serve import MAX_REQUEST_BYTES
+from trio_lease.backends.memory import MemoryBackend
+from trio_lease.health import HealthObserver, HealthServer, serve_health
+from trio_lease.metrics import PrometheusMetrics
+from trio_lease.testing import FaultyBackend
+
+from .conftest import REAL_TIME_SETTINGS, SETTINGS
+
+pytestmark = pytest.mark.anyio
+
+#: Real time on both loops, for the tests on real sockets.
+real_time = pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+
+JOB = LeaseInfo(name="job", owner="me", identity="me@1")
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# -- the observer, on virtual time --------------------------------------------------------------
+
+
+async def test_a_renewing_heartbeat_is_never_stuck_even_with_no_margin() -> None:
+    """A lease renewing normally for 10 heartbeat timeouts: stuck() stays empty at every
+    check, with margin 0 (the validity told by renewed is the holder's real deadline)."""
+    health = HealthObserver(margin=0.0, heartbeat_timeout=SETTINGS.heartbeat_timeout)
+    lease = Lease("job", "me", MemoryBackend(), SETTINGS, observers=[health])
+    async with lease.held():
+        for _ in range(int(10 * SETTINGS.heartbeat_timeout / 0.25)):
+            assert health.stuck() == []
+            assert health.holding("job")
+            await anyio.sleep(0.25)
+    assert not health.holding()
+
+
+async def test_a_failing_store_is_a_loss_not_a_stuck_heartbeat() -> None:
+    """Renewals failing until the deadline: the heartbeat tells the loss, so health stays ok
+    throughout and the lease is no longer held."""
+    health = HealthObserver(margin=0.0)
+    backend = FaultyBackend(MemoryBackend())
+    lease = Lease("job", "me", backend, SETTINGS, observers=[health])
+    with pytest.raises(LeaseLost):
+        async with lease.held():
+            await anyio.sleep(SETTINGS.heartbeat_interval + 0.1)  # one renewal told
+            backend.error_rate = 1.0
+            while True:
+                assert health.stuck() == []
+                await anyio.sleep(0.1)
+    assert health.stuck() == [] and not health.holding()
+
+
+def test_a_heartbeat_silent_past_its_validity_and_margin_is_stuck() -> None:
+    """After renewed(valid_for=v), stuck only once v + margin have passed with no renewed,
+    lost or released; a later renewed clears it."""
+    clock = Clock()
+    health = HealthObserver(margin=2.0, clock=clock)
+    health.acquired(JOB, fencing_token=7, waited=0.0)
+    health.renewed(JOB, fencing_token=7, latency=0.01, valid_for=10.0)
+    clock.now += 11.9
+    assert health.stuck() == []
+    clock.now += 0.1
+    (problem,) = health.stuck()
+    assert "'job'" in problem and "fencing token 7" in problem and "restart" in problem
+    health.renewed(JOB, fencing_token=7, latency=0.01, valid_for=10.0)
+    assert health.stuck() == []
+
+
+def test_a_lost_or_released_grant_is_forgotten() -> None:
+    """lost or released of the held token ends the hold; a stale token's does not."""
+    clock = Clock()
+    health = HealthObserver(clock=clock)
+    health.renewed(JOB, fencing_token=7, latency=0.0, valid_for=1.0)
+    health.lost(JOB, fencing_token=6, cause="taken over by 'x'")  # an older grant's news
+    assert health.holding("job")
+    health.lost(JOB, fencing_token=7, cause="taken over by 'x'")
+    assert not health.holding()
+    health.renewed(JOB, fencing_token=8, latency=0.0, valid_for=1.0)
+    health.released(JOB, fencing_token=8, held=3.0, written=True)
+    clock.now += 100
+    assert not health.holding() and health.stuck() == []
+
+
+def test_the_first_validity_after_acquiring_is_bounded_by_the_heartbeat_timeout() -> None:
+    """With heartbeat_timeout, a grant never renewed after acquired is stuck after L + margin;
+    without it, it is judged from its first renewal on."""
+    clock = Clock()
+    bounded = HealthObserver(margin=1.0, heartbeat_timeout=15.0, clock=clock)
+    unbounded = HealthObserver(margin=1.0, clock=clock)
+    for health in (bounded, unbounded):
+        health.acquired(JOB, fencing_token=1, waited=0.0)
+    clock.now += 15.9
+    assert bounded.stuck() == []
+    clock.now += 0.1
+    assert len(bounded.stuck()) == 1
+    assert unbounded.stuck() == [] and unbounded.holding("job")
+
+
+def test_a_negative_margin_is_refused() -> None:
+    """margin below 0 raises ValueError naming it."""
+    with pytest.raises(ValueError, match="margin"):
+        HealthObserver(margin=-1)
+
+
+def test_a_server_with_nothing_to_serve_is_refused() -> None:
+    """HealthServer() with neither health nor metrics raises ValueError."""
+    with pytest.raises(ValueError, match="HealthObserver"):
+        HealthServer()
+
+
+# -- over HTTP, real sockets --------------------------------------------------------------------
+
+
+@real_time
+async def test_healthz_answers_503_naming_the_stuck_lease_then_200_again() -> None:
+    """/healthz: 200 "ok" with nothing held, 503 naming the lease while its heartbeat is
+    stuck (controlled clock), 200 once a renewal is told."""
+    clock = Clock()
+    health = HealthObserver(margin=1.0, clock=clock)
+    async with HealthServer(health) as server, httpx.AsyncClient() as client:
+        url = f"http://127.0.0.1:{server.port}/healthz"
+        first = await client.get(url)
+        assert (first.status_code, first.text) == (200, "ok\n")
+        health.renewed(JOB, fencing_token=3, latency=0.0, valid_for=5.0)
+        assert (await client.get(url)).status_code == 200
+        clock.now += 6.0
+        stuck = await client.get(url)
+        assert stuck.status_code == 503
+        assert "lease 'job'" in stuck.text and "stuck" in stuck.text
+        health.renewed(JOB, fencing_token=3, latency=0.0, valid_for=5.0)
+        assert (await client.get(url)).status_code == 200
+
+
+@real_time
+async def test_readyz_with_leader_answers_200_only_while_holding() -> None:
+    """/readyz is 200 while serving; /readyz?leader=1 (and &name=job) is 200 only while a real
+    lease is held, 503 before and after; &name=other stays 503."""
+    health = HealthObserver()
+    lease = Lease("job", "me", MemoryBackend(), REAL_TIME_SETTINGS, observers=[health])
+    async with HealthServer(health) as server, httpx.AsyncClient() as client:
+        base = f"http://127.0.0.1:{server.port}"
+
+        async def status(path: str) -> int:
+            return (await client.get(base + path)).status_code
+
+        assert await status("/readyz") == 200
+        assert await status("/readyz?leader=1") == 503
+        async with lease.held():
+            assert await status("/readyz?leader=1") == 200
+            assert await status("/readyz?leader=1&name=job") == 200
+            assert await status("/readyz?leader=1&name=other") == 503
+            assert await status("/readyz") == 200
+        assert await status("/readyz?leader=1") == 503
+        assert await status("/readyz") == 200
+
+
+@real_time
+async def test_one_server_serves_health_and_metrics() -> None:
+    """HealthServer(health, metrics=registry): /healthz, /readyz and a parseable /metrics on
+    one port; other paths 404, POST 405, HEAD 200 without a body."""
+    registry = CollectorRegistry()
+    PrometheusMetrics(registry)
+    async with (
+        HealthServer(HealthObserver(), metrics=registry) as server,
+        httpx.AsyncClient() as client,
+    ):
+        base = f"http://127.0.0.1:{server.port}"
+        assert (await client.get(f"{base}/healthz")).status_code == 200
+        assert (await client.get(f"{base}/readyz")).status_code == 200
+        scraped = await client.get(f"{base}/metrics")
+        names = {family.name for family in text_string_to_metric_families(scraped.text)}
+        assert "trio_lease_held" in names
+        assert (await client.get(f"{base}/nothing")).status_code == 404
+        assert (await client.post(f"{base}/healthz", content=b"x")).status_code == 405
+        head = await client.head(f"{base}/healthz")
+        assert (head.status_code, head.content) == (200, b"")
+        assert head.headers["connection"] == "close"
+
+
+async def raw_exchange(port: int, data: bytes) -> bytes:
+    """Send ``data`` on a new connection and read until the server closes it."""
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(data)
+        received = b""
+        with anyio.fail_after(10):
+            while True:
+                try:
+                    received += await stream.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    return received
+
+
+@real_time
+async def test_an_oversized_request_is_refused_and_the_connection_closed() -> None:
+    """A request head over MAX_REQUEST_BYTES gets 431 and a closed connection; a body over it,
+    413; garbage, 400. The server keeps answering afterwards."""
+    async with HealthServer(HealthObserver()) as server:
+        huge = b"X-Big: " + b"a" * (MAX_REQUEST_BYTES + 1) + b"\r\n"
+        reply = await raw_exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + huge)
+        assert reply.startswith(b"HTTP/1.1 431 ")
+        body = b"a" * (MAX_REQUEST_BYTES + 1)
+        head = f"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+        assert (await raw_exchange(server.port, head.encode() + body)).startswith(b"HTTP/1.1 413 ")
+        assert (await raw_exchange(server.port, b"NOT HTTP\r\n\r\n")).startswith(b"HTTP/1.1 400 ")
+        async with httpx.AsyncClient() as client:
+            ok = await client.get(f"http://127.0.0.1:{server.port}/healthz")
+            assert ok.status_code == 200
+
+
+@real_time
+async def test_a_silent_connection_does_not_block_other_requests() -> None:
+    """A client that connects and sends nothing does not delay a probe on another connection."""
+    async with HealthServer(HealthObserver()) as server, httpx.AsyncClient() as client:
+        silent = await anyio.connect_tcp("127.0.0.1", server.port)
+        async with silent:
+            with anyio.fail_after(5):
+                reply = await client.get(f"http://127.0.0.1:{server.port}/healthz")
+            assert reply.status_code == 200
+
+
+@real_time
+async def test_serve_health_reports_its_port_and_stops_when_cancelled() -> None:
+    """tg.start(serve_health, ...) returns the bound port; cancelling closes the listener."""
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_health, HealthObserver())
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200
+        tg.cancel_scope.cancel()
+    with pytest.raises(OSError):
+        await anyio.connect_tcp("127.0.0.1", port)
