@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -23,6 +25,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from trio_lease import AcquireTimeout, Lease, LeaseLost
+from trio_lease import tracing as tracing_module
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
 from trio_lease.testing import FaultyBackend
 from trio_lease.tracing import OpenTelemetryTracing
@@ -32,6 +35,7 @@ from .conftest import SETTINGS
 pytestmark = pytest.mark.anyio
 
 NS = 1e9
+DOC = Path(__file__).resolve().parents[1] / "docs" / "tracing.md"
 
 
 @dataclasses.dataclass
@@ -293,3 +297,29 @@ def test_without_opentelemetry_the_import_error_says_what_to_install(
     monkeypatch.delitem(sys.modules, "trio_lease.tracing")
     with pytest.raises(ImportError, match=r"pip install 'trio_lease\[otel\]'"):
         importlib.import_module("trio_lease.tracing")
+
+
+def test_the_docs_snippet_prints_what_its_comment_says() -> None:
+    """docs/tracing.md's wiring snippet runs and its spans are the ones its last comment lists."""
+    (snippet,) = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
+    expected = snippet.rstrip().splitlines()[-1].removeprefix("# ")
+    out = subprocess.run(
+        [sys.executable, "-c", snippet], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == expected
+
+
+def test_every_attribute_is_in_the_docs_table() -> None:
+    """Each attribute name trio_lease.tracing writes has a row in docs/tracing.md."""
+    names = [
+        value
+        for key, value in vars(tracing_module).items()
+        if key.isupper() and isinstance(value, str) and ("." in value)
+    ]
+    assert len(names) >= 17
+    rows = {
+        line.split("|")[1].strip().strip("`")
+        for line in DOC.read_text().splitlines()
+        if line.startswith("| `")
+    }
+    assert sorted(set(names) - rows) == []
