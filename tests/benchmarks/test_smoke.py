@@ -26,7 +26,7 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("bench")
     done = subprocess.run(
         [sys.executable, "-m", "tools.benchmarks", "--smoke", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+        cwd=ROOT, capture_output=True, text=True, timeout=360, check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     document: dict[str, Any] = json.loads((out / "smoke.json").read_text())
@@ -92,3 +92,49 @@ def test_smoke_run_measures_etcd_or_says_why_not(smoke: dict[str, Any]) -> None:
     results = smoke["results"]
     assert results["steady"]["ours-etcd"]["renewals"] > 0
     assert {"handover", "cold"} <= {key for key in results if "etcd" in results[key]}
+
+
+def test_smoke_takeover_runs_all_three_libraries(smoke: dict[str, Any]) -> None:
+    """Takeover → cancelled is measured for trio_lease, kubernetes_asyncio and the official
+    client's elector, each with a summary of the samples."""
+    takeover = smoke["results"]["takeover"]
+    assert set(takeover) == {"ours", "theirs", "official"}
+    for lib, result in takeover.items():
+        summary = result["inject_to_cancel_ms"]
+        assert summary["n"] == result["params"]["n"], lib
+        assert all(_finite_or_nan(v) for v in summary.values()), lib
+
+
+def test_smoke_waiters_report_open_watch_streams(smoke: dict[str, Any]) -> None:
+    """The waiting-contenders run counts the server's open watch streams while all wait and
+    none acquires (the holder's record lasts an hour)."""
+    waiters = smoke["results"]["waiters"]["ours"]
+    assert waiters["waiting"] == waiters["params"]["n"]
+    assert waiters["acquired"] == 0
+    streams = waiters["open_watches"]
+    assert set(streams) == {"all", "named", "selected"}
+    assert 1 <= streams["all"] <= waiters["waiting"]
+    assert waiters["requests_per_s"] >= 0
+
+
+def test_smoke_replicas_compare_requests_per_hour_at_one_failover_bound(
+    smoke: dict[str, Any],
+) -> None:
+    """Every library's three-replica run has requests per hour by method, and all were run at
+    the same worst-case crash failover."""
+    replicas = smoke["results"]["replicas"]
+    assert set(replicas) == {"ours", "ours-poll-L", "theirs", "official"}
+    assert len({r["failover_bound_s"] for r in replicas.values()}) == 1
+    for lib, result in replicas.items():
+        assert result["requests_per_hour"] > 0, lib
+        assert result["by_method_per_hour"].get("PUT", 0) > 0, lib  # the holder renewed
+
+
+def test_smoke_renewal_cpu_comes_with_a_profile(smoke: dict[str, Any]) -> None:
+    """The CPU-per-renewal run has a second, profiled run whose samples are shares by module."""
+    cpu = smoke["results"]["renewal_cpu"]
+    assert cpu["ours"]["renewals"] > 0
+    profile = cpu["ours-profiled"]["raw"]["profile"]
+    assert profile["busy_samples"] + profile["idle_samples"] > 0
+    assert all(0 <= share <= 100 for _, share in profile["self_pct_by_module"])
+    assert "requests per hour" in smoke["_markdown"]

@@ -6,7 +6,9 @@ HTTP on a free loopback port, writes a kubeconfig (no token: anonymous requests 
 
 - ``reset``: forget the counts; answers ``{"ok": true}``;
 - ``stats``: answers the counts since the last reset as JSON: requests by method and by
-  ``METHOD status``, the emulator's CPU seconds and the wall time of the window;
+  ``METHOD status``, the emulator's CPU seconds and the wall time of the window, and the watch
+  streams open right now (``open_watches``: all, ``named``: narrowed to one name by a field
+  selector, ``selected``: with a label or other field selection);
 - ``quit`` (or end of input): stop.
 
 The emulator keeps every request in ``emulator.requests``; a task folds that list into counters
@@ -59,6 +61,15 @@ class _Counts:
             "by_status": dict(self.by_status),
             "cpu_s": time.process_time() - self.cpu0,
             "wall_s": time.monotonic() - self.wall0,
+            "open_watches": self.watches(),
+        }
+
+    def watches(self) -> dict[str, int]:
+        open_ = self.emulator.open_watches()
+        return {
+            "all": len(open_),
+            "named": sum(1 for w in open_ if w.name is not None),
+            "selected": sum(1 for w in open_ if w.selection is not None),
         }
 
 

@@ -84,7 +84,15 @@ class Emulator:
 
     def __init__(self, kubeconfig: Path) -> None:
         self.kubeconfig = kubeconfig
-        self.proc = Proc("tools.benchmarks._emulator", str(kubeconfig))
+        self._start()
+
+    def restart(self) -> None:
+        """A fresh emulator (empty store, no watch streams left by earlier workers)."""
+        self.stop()
+        self._start()
+
+    def _start(self) -> None:
+        self.proc = Proc("tools.benchmarks._emulator", str(self.kubeconfig))
         line = self.proc.readline(30)
         if not line.startswith("ready "):
             raise RuntimeError(f"emulator did not start: {line!r}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ._one_watch import render as render_one_watch
+
 __all__ = ["render"]
 
 Doc = dict[str, Any]
@@ -159,4 +161,4 @@ def render(doc: Doc) -> str:
                     lines.append(f"| {key} {field.removesuffix('_ms')} | {NAMES[lib]} | {s['n']} "
                                  f"| {_f(s['p50'])} | {_f(s['p90'])} | {_f(s['p99'])} "
                                  f"| {_f(s['max'])} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + render_one_watch(doc)

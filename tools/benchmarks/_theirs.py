@@ -279,9 +279,33 @@ async def succeed(p: Params) -> None:
     _finish(started_at=started_at)
 
 
+async def replicas(p: Params) -> None:
+    """Three replicas (one ApiClient each) on one lease; the runner counts the requests."""
+    leading = asyncio.Event()
+
+    async def lead() -> None:
+        leading.set()
+        await asyncio.sleep(1e6)
+
+    apis = [await api_client(p) for _ in range(p.get("replicas", 3))]
+    tasks = [asyncio.create_task(elector(p, api, p["prefix"], f"replica-{i}", lead).run())
+             for i, api in enumerate(apis)]
+    await asyncio.wait_for(leading.wait(), 60)
+    await asyncio.sleep(p.get("settle", p["R"] * 2))
+    emit("start", held=1)
+    await _read_line()
+    cpu0, wall0 = time.process_time(), now()
+    await asyncio.sleep(p["window"])
+    cpu, wall = time.process_time() - cpu0, now() - wall0
+    emit("end")
+    await _read_line()
+    del tasks
+    _finish(cpu_s=cpu, wall_s=wall, held=1, losses=0, failed=0)
+
+
 SCENARIOS: dict[str, Callable[[Params], Awaitable[None]]] = {
     "steady": steady, "handover": handover, "cold": cold, "loss": loss,
-    "hold": hold_forever, "succeed": succeed,
+    "hold": hold_forever, "succeed": succeed, "replicas": replicas,
 }
 
 

@@ -23,13 +23,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from . import _one_watch
 from ._common import now, summary
 from ._procs import Emulator, Proc
 from ._report import render
 
 Params = dict[str, Any]
 
-BENCHMARKS = ["steady", "capacity", "confirm", "pool", "handover", "cold", "loss", "failover"]
+BENCHMARKS = ["steady", "capacity", "confirm", "pool", "handover", "cold", "loss", "failover",
+              *_one_watch.NAMES]
 
 #: Acquisitions per second while a steady run builds up its leases. An acquisition costs two
 #: requests (GET 404, POST); much faster ramps overload a loaded 2-core machine and the
@@ -69,6 +71,7 @@ FULL: Params = {
     "failover_libs": ["ours", "theirs", "sqlite", "etcd"],
     "sqlite_n": 1000,
     "etcd_n": 1000,
+    "issue15": _one_watch.FULL,
 }
 SMOKE: Params = {
     "steady": {"L": 2, "R": 0.5, "T": 0.15, "RD": 1.5, "stop": 0.3, "n": 10, "window": 1.0},
@@ -90,11 +93,12 @@ SMOKE: Params = {
     "failover_libs": ["ours", "theirs"],
     "sqlite_n": 10,
     "etcd_n": 10,
+    "issue15": _one_watch.SMOKE,
 }
 
 
 def _theirs_timings(p: Params) -> Params:
-    """kubernetes_asyncio needs retry_period >= 1 s (its R)."""
+    """kubernetes_asyncio and the official elector need retry_period >= 1 s (their R)."""
     return {**p, "R": max(p["R"], 1.0)}
 
 
@@ -111,10 +115,10 @@ class Runner:
         self.counter += 1
         return f"{label}-{self.counter}"
 
-    def worker(self, lib: str, scenario: str, params: Params, timeout: float) -> Params:
+    def worker(self, lib: str, scenario: str, params: Params, timeout: float,
+               module: str | None = None) -> Params:
         """One scenario in a fresh worker; brackets ``steady`` windows with emulator counts."""
-        module = "tools.benchmarks._ours" if lib != "theirs" else "tools.benchmarks._theirs"
-        proc = Proc(module, scenario, json.dumps(params))
+        proc = Proc(module or _module(lib), scenario, json.dumps(params))
         emulator: Params = {}
         try:
             while True:
@@ -134,7 +138,8 @@ class Runner:
             proc.stop()
 
     def base(self, lib: str, label: str, timings: Params) -> Params:
-        params: Params = {**(timings if lib != "theirs" else _theirs_timings(timings))}
+        elector = lib in ("theirs", "official")
+        params: Params = {**(_theirs_timings(timings) if elector else timings)}
         params["prefix"] = self._prefix(label)
         if lib == "sqlite":
             params.update(backend="sqlite", path=str(self.workdir / f"{params['prefix']}.db"))
@@ -146,10 +151,11 @@ class Runner:
         params["anyio_backend"] = "trio" if lib == "ours-trio" else "asyncio"
         return params
 
-    def steady(self, lib: str, n: int, window: float, timings: Params, **extra: Any) -> Params:
+    def steady(self, lib: str, n: int, window: float, timings: Params, module: str | None = None,
+               scenario: str = "steady", **extra: Any) -> Params:
         params = {**self.base(lib, "steady", timings), **extra}
         params.update(n=n, window=window, ramp=max(params["R"], n / ACQUIRE_RATE))
-        raw = self.worker(lib, "steady", params, timeout=params["ramp"] + window + 180)
+        raw = self.worker(lib, scenario, params, params["ramp"] + window + 180, module)
         return {"params": params, "raw": raw, **derive_steady(raw, params)}
 
     def latency(self, lib: str, scenario: str, timings: Params, **extra: Any) -> Params:
@@ -221,7 +227,9 @@ def _knee(steps: list[Params]) -> int | None:
 
 
 def _module(lib: str) -> str:
-    return "tools.benchmarks._theirs" if lib == "theirs" else "tools.benchmarks._ours"
+    if lib in ("theirs", "official"):
+        return f"tools.benchmarks._{lib}"
+    return "tools.benchmarks._ours"
 
 
 def _ms(seconds: list[float]) -> dict[str, float]:
@@ -359,6 +367,7 @@ def run(mode: str, out: Path, only: set[str] | None = None) -> Params:
                     lib: runner.failover(lib, failover, failover["kills"])
                     for lib in plan["failover_libs"] if lib != "etcd" or etcd is not None
                 }
+            res.update(_one_watch.run_all(runner, plan["issue15"], want))
         finally:
             emulator.stop()
     results["machine"]["loadavg_end"] = list(os.getloadavg())
