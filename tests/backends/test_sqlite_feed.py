@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sqlite3
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
@@ -22,6 +22,7 @@ pytestmark = pytest.mark.anyio
 #: Renewals far apart (20 s) and records long-lived: only the watch can act within a test.
 SLOW = LeaseSettings(heartbeat_timeout=60, heartbeat_interval=20, lease_operation_timeout=2)
 LIMIT = 30  # seconds: a hang guard, never a timing assert
+Published = list[tuple[str, LeaseRecord | None]]
 
 
 @pytest.fixture
@@ -71,8 +72,8 @@ async def test_many_waiters_share_one_poller(tmp_path: Path) -> None:
             hub = shared_watch(mine)
             assert hub is not None
             await until(lambda: hub.subscribers == count)
-            feed = hub.feed
-            assert isinstance(feed, SqliteFeed)
+            assert isinstance(hub.feed, SqliteFeed)
+            feed: SqliteFeed = hub.feed
             polls = feed.polls
             await until(lambda: feed.polls >= polls + 3)
             for record in records:  # released by their holder: every waiter must wake
@@ -111,12 +112,12 @@ async def test_a_foreign_write_cancels_the_holder_before_its_next_renewal(
 
 
 @contextlib.asynccontextmanager
-async def running(feed: SqliteFeed, *names: str):  # type: ignore[no-untyped-def]
+async def running(feed: SqliteFeed, *names: str) -> AsyncIterator[Published]:
     """Run ``feed`` on ``names``; yield the list of what it publishes."""
     watched = Watched()
     for name in names:
         watched.add(name)
-    published: list[tuple[str, LeaseRecord | None]] = []
+    published: Published = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(feed.run, watched, lambda name, state: published.append((name, state)))
         yield published

@@ -9,6 +9,7 @@ The record's version is the key's ``mod_revision``:
   rejected locally (comparing with 0 would *create* the key);
 - the new version is the txn's header revision: etcd's revision of that very write;
 - ``get`` is a linearizable range (a quorum read, never served stale by a follower);
+- the shared watch (:mod:`._feed`) is one watch of the whole prefix for every lease;
 - ``watch`` reads the key, then follows the gateway's streaming watch from the next revision,
   reconnecting (to the next endpoint) after any failure, after a jittered pause that grows
   while streams end without delivering anything.
@@ -42,6 +43,7 @@ from ..._settings import SECTION_KEYS
 from ..._wire import INT64_MAX
 from ._client import EtcdClient, make_ssl_context
 from ._codec import b64, encode_record
+from ._feed import EtcdFeed
 from ._replies import RangeState, read_range, read_txn, read_watch_result
 
 __all__ = ["EtcdBackend"]
@@ -260,6 +262,10 @@ class EtcdBackend(LeaseBackend):
                 f"lease {record.name!r} is missing or no longer at version {expected_version}"
             )
         return stored
+
+    def watch_feed(self) -> EtcdFeed:
+        """One prefix watch for every lease this backend object's process follows."""
+        return EtcdFeed(self._client, self.prefix)
 
     async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
         """Yield the current record, then the record after every change.

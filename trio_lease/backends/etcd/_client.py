@@ -334,8 +334,12 @@ class EtcdClient:
         *,
         read: Callable[[JsonObject], T],
         subject: str = "",
+        range_end: bytes | None = None,
     ) -> AsyncGenerator[T, None]:
         """Yield each line of a watch on ``key`` from ``start_revision`` on, read by ``read``.
+
+        ``range_end``: watch every key from ``key`` up to (not including) it instead, with
+        progress notifications (a prefix watch, :mod:`._feed`).
 
         Ends (returns) when the server closes the stream; raises :class:`BackendUnavailable`
         when it cannot connect or the stream fails, :class:`BackendProtocolError` for a line
@@ -345,7 +349,10 @@ class EtcdClient:
         endpoint = self.endpoints[self._current]
         where = f"watch{subject} at {endpoint}"
         timeout, headers = self._timeouts(stream=True)
-        body = {"create_request": {"key": b64(key), "start_revision": str(start_revision)}}
+        request: dict[str, Any] = {"key": b64(key), "start_revision": str(start_revision)}
+        if range_end is not None:
+            request |= {"range_end": b64(range_end), "progress_notify": True}
+        body = {"create_request": request}
 
         def read_line(message: JsonObject) -> T:
             if "error" in message:

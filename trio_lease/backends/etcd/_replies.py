@@ -32,9 +32,13 @@ from ._codec import decode_record
 
 __all__ = [
     "MAX_TOKEN_CHARS",
+    "PrefixBatch",
+    "PrefixPage",
     "RangeState",
     "WatchBatch",
     "read_answer",
+    "read_prefix_range",
+    "read_prefix_watch",
     "read_range",
     "read_token",
     "read_txn",
@@ -208,6 +212,100 @@ def read_watch_result(message: JsonObject, *, key: bytes, name: str) -> WatchBat
             _key_value(event.get("kv"), f"{path}.kv", key=key, name=name, deleted=deleted)
         )
     return WatchBatch(states, ended)
+
+
+NamedState = tuple[str, LeaseRecord | None]
+
+
+def _prefixed(value: object, path: str, *, prefix: bytes, deleted: bool) -> NamedState | None:
+    """A ``KeyValue`` under ``prefix`` as (lease name, state); None for a key no name maps to.
+
+    A key outside the prefix is a lie (a protocol error); a key under it that is not UTF-8
+    text is no lease this library writes (another program's key): skipped, never a state.
+    """
+    key = _bytes(obj(value, path).get("key"), f"{path}.key")
+    if not key.startswith(prefix):
+        raise Malformed(f"{path}.key", "is not under the prefix that was asked for")
+    try:
+        name = key[len(prefix) :].decode()
+    except UnicodeDecodeError:
+        return None
+    return name, _key_value(value, path, key=key, name=name, deleted=deleted)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixPage:
+    """A checked page of a range over a prefix: states by name, the store's revision, more."""
+
+    states: list[NamedState]
+    revision: int
+    more: bool
+    last_key: bytes
+
+
+def read_prefix_range(answer: JsonObject, *, prefix: bytes) -> PrefixPage:
+    """One page of a range over ``prefix`` (every entry's key must be under it)."""
+    header = obj(answer.get("header"), "header")
+    revision = _int64(header.get("revision"), "header.revision", low=1, required=True)
+    more = _boolean(answer["more"], "more") if "more" in answer else False
+    if "count" in answer:
+        _int64(answer["count"], "count")
+    states: list[NamedState] = []
+    last_key = b""
+    for i, item in enumerate(_optional_list(answer, "kvs")):
+        path = f"kvs[{i}]"
+        named = _prefixed(item, path, prefix=prefix, deleted=False)
+        last_key = _bytes(obj(item, path).get("key"), f"{path}.key")
+        if named is not None:
+            states.append(named)
+    if more and not last_key:
+        raise Malformed("more", "is true on a page without entries")
+    return PrefixPage(states, revision, more, last_key)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixBatch:
+    """A checked line of a prefix watch.
+
+    ``states``: (name, record) per PUT event, (name, None) per DELETE. ``revision``: every
+    change up to it has been delivered (the last event's, or a progress notification's
+    header revision; 0 when the line tells nothing). ``compacted``: the start revision was
+    compacted away; ``ended``: the server canceled the watch (the stream carries nothing more).
+    """
+
+    states: list[NamedState]
+    revision: int
+    compacted: bool
+    ended: bool
+
+
+def read_prefix_watch(message: JsonObject, *, prefix: bytes) -> PrefixBatch:
+    """The ``result`` of one line of a watch on every key under ``prefix``."""
+    result = obj(message.get("result"), "result")
+    header = optional_obj(result.get("header"), "result.header")
+    current = _int64(header.get("revision"), "result.header.revision")
+    flags = {
+        flag: _boolean(result[flag], f"result.{flag}") if flag in result else False
+        for flag in ("canceled", "created", "fragment")
+    }
+    compacted = _int64(result.get("compact_revision"), "result.compact_revision") > 0
+    states: list[NamedState] = []
+    revision = 0
+    for i, item in enumerate(_optional_list(result, "events", "result.events")):
+        path = f"result.events[{i}]"
+        event = obj(item, path)
+        kind = event.get("type", "PUT")  # PUT, the default, is omitted
+        if kind not in ("PUT", "DELETE"):
+            raise Malformed(f"{path}.type", "expected PUT or DELETE")
+        kv = event.get("kv")
+        named = _prefixed(kv, f"{path}.kv", prefix=prefix, deleted=kind == "DELETE")
+        mod = _int64(obj(kv, f"{path}.kv").get("mod_revision"), f"{path}.kv.mod_revision")
+        revision = max(revision, mod)
+        if named is not None:
+            states.append(named)
+    if not states and revision == 0 and not any(flags.values()) and not compacted:
+        revision = current  # a progress notification: everything up to it was delivered
+    return PrefixBatch(states, revision, compacted, compacted or flags["canceled"])
 
 
 def read_token(answer: JsonObject) -> str:

@@ -1,0 +1,254 @@
+"""The etcd backend's shared watch: one prefix watch per backend object (real etcd).
+
+Watch streams are counted and cut by :class:`Tap`, an httpx transport in front of the real
+server: it records each ``POST /v3/watch``, how many streams are open at once, and can drop a
+stream's next chunk (the connection breaks as it carries an event) and hold new streams back.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from tests.etcd_server import EtcdCluster
+from trio_lease import Lease, LeaseLost, LeaseRecord, LeaseSettings
+from trio_lease._abc import Watched
+from trio_lease._shared_watch import shared_watch
+from trio_lease.backends.etcd import EtcdBackend, _feed
+from trio_lease.backends.etcd._feed import EtcdFeed, prefix_end
+
+pytestmark = pytest.mark.anyio
+
+#: Renewals far apart (20 s) and records long-lived: only the watch can act within a test.
+SLOW = LeaseSettings(heartbeat_timeout=60, heartbeat_interval=20, lease_operation_timeout=2)
+LIMIT = 30  # seconds: a hang guard, never a timing assert
+Published = list[tuple[str, LeaseRecord | None]]
+
+
+class _Cuttable(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, tap: Tap) -> None:
+        self.inner, self.tap = inner, tap
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.inner:
+            if self.tap.cut_next:
+                self.tap.cut_next = False
+                raise httpx.ReadError("connection cut by the test")
+            yield chunk
+
+    async def aclose(self) -> None:
+        self.tap.open -= 1
+        await self.inner.aclose()
+
+
+class Tap(httpx.AsyncBaseTransport):
+    """Real HTTP to etcd; counts watch streams, can cut one and hold new ones back."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        #: The create_request of every POST /v3/watch, in order.
+        self.watches: list[dict[str, Any]] = []
+        self.open = 0
+        self.most_open = 0
+        #: Break the connection of the open stream at its next chunk (dropping it).
+        self.cut_next = False
+        #: When set, new watch requests wait for it.
+        self.gate: anyio.Event | None = None
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/v3/watch":
+            return await self.inner.handle_async_request(request)
+        self.watches.append(json.loads(request.content)["create_request"])
+        if self.gate is not None:
+            await self.gate.wait()
+        response = await self.inner.handle_async_request(request)
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        self.open += 1
+        self.most_open = max(self.most_open, self.open)
+        stream = _Cuttable(response.stream, self)
+        return httpx.Response(response.status_code, headers=response.headers, stream=stream)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait (polling) until ``condition()`` holds."""
+    while not condition():
+        await anyio.sleep(0.01)
+
+
+def b64(data: str) -> str:
+    return base64.b64encode(data.encode()).decode()
+
+
+async def etcd(server: EtcdCluster, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A raw call to the gateway (another program's put, delete or compaction)."""
+    async with httpx.AsyncClient() as client:
+        response = await client.post(f"{server.endpoints[0]}/v3/{path}", json=body)
+        response.raise_for_status()
+        answer: dict[str, Any] = response.json()
+        return answer
+
+
+@contextlib.asynccontextmanager
+async def running(feed: EtcdFeed, *names: str) -> AsyncIterator[Published]:
+    """Run ``feed`` on ``names``; yield the list of what it publishes."""
+    watched = Watched()
+    for name in names:
+        watched.add(name)
+    published: Published = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(feed.run, watched, lambda name, state: published.append((name, state)))
+        yield published
+        tg.cancel_scope.cancel()
+
+
+def test_prefix_end_covers_exactly_the_prefix() -> None:
+    """range_end is the prefix with its last byte plus one (0xff bytes carried over)."""
+    assert prefix_end(b"leases/") == b"leases0"
+    assert prefix_end(b"a\xff\xff") == b"b"
+    assert prefix_end(b"\xff") == b"\0"
+
+
+async def test_many_waiters_share_one_watch_stream(
+    etcd_server: EtcdCluster, etcd_backend_factory: Callable[[], EtcdBackend], etcd_prefix: str
+) -> None:
+    """200 waiters on 200 leases: one watch stream (never two open), all woken by it."""
+    count, tap = 200, Tap()
+    other = etcd_backend_factory()
+    mine = EtcdBackend(etcd_server.endpoints, prefix=etcd_prefix, transport=tap)
+    acquired: list[int] = []
+
+    async def wait(i: int) -> None:
+        async with Lease(f"job{i}", "me", mine, SLOW).held():
+            acquired.append(i)
+
+    async with other, mine, anyio.create_task_group() as tg:
+        with anyio.fail_after(LIMIT):
+            records = [
+                await other.create(LeaseRecord(name=f"job{i}", holder="other", lease_duration=3600))
+                for i in range(count)
+            ]
+            for i in range(count):
+                tg.start_soon(wait, i)
+            hub = shared_watch(mine)
+            assert hub is not None
+            await until(lambda: hub.subscribers == count and tap.open == 1)
+            assert len(tap.watches) == 1
+            assert isinstance(hub.feed, EtcdFeed)
+            feed: EtcdFeed = hub.feed
+            for record in records:  # released by their holder: every waiter must wake
+                released = dataclasses.replace(record, holder="", lease_duration=1.0)
+                await other.update(released, record.version)
+            await until(lambda: len(acquired) == count)
+    # Waiters leaving hand the feed to another task: the stream reopens where it stopped.
+    assert tap.most_open == 1
+    assert feed.reads == 1
+    assert tap.watches[0]["range_end"] == b64(etcd_prefix[:-1] + chr(ord(etcd_prefix[-1]) + 1))
+
+
+async def test_a_foreign_write_cancels_the_holder_before_its_next_renewal(
+    etcd_backend_factory: Callable[[], EtcdBackend],
+) -> None:
+    """Another client writing another holder ends the grant with LeaseLost, no renewal sent."""
+    mine, other = etcd_backend_factory(), etcd_backend_factory()
+    updates = [0]
+    update = mine.update
+
+    async def counted(record: LeaseRecord, expected_version: str) -> LeaseRecord:
+        updates[0] += 1
+        return await update(record, expected_version)
+
+    mine.update = counted  # type: ignore[method-assign]
+    async with mine, other:
+        with pytest.raises(LeaseLost), anyio.fail_after(LIMIT):
+            async with Lease("job", "me", mine, SLOW).held():
+                current = await other.get("job")
+                assert current is not None and current.holder
+                taken = dataclasses.replace(
+                    current, holder="intruder", fencing_token=current.fencing_token + 1
+                )
+                await other.update(taken, current.version)
+                await anyio.sleep_forever()
+    assert updates[0] == 0  # lost on the watch: the first renewal (20 s on) never came
+
+
+async def test_a_cut_stream_resumes_without_losing_a_change(
+    etcd_server: EtcdCluster, etcd_backend_factory: Callable[[], EtcdBackend], etcd_prefix: str
+) -> None:
+    """A stream cut as it carries a change reopens from the last revision seen: nothing lost."""
+    tap = Tap()
+    mine = EtcdBackend(etcd_server.endpoints, prefix=etcd_prefix, transport=tap)
+    async with mine, etcd_backend_factory() as other:
+        created = await other.create(LeaseRecord(name="job", holder="a"))
+        feed = mine.watch_feed()
+        with anyio.fail_after(LIMIT):
+            async with running(feed, "job") as published:
+                await until(lambda: published == [("job", created)])  # the first read
+                first = await other.update(created, created.version)
+                await until(lambda: len(published) == 2)  # the stream is live
+                tap.gate, tap.cut_next = anyio.Event(), True
+                dropped = await other.update(first, first.version)  # its chunk is cut
+                await until(lambda: len(tap.watches) == 2)  # reconnecting, held back
+                meanwhile = await other.update(dropped, dropped.version)
+                tap.gate.set()
+                await until(lambda: len(published) == 4)
+    assert published[1:] == [("job", first), ("job", dropped), ("job", meanwhile)]
+    assert tap.watches[1]["start_revision"] == str(int(first.version) + 1)
+    assert feed.reads == 1  # resumed, not read again
+
+
+async def test_compaction_reads_the_keys_again(
+    etcd_server: EtcdCluster,
+    etcd_backend_factory: Callable[[], EtcdBackend],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Resuming below etcd's compacted revision reads every key (in pages) and goes on."""
+    monkeypatch.setattr(_feed, "PAGE", 1)  # one key per page: the read pages through all
+    async with etcd_backend_factory() as mine, etcd_backend_factory() as other:
+        a = await other.create(LeaseRecord(name="a", holder="x"))
+        b = await other.create(LeaseRecord(name="b", holder="y"))
+        feed = mine.watch_feed()
+        with anyio.fail_after(LIMIT):
+            async with running(feed, "a", "b", "c") as first:
+                await until(lambda: len(first) == 3)
+            renewed = await other.update(a, a.version)  # while no run follows
+            deleted = await etcd(etcd_server, "kv/deleterange", {"key": b64(mine.prefix + "b")})
+            latest = deleted["header"]["revision"]  # above the revision the feed resumes from
+            await etcd(etcd_server, "kv/compaction", {"revision": latest})
+            async with running(feed, "a", "b", "c") as again:
+                await until(lambda: feed.reads == 2 and len(again) == 3)
+                later = await other.update(renewed, renewed.version)
+                await until(lambda: len(again) == 4)
+    assert sorted(first, key=lambda item: item[0]) == [("a", a), ("b", b), ("c", None)]
+    assert sorted(again[:3], key=lambda item: item[0]) == [("a", renewed), ("b", None), ("c", None)]
+    assert again[3] == ("a", later)
+
+
+async def test_a_deletion_is_published_as_none_and_foreign_data_as_unreadable(
+    etcd_server: EtcdCluster, etcd_backend_factory: Callable[[], EtcdBackend]
+) -> None:
+    """A DELETE event publishes None; a PUT of data that is no record, an unreadable record."""
+    async with etcd_backend_factory() as mine, etcd_backend_factory() as other:
+        created = await other.create(LeaseRecord(name="job", holder="a"))
+        feed = mine.watch_feed()
+        key = b64(mine.prefix + "job")
+        with anyio.fail_after(LIMIT):
+            async with running(feed, "job") as published:
+                await until(lambda: len(published) == 1)
+                await etcd(etcd_server, "kv/deleterange", {"key": key})
+                await until(lambda: len(published) == 2)
+                await etcd(etcd_server, "kv/put", {"key": key, "value": b64("not json")})
+                await until(lambda: len(published) == 3)
+    assert published[:2] == [("job", created), ("job", None)]
+    name, garbage = published[2]
+    assert name == "job" and garbage is not None and garbage.unreadable and not garbage.holder

@@ -1,0 +1,145 @@
+"""EtcdFeed: the shared watch of an :class:`~trio_lease.backends.etcd.EtcdBackend`.
+
+One watch stream on the backend's whole key prefix (``range_end`` is the prefix with its last
+byte plus one, etcd's idiom for "every key starting with it") follows every lease the process
+watches, whatever their number. Each PUT event is published as the record it carries, each
+DELETE as None; a key under the prefix maps back to its lease name by dropping the prefix (the
+backend's ``prefix + name`` encoding). Values are checked in :mod:`._replies` like every other
+reply: a value that is not a trio_lease record is published as an ``unreadable`` record.
+
+The feed keeps :attr:`EtcdFeed.revision`, the revision up to which every change has been
+published, so a stream cut by a failure (or a run the hub cancelled) resumes from the next
+revision and loses nothing. Before its first stream, and when etcd has compacted the history
+past that revision, the feed reads the keys under the prefix with one range read (in pages,
+pinned to the first page's revision), publishes the state of each watched lease (None for a
+watched lease with no key) and watches from that read's revision on. The stream asks for
+progress notifications, so an idle stream still moves the resume point forward.
+
+Every reopening waits a jittered pause that doubles up to
+:data:`~._backend.WATCH_BACKOFF_MAX` while streams end without delivering anything, as the
+per-key watch does. Only authentication and configuration errors escape :meth:`EtcdFeed.run`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import random
+from typing import Any, Final
+
+import anyio
+
+from ..._abc import Publish, Watched, WatchFeed
+from ..._exceptions import BackendAuthError, BackendError, LeaseConfigError
+from ._client import EtcdClient
+from ._codec import b64
+from ._replies import read_prefix_range, read_prefix_watch
+
+__all__ = ["EtcdFeed", "prefix_end"]
+
+logger = logging.getLogger("trio_lease")
+
+#: First pause before a stream reopens (seconds); doubles up to BACKOFF_MAX (the per-key
+#: watch's values, :data:`._backend.WATCH_BACKOFF`).
+BACKOFF: Final = 0.05
+BACKOFF_MAX: Final = 2.0
+#: Keys per page of the range read that (re)starts the feed.
+PAGE: Final = 500
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The ``range_end`` that makes a range or watch cover every key starting with ``prefix``."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return b"\0"  # etcd: every key from ``key`` on
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+class EtcdFeed(WatchFeed):
+    """One prefix watch for every watched lease of one backend object; see the module."""
+
+    def __init__(self, client: EtcdClient, prefix: str) -> None:
+        self._client = client
+        #: The backend's key prefix (a lease's key is ``prefix + name``).
+        self.prefix: str = prefix
+        #: Every change up to this revision has been published; None: read the keys first.
+        self.revision: int | None = None
+        #: How many watch streams were opened, and how many range reads (re)started the feed.
+        self.streams: int = 0
+        self.reads: int = 0
+        self._backoff = BACKOFF
+        self._subject = f" for the leases under prefix {prefix!r}"
+
+    def __repr__(self) -> str:
+        return f"<EtcdFeed prefix={self.prefix!r} revision={self.revision}>"
+
+    async def run(self, watched: Watched, publish: Publish) -> None:
+        try:
+            key = self.prefix.encode()
+        except UnicodeEncodeError:
+            raise LeaseConfigError("the etcd `prefix` is not valid Unicode text") from None
+        while True:
+            try:
+                if self.revision is None:
+                    self.revision = await self._read(key, watched, publish)
+                await self._follow(key, watched, publish)
+            except BackendAuthError:
+                raise
+            except BackendError as exc:  # a read: retrying it is safe
+                logger.info("the etcd watch%s failed (%s); opening it again", self._subject, exc)
+            await anyio.sleep(self._backoff * random.uniform(0.5, 1.0))
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+
+    async def _read(self, key: bytes, watched: Watched, publish: Publish) -> int:
+        """Publish every watched lease's state as of now; return the revision read at."""
+        self.reads += 1
+        body: dict[str, Any] = {"key": b64(key), "range_end": b64(prefix_end(key))}
+        body["limit"] = str(PAGE)
+        read = functools.partial(read_prefix_range, prefix=key)
+        revision = 0
+        seen: set[str] = set()
+        while True:
+            page = await self._client.call(
+                "kv/range", body, write=False, read=read, subject=self._subject
+            )
+            if not revision:
+                revision = page.revision
+                body["revision"] = str(revision)  # later pages: the same snapshot
+            for name, state in page.states:
+                seen.add(name)
+                if name in watched:
+                    publish(name, state)
+            if not page.more:
+                break
+            body["key"] = b64(page.last_key + b"\0")
+        for name in watched:
+            if name not in seen:
+                publish(name, None)
+        return revision
+
+    async def _follow(self, key: bytes, watched: Watched, publish: Publish) -> None:
+        """Follow one stream from the next revision until it ends or fails."""
+        assert self.revision is not None
+        self.streams += 1
+        lines = self._client.watch(
+            key,
+            self.revision + 1,
+            read=functools.partial(read_prefix_watch, prefix=key),
+            subject=self._subject,
+            range_end=prefix_end(key),
+        )
+        async with contextlib.aclosing(lines):
+            async for batch in lines:
+                for name, state in batch.states:
+                    if name in watched:
+                        publish(name, state)
+                if batch.revision > self.revision:
+                    self.revision = batch.revision
+                    self._backoff = BACKOFF  # the stream delivers: it is healthy
+                if batch.compacted:
+                    logger.info("the etcd watch%s was compacted; reading again", self._subject)
+                    self.revision = None
+                    return
+                if batch.ended:
+                    return
