@@ -80,6 +80,9 @@ PUBLIC_MODULES = [
     "trio_lease.backends.kubernetes",
     "trio_lease.testing",
     "trio_lease.testing.kube",
+    "trio_lease.tracing",
+    "trio_lease.metrics",
+    "trio_lease.health",
 ]
 ROOT = Path(__file__).resolve().parents[1]
 
