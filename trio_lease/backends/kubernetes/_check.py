@@ -5,8 +5,9 @@ credentials (401), missing RBAC verbs (each verb the backend uses, ``get``, ``cr
 ``update``, ``watch`` and ``list`` on its lease kind in its namespace, asked with a
 SelfSubjectAccessReview; when those are not allowed, by probing ``get``, ``list`` and ``watch``),
 reported with the Role rule that grants the missing ones as a YAML snippet, and a missing CRD
-for ``akka.io/v1`` (apply ``lease.yml``). The backend writes no Events, so none are checked. It
-writes nothing.
+for ``akka.io/v1`` (apply ``lease.yml``). ``create`` on ``events`` in ``events.k8s.io`` is
+optional (only :class:`KubernetesEvents` needs it): when it is missing, the report lists it under
+``optional`` with its Role rule and stays ``ok``. It writes nothing.
 
 Its replies go through the same checks as the backend's: failure answers through
 :func:`._errors.parse_status`, a review's answer through :func:`trio_lease._wire.load_json` and
@@ -24,6 +25,8 @@ from ... import _wire
 from ..._exceptions import BackendAuthError, BackendProtocolError, LeaseConfigError, LeaseError
 from ._api import KubeApi
 from ._errors import ApiStatus, RequestContext, parse_status
+from ._events import EVENTS
+from ._models import LeaseKind
 
 __all__ = ["CheckProblem", "CheckReport", "role_rule", "run_check"]
 
@@ -56,6 +59,8 @@ class CheckReport:
     source: str
     problems: list[CheckProblem] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: Missing permissions only some features need (Events): they do not make ``ok`` false.
+    optional: list[CheckProblem] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -71,6 +76,7 @@ class CheckReport:
         if self.ok:
             lines.append("  OK: reachable, credentials accepted, permissions and resources present")
         lines += [f"  PROBLEM: {problem}" for problem in self.problems]
+        lines += [f"  OPTIONAL: {problem}" for problem in self.optional]
         return "\n".join(lines)
 
 
@@ -125,8 +131,11 @@ async def run_check(api: KubeApi) -> CheckReport:
         missing = await _probe_reads(api)
         report.notes.append(
             "SelfSubjectAccessReviews are not available: probed get, list and watch by "
-            "reading; create and update could not be checked without writing"
+            "reading; create and update could not be checked without writing (nor create on "
+            "events, which only KubernetesEvents needs)"
         )
+    else:
+        await _check_events(api, report)
     if probe.code == 401:
         report.problems.append(_credentials_problem(api))
         return report
@@ -153,11 +162,13 @@ async def run_check(api: KubeApi) -> CheckReport:
     return report
 
 
-async def _review_verbs(api: KubeApi) -> list[str] | None:
-    """The verbs SelfSubjectAccessReviews deny; None when reviews are not available."""
-    ctx = RequestContext("create", api.kind, api.namespace, "selfsubjectaccessreview")
+async def _review_verbs(api: KubeApi, kind: LeaseKind | None = None) -> list[str] | None:
+    """The verbs of ``kind`` (default: the lease kind) SelfSubjectAccessReviews deny; None
+    when reviews are not available."""
+    kind = kind or api.kind
+    ctx = RequestContext("create", kind, api.namespace, "selfsubjectaccessreview")
     missing = []
-    for verb in api.kind.verbs:
+    for verb in kind.verbs:
         body = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",
@@ -165,8 +176,8 @@ async def _review_verbs(api: KubeApi) -> list[str] | None:
                 "resourceAttributes": {
                     "namespace": api.namespace,
                     "verb": verb,
-                    "group": api.kind.group,
-                    "resource": api.kind.plural,
+                    "group": kind.group,
+                    "resource": kind.plural,
                 }
             },
         }
@@ -180,6 +191,28 @@ async def _review_verbs(api: KubeApi) -> list[str] | None:
         if not allowed:
             missing.append(verb)
     return missing
+
+
+async def _check_events(api: KubeApi, report: CheckReport) -> None:
+    """Report a missing ``create`` on Events as optional (only KubernetesEvents needs it)."""
+    try:
+        missing = await _review_verbs(api, EVENTS)
+    except LeaseError:
+        missing = None
+    if missing is None:
+        report.notes.append("create on events (events.k8s.io) could not be checked")
+    elif missing:
+        report.optional.append(
+            CheckProblem(
+                f"missing permission: create on {EVENTS.resource} in namespace "
+                f"{api.namespace!r}; needed only to write Events (KubernetesEvents), "
+                "leases work without it",
+                "to write Events, add the events rule of the Role in lease.yml, or kubectl "
+                f"create role trio-lease-events -n {api.namespace} --verb=create "
+                f"--resource={EVENTS.resource} and bind it to the service account",
+                role_rule(EVENTS.group, EVENTS.plural, list(EVENTS.verbs)),
+            )
+        )
 
 
 def _allowed(content: bytes) -> bool:

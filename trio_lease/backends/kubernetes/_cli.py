@@ -100,6 +100,7 @@ def _as_json(report: CheckReport) -> dict[str, Any]:
         "source": report.source,
         "problems": [_problem(p) for p in report.problems],
         "notes": report.notes,
+        "optional": [_problem(p) for p in report.optional],
     }
 
 

@@ -90,6 +90,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
         False, short_names=("crd", "crds"),
     ),
+    ResourceType("events.k8s.io", "v1", "events", "Event", True, short_names=("ev",)),
     ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
     ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from ._events import decode_event, validate_event
 from ._managed import record_update
 from ._resources import ResourceType, crd_initial_status
 from ._status import GO_UINT64_ZERO, ApiError, FieldError, storage_invalid_obj
@@ -210,6 +211,10 @@ class Store:
             drop_disabled_lease_fields(spec, old_spec, self.coordinated_leader_election)
             errors += validate_lease_spec(spec)
             out["spec"] = spec
+        elif rt.group == "events.k8s.io":
+            event = decode_event(body, self.warnings)
+            errors += validate_event(event, namespace)
+            out.update(event)
         elif rt.custom:
             content = {k: v for k, v in body.items() if k not in ("kind", "apiVersion", "metadata")}
             schema = copy.deepcopy(rt.schema or {"type": "object"})

@@ -1,0 +1,206 @@
+"""``events.k8s.io/v1`` Events: decoding and validation, following the Kubernetes sources.
+
+- Decoding (``k8s.io/api/events/v1`` types): strings must be strings, ``deprecatedCount`` and
+  ``series.count`` int32, ``eventTime`` and ``series.lastObservedTime`` MicroTimes
+  (``YYYY-MM-DDTHH:MM:SS.ffffffZ``), ``regarding`` / ``related`` objects of strings; otherwise
+  the decoder's 400 ("Event in version "v1" cannot be handled as a Event: ..."). Unknown
+  top-level fields are dropped with a warning.
+- Validation (``pkg/apis/core/validation/events.go``, ``ValidateEventCreate`` for a request
+  in events.k8s.io/v1 and ``legacyValidateEvent``): ``eventTime`` is required, ``type`` must be
+  ``Normal`` or ``Warning``, ``reportingController`` is required and a qualified name,
+  ``reportingInstance``, ``action`` and ``reason`` are required and at most 128 characters, the
+  note at most 1024; a ``regarding`` without a namespace is only allowed in ``default`` and
+  ``kube-system``; the deprecated core fields must be unset; a ``series`` needs ``count`` >= 2
+  and ``lastObservedTime``. The server validates the internal type, so its field paths name the
+  core fields: ``involvedObject.namespace``, ``message``, ``count``, ``source``,
+  ``firstTimestamp``, ``lastTimestamp``; we copy that.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ._status import ApiError, FieldError
+from ._validation import _cannot_handle, _go_json_kind, _parse_micro_time
+
+__all__ = ["decode_event", "validate_event"]
+
+JSON = dict[str, Any]
+
+_STRINGS = ("reportingController", "reportingInstance", "action", "reason", "note", "type")
+_REFERENCE = ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
+_FIELDS = (
+    "eventTime", "series", *_STRINGS[:2], "action", "reason", "regarding", "related", "note",
+    "type", "deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp",
+    "deprecatedCount",
+)
+_LIMITS = {"reportingInstance": 128, "action": 128, "reason": 128}
+_NOTE_LIMIT = 1024
+_QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUALIFIED_MSG = (
+    "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+    "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used "
+    "for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+
+
+def _type_error(path: str, go_type: str, value: Any) -> ApiError:
+    return _cannot_handle(
+        "Event", "v1", f"json: cannot unmarshal {_go_json_kind(value)}into Go struct field "
+        f"Event.{path} of type {go_type}",
+    )
+
+
+def _string(path: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise _type_error(path, "string", value)
+    return value
+
+
+def _int32(path: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not -(2**31) <= value < 2**31:
+        raise _type_error(path, "int32", value)
+    return value
+
+
+def _object(path: str, value: Any, keys: tuple[str, ...]) -> JSON:
+    if not isinstance(value, dict):
+        raise _type_error(path, "v1.ObjectReference", value)
+    return {k: _string(f"{path}.{k}", value[k]) for k in keys if value.get(k) is not None}
+
+
+def decode_event(body: JSON, warnings: list[str]) -> JSON:
+    """Type-check and normalize an Event body (400 on a decode error); returns its fields."""
+    clean: JSON = {}
+    for key, value in body.items():
+        if key in ("apiVersion", "kind", "metadata"):
+            continue
+        if key not in _FIELDS:
+            warnings.append(f'unknown field "{key}"')
+            continue
+        if value is None:
+            continue
+        if key in _STRINGS:
+            clean[key] = _string(key, value)
+        elif key in ("eventTime", "deprecatedFirstTimestamp", "deprecatedLastTimestamp"):
+            clean[key] = _parse_micro_time(_string(key, value), "Event")
+        elif key == "deprecatedCount":
+            clean[key] = _int32(key, value)
+        elif key in ("regarding", "related"):
+            clean[key] = _object(key, value, _REFERENCE)
+        elif key == "deprecatedSource":
+            clean[key] = _object(key, value, ("component", "host"))
+        else:
+            clean[key] = _series(value)
+    return {key: clean[key] for key in _FIELDS if key in clean}
+
+
+def _series(value: Any) -> JSON:
+    if not isinstance(value, dict):
+        raise _type_error("series", "v1.EventSeries", value)
+    series: JSON = {}
+    if value.get("count") is not None:
+        series["count"] = _int32("series.count", value["count"])
+    if value.get("lastObservedTime") is not None:
+        text = _string("series.lastObservedTime", value["lastObservedTime"])
+        series["lastObservedTime"] = _parse_micro_time(text, "Event")
+    return series
+
+
+def validate_event(event: JSON, namespace: str) -> list[FieldError]:
+    """``ValidateEventCreate`` for an events.k8s.io/v1 request (metadata is checked apart)."""
+    errors = _legacy(event, namespace)
+    series = event.get("series")
+    if series is not None:
+        if series.get("count", 0) < 2:
+            errors.append(FieldError("series.count", "Invalid", "should be at least 2", ""))
+        if not series.get("lastObservedTime"):
+            errors.append(FieldError("series.lastObservedTime", "Required"))
+    if not event.get("eventTime"):
+        errors.append(FieldError("eventTime", "Required"))
+    type_ = event.get("type", "")
+    if type_ not in ("Normal", "Warning"):
+        errors.append(FieldError("type", "Invalid", f"has invalid value: {type_}", ""))
+    for field, core in (
+        ("deprecatedFirstTimestamp", "firstTimestamp"),
+        ("deprecatedLastTimestamp", "lastTimestamp"),
+        ("deprecatedCount", "count"),
+    ):
+        if event.get(field):
+            errors.append(FieldError(core, "Invalid", "needs to be unset", ""))
+    if any((event.get("deprecatedSource") or {}).values()):
+        errors.append(FieldError("source", "Invalid", "needs to be unset", ""))
+    return errors
+
+
+def _legacy(event: JSON, namespace: str) -> list[FieldError]:
+    """``legacyValidateEvent`` for an Event with ``eventTime`` (a "new" Event).
+
+    Without ``eventTime`` the legacy checks compare namespaces only; the Required error on
+    ``eventTime`` comes from the strict part, so those are enough here.
+    """
+    errors: list[FieldError] = []
+    regarding_ns = (event.get("regarding") or {}).get("namespace", "")
+    if event.get("eventTime"):
+        if not regarding_ns and namespace not in ("default", "kube-system"):
+            errors.append(FieldError(
+                "involvedObject.namespace", "Invalid", "does not match event.namespace", ""
+            ))
+        errors += _reporting(event)
+        for field in ("action", "reason"):
+            errors += _required_limited(event, field, field)
+        if len(event.get("note", "")) > _NOTE_LIMIT:
+            errors.append(FieldError(
+                "message", "Invalid", f"can have at most {_NOTE_LIMIT} characters", ""
+            ))
+    elif regarding_ns and regarding_ns != namespace:
+        errors.append(FieldError(
+            "involvedObject.namespace", "Invalid", "does not match event.namespace", regarding_ns
+        ))
+    return errors
+
+
+def _reporting(event: JSON) -> list[FieldError]:
+    errors: list[FieldError] = []
+    controller = event.get("reportingController", "")
+    if not controller:
+        errors.append(FieldError("reportingController", "Required"))
+    for message in _qualified_name_errors(controller):
+        errors.append(FieldError("reportingController", "Invalid", message, controller))
+    errors += _required_limited(event, "reportingInstance", "reportingInstance")
+    return errors
+
+
+def _required_limited(event: JSON, key: str, field: str) -> list[FieldError]:
+    value = event.get(key, "")
+    limit = _LIMITS[key]
+    if not value:
+        return [FieldError(field, "Required")]
+    if len(value) > limit:
+        return [FieldError(field, "Invalid", f"can have at most {limit} characters", "")]
+    return []
+
+
+def _qualified_name_errors(value: str) -> list[str]:
+    """apimachinery ``IsQualifiedName``: ``[prefix/]name``, name at most 63 characters."""
+    prefix, slash, name = value.rpartition("/")
+    if value.count("/") > 1:
+        return [
+            "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and "
+            "must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  "
+            "or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?"
+            "[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. "
+            "'example.com/MyName')"
+        ]
+    errors = []
+    if slash and (not prefix or not _SUBDOMAIN.match(prefix) or len(prefix) > 253):
+        errors.append("prefix part must be a valid DNS-1123 subdomain")
+    if not name:
+        errors.append("name part must be non-empty")
+    elif len(name) > 63:
+        errors.append("name part must be no more than 63 characters")
+    if not _QUALIFIED_NAME.match(name):
+        errors.append(_QUALIFIED_MSG)
+    return errors
