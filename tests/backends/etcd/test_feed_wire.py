@@ -1,0 +1,158 @@
+"""The etcd shared watch against scripted gateway answers, on virtual time (no etcd needed).
+
+Each watch request gets the next scripted stream body (then the last one again); a body's lines
+end, so the stream ends after them and the feed opens the next one.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from trio_lease import BackendAuthError, LeaseRecord
+from trio_lease._abc import Watched
+from trio_lease.backends.etcd import EtcdBackend
+from trio_lease.backends.etcd._codec import encode_record
+from trio_lease.backends.etcd._feed import EtcdFeed
+from trio_lease.testing import virtual_time_backends
+
+pytestmark = pytest.mark.anyio
+
+PREFIX = "leases/"
+Line = dict[str, Any]
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    """Virtual time: backoff pauses cost nothing and are counted, not timed."""
+    name: str = request.param
+    return name, dict(virtual_time_backends())[name]
+
+
+def b64(data: str | bytes) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+
+
+def put(name: str, revision: int, *, key: str | None = None) -> Line:
+    """A PUT event of lease ``name`` at ``revision`` (under another ``key`` if given)."""
+    record = LeaseRecord(name=name, holder="h")
+    kv = {
+        "key": b64(key if key is not None else PREFIX + name),
+        "create_revision": "2",
+        "mod_revision": str(revision),
+        "version": "1",
+        "value": b64(encode_record(record)),
+    }
+    return {"result": {"header": {"revision": str(revision)}, "events": [{"kv": kv}]}}
+
+
+CREATED: Line = {"result": {"header": {"revision": "10"}, "created": True}}
+
+
+class Gateway:
+    """Answers ranges (no keys) at the next of ``revisions``, watches with scripted streams."""
+
+    def __init__(
+        self, *streams: list[Line] | httpx.Response, revisions: tuple[int, ...] = (10,)
+    ) -> None:
+        self.streams = list(streams)
+        self.revisions = revisions
+        #: The create_request of each watch, and how many range reads came.
+        self.watches: list[dict[str, Any]] = []
+        self.ranges = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v3/kv/range":
+            self.ranges += 1
+            revision = self.revisions[min(self.ranges, len(self.revisions)) - 1]
+            return httpx.Response(200, json={"header": {"revision": str(revision)}})
+        assert request.url.path == "/v3/watch"
+        self.watches.append(json.loads(request.content)["create_request"])
+        stream = self.streams[min(len(self.watches), len(self.streams)) - 1]
+        if isinstance(stream, httpx.Response):
+            return stream
+        return httpx.Response(
+            200, content=b"".join(json.dumps(line).encode() + b"\n" for line in stream)
+        )
+
+    def feed(self) -> EtcdFeed:
+        backend = EtcdBackend(
+            ["http://etcd.invalid:2379"], prefix=PREFIX, transport=httpx.MockTransport(self)
+        )
+        return backend.watch_feed()
+
+
+async def follow(
+    feed: EtcdFeed, seconds: float, *names: str
+) -> list[tuple[str, LeaseRecord | None]]:
+    """Run ``feed`` on ``names`` for ``seconds`` of virtual time; what it published."""
+    watched = Watched()
+    for name in names:
+        watched.add(name)
+    published: list[tuple[str, LeaseRecord | None]] = []
+    with anyio.move_on_after(seconds):
+        await feed.run(watched, lambda name, state: published.append((name, state)))
+    return published
+
+
+async def test_streams_that_fail_are_reopened_after_a_growing_pause() -> None:
+    """A gateway failing every watch: the feed keeps trying, ~1 a second at most, never raises."""
+    unavailable = httpx.Response(503, json={"code": 14, "message": "etcdserver: no leader"})
+    gateway = Gateway(unavailable)
+    feed = gateway.feed()
+    await follow(feed, 60, "job")
+    # 0.05 s doubling to 2 s, jittered x 0.5-1: about 40 attempts in 60 s; a tight loop, millions.
+    assert 10 <= len(gateway.watches) <= 70
+    assert {w["start_revision"] for w in gateway.watches} == {"11"}  # resumed, never re-listed
+    assert gateway.ranges == 1
+
+
+async def test_an_event_resumes_after_it_and_a_progress_notification_moves_on() -> None:
+    """The next stream starts after the last event seen, or after a progress notification."""
+    progress: Line = {"result": {"header": {"revision": "50"}}}
+    gateway = Gateway([CREATED, put("job", 12)], [CREATED, progress], [CREATED])
+    feed = gateway.feed()
+    published = await follow(feed, 5, "job", "other")
+    starts = [w["start_revision"] for w in gateway.watches[:3]]
+    assert starts == ["11", "13", "51"]
+    assert gateway.watches[0]["range_end"] == b64("leases0")
+    assert published[:2] == [("job", None), ("other", None)]  # the first read: no keys
+    assert published[2][0] == "job" and published[2][1] is not None
+    assert published[2][1].version == "12"
+    assert published[3:] == []
+
+
+async def test_a_key_outside_the_prefix_is_refused_and_not_skipped_past() -> None:
+    """An event of a key outside the prefix is a protocol error: not published, not resumed past."""
+    gateway = Gateway([CREATED, put("job", 12, key="elsewhere/job")])
+    feed = gateway.feed()
+    published = await follow(feed, 5, "job")
+    assert published == [("job", None)]
+    assert {w["start_revision"] for w in gateway.watches} == {"11"}
+
+
+async def test_a_compacted_watch_reads_the_keys_again() -> None:
+    """A compacted answer makes the feed read the prefix again and watch from that read."""
+    compacted: Line = {
+        "result": {"header": {"revision": "30"}, "compact_revision": "20", "canceled": True}
+    }
+    gateway = Gateway([CREATED, compacted], [CREATED], revisions=(10, 30))
+    feed = gateway.feed()
+    published = await follow(feed, 5, "job")
+    assert published == [("job", None), ("job", None)]  # the first read, and the second
+    assert [w["start_revision"] for w in gateway.watches[:2]] == ["11", "31"]
+    assert (gateway.ranges, feed.reads) == (2, 2)
+
+
+async def test_a_refused_watch_ends_the_run() -> None:
+    """Permission denied on the watch is not retried: run() raises BackendAuthError."""
+    denied = httpx.Response(403, json={"code": 7, "message": "etcdserver: permission denied"})
+    gateway = Gateway(denied)
+    with pytest.raises(BackendAuthError):
+        await follow(gateway.feed(), 60, "job")
+    assert len(gateway.watches) == 1
