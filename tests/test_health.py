@@ -9,6 +9,11 @@ connection where a client misbehaves on purpose.
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import anyio
 import anyio.abc
 import httpx
@@ -253,3 +258,18 @@ async def test_serve_health_reports_its_port_and_stops_when_cancelled() -> None:
         tg.cancel_scope.cancel()
     with pytest.raises(OSError):
         await anyio.connect_tcp("127.0.0.1", port)
+
+
+def test_the_operations_guide_snippet_prints_what_its_comments_say(tmp_path: Path) -> None:
+    """docs/operations.md's Python snippet runs as written: 503 before holding, then 200, 200
+    and the held gauge at 1 in the scrape."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
+    [snippet] = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    script = tmp_path / "snippet.py"
+    script.write_text(snippet)
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    expected = re.findall(r"# (\S+)$", snippet, flags=re.MULTILINE)
+    assert result.stdout.split() == expected == ["503", "200", "200", "True"]

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import math
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
@@ -182,7 +181,11 @@ async def serve_health(
 
 
 class HealthServer:
-    """:func:`serve_health` as an ``async with`` block; :attr:`port` is the port it listens on."""
+    """:func:`serve_health` as an ``async with`` block; :attr:`port` is the port it listens on.
+
+    Entering raises :class:`OSError` if it cannot listen (the port is in use, the host is not
+    an address of this machine).
+    """
 
     def __init__(
         self,
@@ -219,14 +222,17 @@ class HealthServer:
 
     @contextlib.asynccontextmanager
     async def _running(self) -> AsyncIterator[HealthServer]:
-        async with anyio.create_task_group() as tg:
-            self.port = await tg.start(
-                functools.partial(
-                    serve_health, self.health, metrics=self.metrics, host=self.host, port=self.port
-                )
-            )
-            yield self
-            tg.cancel_scope.cancel()
+        # Listen before the task group, so a port in use raises OSError itself, not a group.
+        listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
+        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        health, metrics = self.health, self.metrics
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(serve_http, listener, lambda target: _answer(health, metrics, target))
+                yield self
+                tg.cancel_scope.cancel()
+        finally:
+            await anyio.aclose_forcefully(listener)  # in case the task never started
 
 
 _public.publish(globals())

@@ -30,6 +30,7 @@ from ._options import (
     open_backend,
     positive_duration,
 )
+from ._serving import add_serving_options, serving
 from ._waiting import report_waiting
 
 __all__ = ["STOP_SIGNALS", "add_run_command", "run"]
@@ -66,6 +67,7 @@ def add_run_command(commands: Any) -> None:
     )
     parser.add_argument("command", nargs="*", help="-- CMD [ARGS...]")
     add_backend_options(parser)
+    add_serving_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -74,10 +76,11 @@ async def run(args: argparse.Namespace) -> int:
     command: list[str] = args.command
     check_command(command)
     backend, settings = open_backend(args)
-    lease = Lease(args.name, args.owner, backend, settings)
-    supervisor = _Supervisor(lease, settings, command, wait=args.wait, timeout=args.timeout)
-    async with backend:
-        await supervisor.supervise()
+    async with serving(args, settings) as observers:  # --health-port, --metrics-port
+        lease = Lease(args.name, args.owner, backend, settings, observers=observers)
+        supervisor = _Supervisor(lease, settings, command, wait=args.wait, timeout=args.timeout)
+        async with backend:
+            await supervisor.supervise()
     return supervisor.exit_code()
 
 
