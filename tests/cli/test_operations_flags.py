@@ -10,10 +10,15 @@ from __future__ import annotations
 import re
 import signal
 import socket
+import sys
 import time
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from trio_lease import LeaseConfigError
+from trio_lease._cli import _serving
 
 from .conftest import FAST, PATIENCE, Cli, Running, wait_for_event
 
@@ -171,3 +176,13 @@ def test_run_help_explains_each_operations_option(cli: Cli) -> None:
         ("--metrics-host", "127.0.0.1"),
     ):
         assert option in result.stdout and words in result.stdout
+
+
+def test_metrics_without_prometheus_client_is_a_configuration_error_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--metrics-port without prometheus_client: LeaseConfigError (exit 78) saying
+    `pip install trio_lease[prometheus]`."""
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import now fails
+    with pytest.raises(LeaseConfigError, match=r"pip install trio_lease\[prometheus\]"):
+        _serving._registry()
