@@ -57,8 +57,12 @@ logger = logging.getLogger("trio_lease.kubernetes.events")
 
 #: The resource Events are written to (RBAC: ``create`` on ``events`` in ``events.k8s.io``).
 EVENTS: Final = LeaseKind(
-    name="events.k8s.io/v1", group="events.k8s.io", version="v1", plural="events",
-    kind="Event", verbs=("create",),
+    name="events.k8s.io/v1",
+    group="events.k8s.io",
+    version="v1",
+    plural="events",
+    kind="Event",
+    verbs=("create",),
 )
 #: Limits of pkg/apis/core/validation/events.go.
 _INSTANCE_LIMIT: Final = 128
@@ -262,5 +266,9 @@ class KubernetesEvents(LeaseObserver):
             )
         logger.info(
             "Event not sent to namespace %r: %d %s %s%s",
-            api.namespace, status.code, status.reason, status.message, hint,
+            api.namespace,
+            status.code,
+            status.reason,
+            status.message,
+            hint,
         )

@@ -31,8 +31,18 @@ JSON = dict[str, Any]
 _STRINGS = ("reportingController", "reportingInstance", "action", "reason", "note", "type")
 _REFERENCE = ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
 _FIELDS = (
-    "eventTime", "series", *_STRINGS[:2], "action", "reason", "regarding", "related", "note",
-    "type", "deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp",
+    "eventTime",
+    "series",
+    *_STRINGS[:2],
+    "action",
+    "reason",
+    "regarding",
+    "related",
+    "note",
+    "type",
+    "deprecatedSource",
+    "deprecatedFirstTimestamp",
+    "deprecatedLastTimestamp",
     "deprecatedCount",
 )
 _LIMITS = {"reportingInstance": 128, "action": 128, "reason": 128}
@@ -48,7 +58,9 @@ _QUALIFIED_MSG = (
 
 def _type_error(path: str, go_type: str, value: Any) -> ApiError:
     return _cannot_handle(
-        "Event", "v1", f"json: cannot unmarshal {_go_json_kind(value)}into Go struct field "
+        "Event",
+        "v1",
+        f"json: cannot unmarshal {_go_json_kind(value)}into Go struct field "
         f"Event.{path} of type {go_type}",
     )
 
@@ -145,20 +157,27 @@ def _legacy(event: JSON, namespace: str) -> list[FieldError]:
     regarding_ns = (event.get("regarding") or {}).get("namespace", "")
     if event.get("eventTime"):
         if not regarding_ns and namespace not in ("default", "kube-system"):
-            errors.append(FieldError(
-                "involvedObject.namespace", "Invalid", "does not match event.namespace", ""
-            ))
+            errors.append(
+                FieldError(
+                    "involvedObject.namespace", "Invalid", "does not match event.namespace", ""
+                )
+            )
         errors += _reporting(event)
         for field in ("action", "reason"):
             errors += _required_limited(event, field, field)
         if len(event.get("note", "")) > _NOTE_LIMIT:
-            errors.append(FieldError(
-                "message", "Invalid", f"can have at most {_NOTE_LIMIT} characters", ""
-            ))
+            errors.append(
+                FieldError("message", "Invalid", f"can have at most {_NOTE_LIMIT} characters", "")
+            )
     elif regarding_ns and regarding_ns != namespace:
-        errors.append(FieldError(
-            "involvedObject.namespace", "Invalid", "does not match event.namespace", regarding_ns
-        ))
+        errors.append(
+            FieldError(
+                "involvedObject.namespace",
+                "Invalid",
+                "does not match event.namespace",
+                regarding_ns,
+            )
+        )
     return errors
 
 
