@@ -7,7 +7,7 @@ The core calls a :class:`LeaseObserver` at each step of a lease's life, from one
 call                when                                        with
 ==================  ==========================================  ==============================
 ``waiting``         an attempt found the lease held by another  holder, ``expires_in``
-``acquired``        a new grant was written (not a reentry)     fencing token, ``waited``
+``acquired``        a new grant was written (not a reentry)     token, ``waited``, ``valid_for``
 ``renewed``         a renewal was confirmed                     latency, ``valid_for``
 ``renewal_failed``  a renewal attempt confirmed nothing         cause, ``time_left``
 ``lost``            the grant was lost                          cause
@@ -64,8 +64,11 @@ class LeaseObserver:
         """An attempt found the lease held by ``holder`` (``?`` if unreadable); it may expire
         in ``expires_in`` seconds if the holder stops renewing."""
 
-    def acquired(self, lease: LeaseInfo, *, fencing_token: int, waited: float) -> None:
-        """A new grant with ``fencing_token``, after waiting ``waited`` seconds for it."""
+    def acquired(
+        self, lease: LeaseInfo, *, fencing_token: int, waited: float, valid_for: float
+    ) -> None:
+        """A new grant with ``fencing_token``, after waiting ``waited`` seconds for it; it is
+        valid ``valid_for`` seconds unless renewed."""
 
     def renewed(
         self, lease: LeaseInfo, *, fencing_token: int, latency: float, valid_for: float

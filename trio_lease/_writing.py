@@ -135,8 +135,12 @@ class LeaseWriting(LeaseReading):
         )
         registry[self._key] = holding
         if self._observers or everywhere():
-            started = self._wait_started
-            holding.tell("acquired", waited=0.0 if started is None else self._clock() - started)
+            started, now = self._wait_started, self._clock()
+            holding.tell(
+                "acquired",
+                waited=0.0 if started is None else now - started,
+                valid_for=holding.deadline - now,
+            )
         return holding
 
     async def _resolve_unknown_grant(

@@ -184,7 +184,9 @@ class PrometheusMetrics(LeaseObserver):
         if lease.name not in self._holders:
             self._set_held(lease, False)
 
-    def acquired(self, lease: LeaseInfo, *, fencing_token: int, waited: float) -> None:
+    def acquired(
+        self, lease: LeaseInfo, *, fencing_token: int, waited: float, valid_for: float
+    ) -> None:
         self._set_held(lease, True)
         self.acquisitions.labels(lease.name).inc()
         self.handover_wait.labels(lease.name).observe(waited)

@@ -143,7 +143,9 @@ class OpenTelemetryTracing(LeaseObserver):
         else:
             runs.append(_Waited(_loop_now(), holder, expires_in))
 
-    def acquired(self, lease: LeaseInfo, *, fencing_token: int, waited: float) -> None:
+    def acquired(
+        self, lease: LeaseInfo, *, fencing_token: int, waited: float, valid_for: float
+    ) -> None:
         key = (lease.name, lease.identity)
         previous = self._cycles.pop(key, None)
         if previous is not None and previous.hold is not None:

@@ -79,7 +79,9 @@ async def test_a_held_scope_tells_acquired_renewed_released_in_order() -> None:
     steps = recorder.steps()
     assert steps[0] == "acquired" and steps[-1] == "released"
     assert steps[1:-1] == ["renewed"] * 3
-    assert recorder.details("acquired") == [{"fencing_token": grant.fencing_token, "waited": 0.0}]
+    assert recorder.details("acquired") == [
+        {"fencing_token": grant.fencing_token, "waited": 0.0, "valid_for": SETTINGS.deadline}
+    ]
     for renewed in recorder.details("renewed"):
         assert renewed["latency"] >= 0
         assert renewed["valid_for"] == pytest.approx(SETTINGS.deadline, abs=0.05)
