@@ -65,3 +65,16 @@ def test_fenced_writes_example_rejects_the_stale_holders_write(backend: str) -> 
         "store: rejected 'final by node-a' (token 1 < 2)",
         "store: report = 'final by node-b'",
     ]
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_operated_singleton_example(tmp_path: Path, loop: str) -> None:
+    """The operations example: probes and metrics follow leadership, then the release."""
+    out = run_example("operated_singleton.py", str(tmp_path / "leases.sqlite3"), loop)
+    held = 'trio_lease_held{name="nightly-report"}'
+    assert out.splitlines() == [
+        "leading with fencing token 1",
+        f"while leading: /healthz 200, /readyz?leader=1 200, {held} 1.0",
+        "stopping gracefully",
+        f"after the release: /healthz 200, /readyz?leader=1 503, {held} 0.0",
+    ]
