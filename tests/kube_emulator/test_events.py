@@ -162,6 +162,26 @@ async def test_lease_yml_lets_the_service_account_create_but_not_list_events() -
     assert listed.status_code == 403
 
 
+async def test_table_prints_events_as_print_event_does() -> None:
+    """As a Table: printEvent's columns; every cell sent, Source from the reporting fields."""
+    emulator = KubeEmulator()
+    table_accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+    async with client(emulator) as http:
+        await http.post(EVENTS, json=event(note=" me became leader \n"))
+        response = await http.get(EVENTS, headers={"Accept": table_accept})
+    table = response.json()
+    assert [c["name"] for c in table["columnDefinitions"]] == [
+        "Last Seen", "Type", "Reason", "Object", "Subobject", "Source", "Message",
+        "First Seen", "Count", "Name",
+    ]  # fmt: skip
+    assert [c["priority"] for c in table["columnDefinitions"]] == [0, 0, 0, 0, 1, 1, 0, 1, 1, 1]
+    (row,) = table["rows"]
+    assert row["cells"][1:] == [
+        "Normal", "Acquired", "lease/job", "", "trio-lease, pod-1", "me became leader",
+        row["cells"][0], 1, "job.1",
+    ]  # fmt: skip
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
 async def test_kubectl_get_events_lists_what_a_lease_wrote(tmp_path: Path) -> None:
@@ -195,4 +215,10 @@ async def test_kubectl_get_events_lists_what_a_lease_wrote(tmp_path: Path) -> No
         ("Acquired", "nightly"),
         ("Released", "nightly"),
     ]
-    assert table.count("nightly.") == 2
+    header, *rows = table.splitlines()
+    assert header.split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert [row.split()[1:4] for row in rows] == [
+        ["Normal", "Acquired", "lease/nightly"],
+        ["Normal", "Released", "lease/nightly"],
+    ]
+    assert "became leader" in rows[0]

@@ -164,7 +164,7 @@ async def test_a_full_queue_drops_the_oldest_and_counts_it() -> None:
     async with make_backend(emulator.transport()) as backend:
         events = KubernetesEvents(backend, queue_size=2)
         for token in (1, 2, 3):
-            events.acquired(INFO, fencing_token=token, waited=0.0)
+            events.acquired(INFO, fencing_token=token, waited=0.0, valid_for=10.0)
         assert events.dropped == 1
         async with events:
             pass
@@ -205,11 +205,11 @@ async def test_exit_flushes_queued_events_within_flush_timeout() -> None:
     async with make_backend(emulator.transport()) as backend:
         async with KubernetesEvents(backend) as events:
             for token in (1, 2):
-                events.acquired(INFO, fencing_token=token, waited=0.0)
+                events.acquired(INFO, fencing_token=token, waited=0.0, valid_for=10.0)
         assert events.sent == 2
         bounded = KubernetesEvents(backend, flush_timeout=0.3)
         for token in (3, 4):
-            bounded.acquired(INFO, fencing_token=token, waited=0.0)
+            bounded.acquired(INFO, fencing_token=token, waited=0.0, valid_for=10.0)
         start = anyio.current_time()
         async with bounded:
             pass

@@ -138,7 +138,9 @@ class KubernetesEvents(LeaseObserver):
 
     # -- the observer hooks: build and queue, never await ---------------------------------------
 
-    def acquired(self, lease: LeaseInfo, *, fencing_token: int, waited: float) -> None:
+    def acquired(
+        self, lease: LeaseInfo, *, fencing_token: int, waited: float, valid_for: float
+    ) -> None:
         note = f"{lease.identity} became leader (fencing token {fencing_token})"
         self._queue_event(lease, "Normal", "Acquired", note)
 

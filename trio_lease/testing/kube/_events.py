@@ -14,6 +14,8 @@
   and ``lastObservedTime``. The server validates the internal type, so its field paths name the
   core fields: ``involvedObject.namespace``, ``message``, ``count``, ``source``,
   ``firstTimestamp``, ``lastTimestamp``; we copy that.
+- Printing (``kubectl get events``): the columns and cells of ``printEvent``
+  (``pkg/printers/internalversion/printers.go``), used by :mod:`._table`.
 """
 
 from __future__ import annotations
@@ -223,3 +225,61 @@ def _qualified_name_errors(value: str) -> list[str]:
     if not _QUALIFIED_NAME.match(name):
         errors.append(_QUALIFIED_MSG)
     return errors
+
+
+# --- server-side printing (pkg/printers/internalversion/printers.go printEvent) -----------------
+
+
+def _printed(name: str, description: str, priority: int = 0, fmt: str = "") -> JSON:
+    return {
+        "name": name,
+        "type": "string",
+        "format": fmt,
+        "description": description,
+        "priority": priority,
+    }
+
+
+#: The Event columns of ``kubectl get events``; priority 1 ones show with ``-o wide``. The
+#: descriptions are short summaries, not the swagger docs the server sends.
+EVENT_COLUMNS: tuple[JSON, ...] = (
+    _printed("Last Seen", "when the event was last observed"),
+    _printed("Type", "type of this event (Normal, Warning)"),
+    _printed("Reason", "why the action was taken"),
+    _printed("Object", "the object this event is about"),
+    _printed("Subobject", "the field of the object this event is about", 1),
+    _printed("Source", "the component reporting this event", 1),
+    _printed("Message", "a human-readable description"),
+    _printed("First Seen", "when the event was first observed", 1),
+    _printed("Count", "the number of times this event has occurred", 1),
+    _printed("Name", "the event's name", 1, "name"),
+)
+
+
+def event_row(event: JSON, since: Any) -> list[Any]:
+    """``printEvent`` with ``Wide`` (the server sends every cell); ``since(time)`` prints an
+    age (``<unknown>`` for none) as ``TranslateTimestampSince`` does."""
+    first = since(event.get("deprecatedFirstTimestamp") or event.get("eventTime"))
+    last = since(event["deprecatedLastTimestamp"]) if "deprecatedLastTimestamp" in event else first
+    count = event.get("deprecatedCount") or 1
+    series = event.get("series")
+    if series is not None:
+        last, count = since(series.get("lastObservedTime")), series.get("count", 0)
+    regarding = event.get("regarding") or {}
+    kind = str(regarding.get("kind", "")).lower()
+    target = f"{kind}/{regarding['name']}" if regarding.get("name") else kind
+    source = event.get("deprecatedSource") or {}
+    component = source.get("component") or event.get("reportingController", "")
+    instance = source.get("host") or event.get("reportingInstance", "")
+    return [
+        last,
+        event.get("type", ""),
+        event.get("reason", ""),
+        target,
+        regarding.get("fieldPath", ""),
+        f"{component}, {instance}" if instance else component,
+        event.get("note", "").strip(),
+        first,
+        count,
+        event["metadata"]["name"],
+    ]

@@ -10,6 +10,8 @@ get or a list with a Table (``apiserver/pkg/endpoints/handlers/response.go`` ``a
 - custom resources: NAME, then the served version's ``additionalPrinterColumns``, or AGE when
   it has none (``apiextensions-apiserver/pkg/registry/customresource/tableconvertor`` and
   ``apihelpers.GetColumnsForVersion``); only simple dotted JSONPaths are evaluated here;
+- events.k8s.io Events: LAST SEEN, TYPE, REASON, OBJECT, MESSAGE, and with ``-o wide``
+  SUBOBJECT, SOURCE, FIRST SEEN, COUNT, NAME (``printEvent``; :mod:`._events`);
 - other types: the default NAME, CREATED AT (``apiserver/pkg/registry/rest/table.go``); the real
   server has richer printers for namespaces and RBAC objects, which are not emulated.
 
@@ -29,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from ._cluster import Cluster
+from ._events import EVENT_COLUMNS, event_row
 from ._http import Request
 from ._resources import ResourceType
 from ._status import ApiError
@@ -196,6 +199,9 @@ def _convertor(emulator: Cluster, rt: ResourceType, now: datetime) -> tuple[list
             ]
 
         return columns, custom_row
+    if rt.group == "events.k8s.io":
+        since = lambda when: _age({"metadata": {"creationTimestamp": when}}, now)  # noqa: E731
+        return list(EVENT_COLUMNS), lambda obj: event_row(obj, since)
     columns = [name, _column("Created At", "date", _CREATED_DOC)]
 
     def default_row(obj: JSON) -> list[Any]:
