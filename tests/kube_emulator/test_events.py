@@ -10,8 +10,11 @@ reason are required once eventTime is set, and the error paths name the core fie
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +225,31 @@ async def test_kubectl_get_events_lists_what_a_lease_wrote(tmp_path: Path) -> No
         ["Normal", "Released", "lease/nightly"],
     ]
     assert "became leader" in rows[0]
+
+
+@pytest.fixture
+def snippet() -> str:
+    """The Python snippet of the "Events" section of docs/kubernetes.md."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md").read_text()
+    events_section = text[text.index("## Events\n") :]
+    (code,) = re.findall(r"```python\n(.*?)```", events_section, flags=re.DOTALL)
+    return str(code)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_the_docs_snippet_writes_acquired_and_released(tmp_path: Path, snippet: str) -> None:
+    """docs/kubernetes.md "Events": its snippet, run with KUBECONFIG set, writes both Events."""
+    emulator = KubeEmulator(require_auth=True)
+    emulator.add_token("admin", "admin", groups=("system:masters",))
+    async with emulator.serve() as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "config", token="admin")
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAME": "pod-7"}
+        done = await anyio.run_process([sys.executable, "-c", snippet], env=env, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    stored = emulator.store.items(emulator.types[("events.k8s.io", "v1", "events")], "default")
+    assert sorted(
+        (e["reason"], e["regarding"]["name"], e["reportingInstance"]) for e in stored
+    ) == [
+        ("Acquired", "nightly-report", "pod-7"),
+        ("Released", "nightly-report", "pod-7"),
+    ]

@@ -175,6 +175,10 @@ class KubernetesEvents(LeaseObserver):
             "name": object_name,
             "apiVersion": backend.kind.api_version,
         }
+        cached = backend._api.objects.get(object_name) or {}
+        uid = (cached.get("metadata") or {}).get("uid")
+        if isinstance(uid, str) and uid:
+            regarding["uid"] = uid  # what kubectl describe matches Events by
         return {
             "apiVersion": EVENTS.api_version,
             "kind": EVENTS.kind,
