@@ -101,6 +101,10 @@ class LeaseRecord:
         renewed_at: wall-clock time of the last renewal (UTC, informational only).
         version: opaque version string set by the backend on every write (a resourceVersion, a
             row counter, a mod_revision). Compared for equality only.
+        handover_to: the identity of a contender that asked the holder to hand the lease over
+            (``Lease.request_handover()``); kept by renewals and by the release, cleared by the
+            next grant. A free record naming someone else here is reserved for them: other
+            contenders wait until it has stood unchanged for L, as for a silent holder.
         unreadable: empty for a well-formed record; otherwise what could not be read and where
             (for example ``"spec.holderIdentity: expected a string, got a list"``). Such a
             record is held by an unknown holder (never free, never ours); ``holder`` is then
@@ -115,6 +119,7 @@ class LeaseRecord:
     renewed_at: datetime | None = None
     version: str = ""
     unreadable: str = ""
+    handover_to: str = ""
 
     @property
     def is_free(self) -> bool:

@@ -12,6 +12,8 @@ event loop (tests/core/test_algorithm.py):
   write committed no earlier than it was sent, and a contender counts L from no earlier than the
   commit, so the holder always stops first.
 - A record naming our identity is ours only if its token is the one we were granted.
+- A free record reserved for a handover (``handover_to`` names another contender) is treated
+  like a held one: others wait until its version has stood for L; the one named takes it at once.
 - An unreadable record (:attr:`LeaseRecord.unreadable`) is held by an unknown holder: never free,
   never ours. It may be taken over after the same version has stood for L, and never when its
   fencing token could not be read (the next token would not be known to be greater).
@@ -98,6 +100,13 @@ def expires_in(
     """Seconds until a contender may take ``record`` over (0 when free or already expired)."""
     if record.is_free:
         return 0.0
+    return _countdown(record, observation, now, settings)
+
+
+def _countdown(
+    record: LeaseRecord, observation: Observation | None, now: float, settings: LeaseSettings
+) -> float:
+    """Seconds until ``record``'s version has stood unchanged for L (or its own duration)."""
     if observation is None or observation.version != record.version:
         # Never seen this version before: the countdown starts now.
         observation = Observation(record.version, now)
@@ -148,6 +157,12 @@ def decide_acquire(
             remaining = math.inf  # no token to continue from: fencing forbids a takeover
         if remaining > 0:
             return Busy(UNKNOWN_HOLDER, remaining, record.unreadable)
+        return Write(_grant(name, identity, previous, settings, wall_now), record.version)
+    if record.is_free and record.handover_to not in ("", identity):
+        # Released for a handover to someone else: theirs until the record stood for L.
+        remaining = _countdown(record, observation, now, settings)
+        if remaining > 0:
+            return Busy(f"{record.handover_to} (handover)", remaining)
         return Write(_grant(name, identity, previous, settings, wall_now), record.version)
     if record.is_free or record.holder == identity:
         return Write(_grant(name, identity, previous, settings, wall_now), record.version)

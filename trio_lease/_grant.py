@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import anyio
+
 from ._exceptions import LeaseLost
 from ._heartbeat import Holding
 
@@ -47,6 +49,20 @@ class Grant:
     def deadline(self) -> float:
         """When this holder stops believing it holds the lease, unless renewed (monotonic)."""
         return self._holding.deadline
+
+    @property
+    def handover_requested(self) -> anyio.Event:
+        """Set when another contender asked for the lease (``Lease.request_handover()``).
+
+        Finish the work in hand and leave the scope: the release then reserves the lease for
+        the requester (``run_singleton`` does this with its graceful stop).
+        """
+        return self._holding.handover_requested
+
+    @property
+    def handover_to(self) -> str:
+        """The identity that asked for a handover ("" until someone does)."""
+        return self._holding.handover_to
 
     @property
     def lost(self) -> bool:

@@ -104,6 +104,11 @@ class Holding:
         self._last_error: str | None = None
         self._changed: anyio.Event = anyio.Event()
         self._renew_lock: anyio.Lock = anyio.Lock()
+        #: Set when a contender asked for the lease (``Lease.request_handover()``): the holder
+        #: should finish and release; the release then reserves the lease for the requester.
+        self.handover_requested: anyio.Event = anyio.Event()
+        #: Who asked for a handover ("" until someone does).
+        self.handover_to: str = ""
         #: The cancel scopes of the bodies guarded by this grant (``held()`` blocks). Each has the
         #: grant's deadline, pushed forward on every confirmed renewal, so an expired deadline
         #: cancels a body even when the event loop stalled past it and the watchdog has not run.
@@ -193,9 +198,20 @@ class Holding:
 
     # -- loss seen on the watch (DESIGN §4.2: a faster way to learn of a loss, never a new one) --
 
+    def note_handover(self, record: LeaseRecord) -> None:
+        """Set :attr:`handover_requested` if ``record`` (read or confirmed) carries a request."""
+        asked = record.handover_to
+        if asked and asked != self.identity and not self.handover_requested.is_set():
+            self.handover_to = asked
+            logger.info("lease %r: %s asks for a handover", self.name, asked)
+            self.handover_requested.set()
+
     def _foreign(self, state: LeaseRecord | None) -> bool:
-        """True for a state this grant did not write: another holder or token, or no record."""
-        return not algo.still_ours(state, self.identity, self.token)
+        """True for a state to confirm with a read: not this grant's, or asking a handover."""
+        if not algo.still_ours(state, self.identity, self.token):
+            return True
+        assert state is not None
+        return state.handover_to not in ("", self.identity) and not self.handover_requested.is_set()
 
     async def _follow_watch(self, hub: SharedWatch) -> None:
         """Confirm, with a read, each foreign state the shared watch shows; lose if it holds.
@@ -230,6 +246,8 @@ class Holding:
                 ):
                     return False  # unknown is not a loss (the deadline rules)
                 cause = self._loss_cause(current)
+                if cause is None and current is not None and self.is_active():
+                    self.note_handover(current)  # confirmed by the read, not the watch
                 if cause is not None and self.is_active():
                     self.mark_lost(f"{cause} (seen on the watch)")
                     return True
@@ -309,6 +327,7 @@ class Holding:
             logger.info("lease %r renewal outcome unknown: %s", self.name, self._last_error)
             return False
         self.record = stored
+        self.note_handover(stored)
         self.last_send = send
         self.deadline = max(self.deadline, algo.holder_deadline(send, self._settings))
         if self.body_scopes:
@@ -354,6 +373,7 @@ class Holding:
             return False
         assert current is not None
         self.record = current
+        self.note_handover(current)
         self._needs_read = False
         return True
 

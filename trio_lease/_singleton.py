@@ -16,6 +16,7 @@ seconds to finish, while renewals continue; then it is cancelled, then the lease
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -38,6 +39,8 @@ __all__ = [
     "Stopping",
     "run_singleton",
 ]
+
+logger = logging.getLogger("trio_lease")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -228,10 +231,24 @@ class Singleton:
             finally:
                 finished.set()
 
+        async def hand_over() -> None:
+            # Another contender asked for the lease: stop fn gracefully; held() then releases,
+            # reserving the lease for the requester.
+            await grant.handover_requested.wait()
+            if not finished.is_set():
+                logger.info("lease %r: handing over to %s", self.lease.name, grant.handover_to)
+                self._set_state(Stopping(grant.fencing_token))
+                stopping.set()
+                with anyio.move_on_after(self.stop_grace):
+                    await finished.wait()
+                fn_scope.cancel()
+
         async with anyio.create_task_group() as tg:
             tg.start_soon(run_fn)
+            tg.start_soon(hand_over)
             try:
                 await finished.wait()
+                tg.cancel_scope.cancel()
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
                     if not grant.lost:

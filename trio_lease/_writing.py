@@ -17,6 +17,7 @@ This is the second layer of :class:`~trio_lease.Lease` (see :mod:`._reading` for
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 
@@ -24,7 +25,13 @@ import anyio
 
 from . import _algorithm as algo
 from ._abc import LeaseRecord
-from ._exceptions import BackendProtocolError, BackendUnavailable, ConflictError, LeaseError
+from ._exceptions import (
+    BackendProtocolError,
+    BackendUnavailable,
+    ConflictError,
+    LeaseConfigError,
+    LeaseError,
+)
 from ._heartbeat import Holding, registry
 from ._observer import everywhere
 from ._reading import LeaseReading, untyped
@@ -84,6 +91,65 @@ class LeaseWriting(LeaseReading):
                     "misbehaving"
                 )
             await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, 1.5))
+
+    async def request_handover(self) -> bool:
+        """Ask the current holder to hand the lease over to this owner; then wait with ``held()``.
+
+        Writes this lease's identity into the record (compare-and-swap, holder and token
+        unchanged). The holder notices at its next renewal, sooner where it watches: its
+        ``grant.handover_requested`` is set, ``run_singleton`` stops ``fn`` gracefully, and the
+        release reserves the lease for this identity: other contenders wait until the released
+        record has stood for L, this one takes it at once. Fencing tokens still increase.
+
+        Returns True when the request is in the record (written now or before), False when there
+        is nothing to hand over (the lease is free, or this owner holds it): acquire it instead.
+        Raises :class:`LeaseConfigError` if the backend does not store handover requests, and
+        :class:`BackendUnavailable` if the record is unreadable or the writes keep conflicting.
+        """
+        for conflicts in range(MAX_CONFLICTS):
+            if conflicts:
+                await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, 1.5))
+            record = await self._read()
+            if record is not None and record.unreadable:
+                raise BackendUnavailable(
+                    f"lease {self.name!r}: cannot ask for a handover, the record is unreadable "
+                    f"({record.unreadable})"
+                )
+            if record is None or record.is_free or record.holder == self.identity:
+                return False
+            if record.handover_to == self.identity:
+                return True
+            asked = dataclasses.replace(record, handover_to=self.identity)
+            try:
+                with anyio.fail_after(self.settings.lease_operation_timeout):
+                    stored = await self.backend.update(asked, record.version)
+            except ConflictError:
+                continue  # a renewal moved the version: read again
+            except TimeoutError:
+                raise BackendUnavailable(
+                    f"asking for a handover of lease {self.name!r} timed out"
+                ) from None
+            except LeaseError:
+                raise
+            except Exception as exc:
+                raise untyped(exc, self.backend, f"writing lease {self.name!r}") from exc
+            problem = algo.echo_problem(stored, asked, record.version)
+            if problem:
+                raise BackendUnavailable(
+                    f"asking for a handover of lease {self.name!r}: {problem}; the outcome is "
+                    "unknown, ask again"
+                )
+            assert isinstance(stored, LeaseRecord)
+            self._observe(stored)
+            if stored.handover_to != self.identity:
+                raise LeaseConfigError(
+                    f"{self.backend!r} does not store handover requests (the record it returned "
+                    "has no handover_to): it cannot hand leases over"
+                )
+            return True
+        raise BackendUnavailable(
+            f"lease {self.name!r}: {MAX_CONFLICTS} handover requests in a row conflicted"
+        )
 
     async def _write_grant(self, decision: algo.Write) -> Holding | None:
         """Write a new grant; None if we lost the race. Cleans up if the outcome is unknown."""
