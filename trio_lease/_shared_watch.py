@@ -134,6 +134,12 @@ class SharedWatch:
         filters states before they wake this subscriber. Errors of ``first`` are ignored (the
         feed's next state, or the caller's own next read, tells).
         """
+        registered = _hubs.setdefault(self.backend, self)
+        if registered is not self:
+            # This hub was dropped (its last subscriber left after the caller fetched it) and
+            # another made since: follow there, or the one feed would run twice at once.
+            await registered.follow(name, receive, first=first, interesting=interesting)
+            return
         subscription = _Subscription(interesting)
         subs = self._subscriptions.setdefault(name, set())
         subs.add(subscription)
@@ -143,9 +149,14 @@ class SharedWatch:
                 tg.start_soon(self._host)
                 if first is not None:
                     try:
-                        subscription.put(await first())
+                        state = await first()
                     except Exception as exc:
                         logger.debug("lease %r: first read of a watch failed: %s", name, exc)
+                    else:
+                        # Delivered on its own, not put: a state the feed published while the
+                        # read was in flight may be newer, and must follow, not be replaced.
+                        if interesting is None or interesting(state):
+                            await receive(state)
                 while True:
                     await receive(await subscription.take())
         finally:

@@ -132,6 +132,8 @@ class ScriptedBackend(MemoryBackend):
         self.updates = 0
         #: Raised by every request while set (a misconfigured client).
         self.broken: Exception | None = None
+        #: Seconds a read's reply takes to arrive (the record is read before).
+        self.reply_delay = 0.0
 
     def watch_feed(self) -> ScriptedFeed:  # type: ignore[override]  # typed MemoryFeed there
         return self.feed
@@ -140,7 +142,10 @@ class ScriptedBackend(MemoryBackend):
         self.gets += 1
         if self.broken is not None:
             raise self.broken
-        return await super().get(name)
+        record = await super().get(name)
+        if self.reply_delay:
+            await anyio.sleep(self.reply_delay)
+        return record
 
     async def create(self, record: LeaseRecord) -> LeaseRecord:
         if self.broken is not None:
@@ -258,6 +263,28 @@ async def test_first_read_is_delivered_before_any_event() -> None:
     assert [s.holder for s in states if isinstance(s, LeaseRecord)] == ["x"]
 
 
+async def test_a_change_during_the_first_read_is_not_hidden_by_it() -> None:
+    """A change published while the subscriber's ``first`` read is in flight (its reply is
+    slow) still reaches the subscriber after that older read: the read does not replace it."""
+    store = MemoryStore()
+    backend = ScriptedBackend(store)
+    await backend.create(_record("job", "x"))
+
+    async def slow_read() -> State:
+        current = await backend.get("job")
+        await anyio.sleep(1)  # the reply travels; the record changes meanwhile
+        return current
+
+    states: list[State | FeedFailure] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _follow(_hub(backend), "job", states, first=slow_read))
+        await _settle()
+        await backend.update(_record("job", "y", 2), "1")
+        await anyio.sleep(2)
+        tg.cancel_scope.cancel()
+    assert [s.holder for s in states if isinstance(s, LeaseRecord)][-1] == "y"
+
+
 async def test_unwatched_names_are_dropped() -> None:
     """States of names nobody follows reach no one, and a name leaves the watched set with its
     last subscriber."""
@@ -355,6 +382,37 @@ async def test_hub_is_dropped_with_its_last_subscriber() -> None:
     assert _hub(ScriptedBackend(store)) is not again  # one hub per backend object
 
 
+async def test_a_hub_fetched_before_its_last_subscriber_left_still_shares_one_run() -> None:
+    """A subscriber that got the hub just before its last subscriber left (a holder fetches it,
+    then starts following in a new task) and a later subscriber still share one run of the
+    feed."""
+    store = MemoryStore()
+    backend = ScriptedBackend(store)
+    early: list[State | FeedFailure] = []
+    late: list[State | FeedFailure] = []
+    async with anyio.create_task_group() as tg:
+        leaving = anyio.CancelScope()
+
+        async def leave_soon() -> None:
+            with leaving:
+                await _follow(_hub(backend), "other", [])
+
+        tg.start_soon(leave_soon)
+        await _settle()
+        fetched = _hub(backend)  # as Holding._renew_when_turn does, before start_soon
+        leaving.cancel()
+        await _settle()
+        tg.start_soon(_follow, fetched, "job", early)
+        await _settle()
+        tg.start_soon(_follow, _hub(backend), "job", late)
+        await _settle()
+        await backend.create(_record("job", "x"))
+        await _settle()
+        tg.cancel_scope.cancel()
+    assert backend.feed.most_active == 1
+    assert len(early) == len(late) == 1
+
+
 def test_each_event_loop_gets_its_own_hub() -> None:
     """A backend used on asyncio, then on trio, works on both: the hub (whose locks and events
     belong to one loop) was dropped when the first loop's subscribers left."""
@@ -415,6 +473,25 @@ async def test_release_wakes_a_waiting_contender_through_the_shared_feed(
         assert 3.0 <= acquired_at[0] < 3.0 + AT_ONCE
     else:
         assert acquired_at[0] >= SETTINGS.wait_interval
+
+
+async def test_release_during_the_waiters_subscription_read_wakes_it() -> None:
+    """A release while the waiter's subscription read is in flight (slow replies) wakes the
+    waiter when that read returns, not at its next poll."""
+    store = MemoryStore()
+    backend = ScriptedBackend(store)
+    backend.reply_delay = 0.5
+    holder = Lease("job", "holder", MemoryBackend(store), SETTINGS)
+    waiter = Lease("job", "waiter", backend, SETTINGS)
+    holding = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        # The waiter's attempt reads until 0.5 s, its subscription's read from 0.5 to 1 s.
+        tg.start_soon(_hold_then_release, holder, holding, 0.7)
+        await holding.wait()
+        start = anyio.current_time()
+        async with waiter.held():
+            acquired_after = anyio.current_time() - start
+    assert acquired_after < 3.0  # a poll would come after SETTINGS.wait_interval (20 s)
 
 
 async def test_feed_config_error_ends_the_wait_with_it() -> None:
