@@ -178,3 +178,15 @@ async def test_a_rerun_publishes_only_what_changed_meanwhile(tmp_path: Path) -> 
     assert sorted(published, key=lambda item: item[0]) == [("a", first), ("b", second)]
     assert again == [("b", changed)]
     assert feed.connections == 1  # the poller's connection outlives a run
+
+
+async def test_a_name_no_row_can_have_is_left_out(tmp_path: Path) -> None:
+    """A watched name SQLite cannot bind (a lone surrogate) does not break the other names."""
+    path = tmp_path / "leases.sqlite3"
+    async with SqliteBackend(path, watch_interval=0.01) as backend:
+        created = await backend.create(LeaseRecord(name="job", holder="a"))
+        feed = backend.watch_feed()
+        with anyio.fail_after(LIMIT):
+            async with running(feed, "bad\udc80", "job") as published:
+                await until(lambda: feed.polls >= 3)
+    assert published == [("job", created)]

@@ -156,3 +156,14 @@ async def test_a_refused_watch_ends_the_run() -> None:
     with pytest.raises(BackendAuthError):
         await follow(gateway.feed(), 60, "job")
     assert len(gateway.watches) == 1
+
+
+async def test_a_key_under_the_prefix_that_is_no_name_is_skipped_and_passed() -> None:
+    """A key under the prefix that is not UTF-8 names no lease: not published, resumed past."""
+    foreign = put("x", 12)
+    foreign["result"]["events"][0]["kv"]["key"] = b64(PREFIX.encode() + b"\xff")
+    gateway = Gateway([CREATED, foreign], [CREATED])
+    feed = gateway.feed()
+    published = await follow(feed, 5, "job")
+    assert published == [("job", None)]  # the first read only
+    assert [w["start_revision"] for w in gateway.watches[:2]] == ["11", "13"]

@@ -49,6 +49,15 @@ BACKOFF_MAX: Final = 2.0
 State = LeaseRecord | None
 
 
+def _storable(name: str) -> bool:
+    """False for a name SQLite cannot bind (a lone surrogate): no row can have it."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class SqliteFeed(WatchFeed):
     """One poller for every watched lease of one backend object; see the module docstring."""
 
@@ -94,7 +103,7 @@ class SqliteFeed(WatchFeed):
         while True:
             for name in [n for n in self.known if n not in watched]:
                 del self.known[name]
-            poll = functools.partial(self._poll, list(watched))
+            poll = functools.partial(self._poll, [n for n in watched if _storable(n)])
             for name, state in await anyio.to_thread.run_sync(poll):
                 version = state.version if state is not None else None
                 if name not in self.known or self.known[name] != version:
