@@ -7,10 +7,15 @@ events (reason and note) in the events.k8s.io/v1 shape.
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import httpx
 import pytest
 
@@ -220,3 +225,37 @@ async def test_exit_flushes_queued_events_within_flush_timeout() -> None:
         assert anyio.current_time() - start == pytest.approx(0.3)
     assert bounded.sent == 1
     assert len(await listed(emulator)) == 3
+
+
+def _check_command(kubeconfig: Path, *extra: str) -> tuple[int, str]:
+    code = "import sys; from trio_lease._cli import main; sys.exit(main())"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "check", "--kubeconfig", str(kubeconfig), *extra],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_check_command_lists_the_events_rule_as_optional(tmp_path: Path) -> None:
+    """`trio-lease check` without the events rule exits 0 and lists it as optional (--json)."""
+    emulator = KubeEmulator(require_auth=True)
+    emulator.add_service_account_token("app-secret-token", "default", "app")
+    emulator.grant(SA, ["get", "create", "update", "watch", "list"])
+    async with emulator.serve() as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "config", token="app-secret-token")
+        code, out = await anyio.to_thread.run_sync(_check_command, kubeconfig, "--json")
+        text_code, text = await anyio.to_thread.run_sync(_check_command, kubeconfig)
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["ok"] is True
+    assert report["problems"] == []
+    (optional,) = report["optional"]
+    assert optional["rule"].endswith('verbs: ["create"]\n')
+    assert "events.k8s.io" in optional["rule"]
+    assert text_code == 0, text
+    assert "OPTIONAL: missing permission: create on events.events.k8s.io" in text
+    assert "app-secret-token" not in out + text
