@@ -259,3 +259,17 @@ async def test_check_command_lists_the_events_rule_as_optional(tmp_path: Path) -
     assert text_code == 0, text
     assert "OPTIONAL: missing permission: create on events.events.k8s.io" in text
     assert "app-secret-token" not in out + text
+
+
+async def test_event_names_stay_valid_for_the_longest_object_names() -> None:
+    """A 253-character object name: the Event name is cut to fit, and the server accepts it."""
+    emulator = KubeEmulator()
+    long_name = "a" * 120 + "-" + "b" * 132
+    async with make_backend(emulator.transport()) as backend, KubernetesEvents(backend) as events:
+        info = LeaseInfo(name=long_name, owner="me", identity="me_1")
+        events.acquired(info, fencing_token=1, waited=0.0, valid_for=10.0)
+        events.released(info, fencing_token=1, held=1.0, written=True)
+    assert (events.sent, events.failed) == (2, 0)
+    names = [item["metadata"]["name"] for item in await listed(emulator)]
+    assert all(len(name) <= 253 and name.startswith("a" * 120) for name in names)
+    assert len(set(names)) == 2

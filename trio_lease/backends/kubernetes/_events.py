@@ -183,7 +183,7 @@ class KubernetesEvents(LeaseObserver):
             "apiVersion": EVENTS.api_version,
             "kind": EVENTS.kind,
             "metadata": {
-                "name": self._event_name(object_name, now),
+                "name": self._event_name(object_name),
                 "namespace": backend.namespace,
             },
             "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
@@ -196,7 +196,7 @@ class KubernetesEvents(LeaseObserver):
             "type": type_,
         }
 
-    def _event_name(self, object_name: str, now: datetime) -> str:
+    def _event_name(self, object_name: str) -> str:
         """``<object>.<hex nanoseconds>`` as client-go names Events, unique in this process."""
         stamp = max(time.time_ns(), self._last_stamp + 1)
         self._last_stamp = stamp
