@@ -27,7 +27,15 @@ from .._exceptions import (
     LeaseConfigError,
     LeaseError,
 )
-from ._options import add_backend_options, env_flag, lease_name, open_backend
+from .._lease import Lease
+from ._options import (
+    add_backend_options,
+    default_owner,
+    env_flag,
+    lease_name,
+    open_backend,
+    positive_duration,
+)
 
 __all__ = ["add_admin_commands"]
 
@@ -55,6 +63,40 @@ def add_admin_commands(commands: Any) -> None:
     )
     add_backend_options(release)
     release.set_defaults(func=release_command)
+
+    handover = commands.add_parser(
+        "handover", help="ask the holder to hand a lease over, then free it for all"
+    )
+    handover.add_argument("name", type=lease_name, help="lease name")
+    handover.add_argument(
+        "--owner", default=default_owner(), help="owner name (default: hostname)"
+    )
+    handover.add_argument(
+        "--timeout",
+        type=positive_duration,
+        default=None,
+        help="give up waiting for the holder after this long (exit 124)",
+    )
+    add_backend_options(handover)
+    handover.set_defaults(func=handover_command)
+
+
+async def handover_command(args: argparse.Namespace) -> int:
+    """Ask the holder to hand over (it stops gracefully), take the lease, release it to all.
+
+    The graceful counterpart of ``release --force``: the holder finishes its work first, and
+    the lease is free at once afterwards instead of after the heartbeat timeout.
+    """
+    backend, settings = open_backend(args)
+    async with backend:
+        lease = Lease(args.name, args.owner, backend, settings)
+        asked = await lease.request_handover()
+        if asked:
+            print(f"{args.name}: asked the holder to hand over; waiting", file=sys.stderr)
+        async with lease.held(timeout=args.timeout) as grant:
+            token = grant.fencing_token
+    print(f"{args.name}: taken with fencing token {token} and released: free for any contender")
+    return 0
 
 
 async def status_command(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from .._grant import Grant
 from .._lease import Lease
 from .._settings import LeaseSettings
 from ._child import check_command, run_child
@@ -65,6 +66,13 @@ def add_run_command(commands: Any) -> None:
         default=None if env_timeout is None else positive_duration(env_timeout),
         help="give up waiting after this long (exit 124)",
     )
+    parser.add_argument(
+        "--handover",
+        action="store_true",
+        default=bool(env_flag("handover")),
+        help="ask the holder to hand the lease over to this run (it stops gracefully) "
+        "instead of waiting for it to end",
+    )
     parser.add_argument("command", nargs="*", help="-- CMD [ARGS...]")
     add_backend_options(parser)
     add_serving_options(parser)
@@ -79,6 +87,7 @@ async def run(args: argparse.Namespace) -> int:
     async with serving(args, settings) as observers:  # --health-port, --metrics-port
         lease = Lease(args.name, args.owner, backend, settings, observers=observers)
         supervisor = _Supervisor(lease, settings, command, wait=args.wait, timeout=args.timeout)
+        supervisor.handover = args.handover
         async with backend:
             await supervisor.supervise()
     return supervisor.exit_code()
@@ -98,6 +107,8 @@ class _Supervisor:
     error: Exception | None
     #: The signal that stopped the run, if any.
     stopped_by: int | None
+    #: Ask the holder for a handover before waiting (``--handover``).
+    handover: bool = False
 
     def __init__(
         self,
@@ -144,6 +155,8 @@ class _Supervisor:
     async def _hold_and_run(self, tg: TaskGroup) -> None:
         lease = self.lease
         try:
+            if self.handover and await lease.request_handover():
+                print(f"trio-lease: {lease.name}: asked the holder to hand over", file=sys.stderr)
             scope = lease.held(timeout=self.timeout) if self.wait else lease.try_held()
             reporter = anyio.CancelScope()
             tg.start_soon(report_waiting, lease, self.settings, reporter)
@@ -155,12 +168,34 @@ class _Supervisor:
                         "TRIO_LEASE_OWNER": lease.identity,
                         "TRIO_LEASE_FENCING_TOKEN": str(grant.fencing_token),
                     }
-                    self.code = await run_child(
-                        self.command, lease_env, self.settings.stop_timeout
-                    )
+                    child = anyio.CancelScope()
+                    watcher = anyio.CancelScope()
+                    tg.start_soon(_hand_over_when_asked, grant, child, watcher)
+                    try:
+                        with child:
+                            self.code = await run_child(
+                                self.command, lease_env, self.settings.stop_timeout
+                            )
+                    finally:
+                        watcher.cancel()
             finally:
                 reporter.cancel()
         except Exception as exc:  # re-raised by exit_code(), outside the task group
             self.error = exc
         finally:
             tg.cancel_scope.cancel()
+
+
+async def _hand_over_when_asked(
+    grant: Grant, child: anyio.CancelScope, watcher: anyio.CancelScope
+) -> None:
+    """Stop the child gracefully (SIGTERM, then the stop timeout) when a handover is asked;
+    the run then releases the lease, reserved for the requester, and exits 0."""
+    with watcher:
+        await grant.handover_requested.wait()
+        print(
+            f"trio-lease: {grant.lease_name}: {grant.handover_to} asked for a handover; "
+            "stopping the command",
+            file=sys.stderr,
+        )
+        child.cancel()
