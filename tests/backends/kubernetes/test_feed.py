@@ -274,6 +274,8 @@ class HostileWatch(httpx.AsyncBaseTransport):
         self.lists = 0
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.watches + self.lists > 200:
+            await anyio.sleep_forever()  # a tight loop: stop it here, the counts tell
         if request.url.params.get("labelSelector"):
             if request.url.params.get("watch") != "1":
                 self.lists += 1
@@ -384,3 +386,93 @@ async def test_lagging_event_does_not_touch_the_object_cache() -> None:
     assert seen[0] is not None
     assert seen[0].version == first.version
     assert [m for m, _, _ in transport.requests[before:]] == ["PUT"]
+
+
+async def _run_feed(
+    backend: KubernetesBackend, watched: Watched, seen: list[tuple[str, LeaseRecord | None]],
+    seconds: float,
+) -> KubernetesFeed:
+    feed = _feed(backend)
+    with anyio.move_on_after(seconds):
+        await feed.run(watched, lambda name, state: seen.append((name, state)))
+    return feed
+
+
+async def test_unwatched_names_lose_their_own_watch() -> None:
+    """Own watches start and stop with the watched set; names cover only their own lease."""
+    emulator = emulator_with_crd()
+    async with make_backend(emulator.transport(), watch_poll_interval=1000) as backend:
+        feed, watched = _feed(backend), Watched()
+        watched.add("a")
+        watched.add("b")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(feed.run, watched, lambda name, state: None)
+            await anyio.sleep(1)
+            assert feed.individual == {"a", "b"}
+            assert sorted(w.name for w in _name_watches(emulator)) == ["a", "b"]
+            watched.discard("a")
+            await anyio.sleep(1)
+            assert feed.individual == {"b"}
+            assert [w.name for w in _name_watches(emulator)] == ["b"]
+            tg.cancel_scope.cancel()
+        assert feed.individual == set()
+
+
+async def test_mapped_names_and_collisions_on_the_label_stream() -> None:
+    """A mapped key is found by its object name; an object storing another key is unreadable."""
+    emulator = emulator_with_crd()
+    async with make_backend(emulator.transport()) as owner, \
+            make_backend(emulator.transport(), watch_poll_interval=1000) as backend:
+        key = "Jobs/Nightly"
+        object_name = backend.object_name(key)
+        assert object_name != key
+        watched, seen = Watched(), []
+        watched.add(key)
+        watched.add("clash")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_run_feed, backend, watched, seen, 1000)
+            await anyio.sleep(1)
+            await owner.create(LeaseRecord(key, holder="a", lease_duration=15))
+            emulator.apply({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "clash", "namespace": "default",
+                             "labels": {LABEL: "trio-lease"},
+                             "annotations": {"trio-lease.io/key": "Some Other Key"}},
+                "spec": {"holderIdentity": "z", "leaseDurationSeconds": 15},
+            })
+            await anyio.sleep(1)
+            tg.cancel_scope.cancel()
+    mapped = [state for name, state in seen if name == key and state is not None]
+    assert mapped[-1].holder == "a"
+    clash = [state for name, state in seen if name == "clash" and state is not None]
+    assert clash[-1].unreadable
+    assert clash[-1].holder == ""
+
+
+async def test_akka_leases_are_followed_by_label() -> None:
+    """akka.io/v1 objects carry the label too, and a release wakes the waiter by the label watch."""
+    emulator = emulator_with_crd()
+    got: list[float] = []
+    async with make_backend(emulator.transport(), kind="akka.io/v1") as owner, \
+            make_backend(emulator.transport(), kind="akka.io/v1", watch_poll_interval=1000) as w:
+        await owner.create(LeaseRecord("job", holder="a", lease_duration=3600))
+
+        async def contend() -> None:
+            settings = LeaseSettings(
+                heartbeat_timeout=15, heartbeat_interval=1.5, lease_operation_timeout=0.5,
+                holder_deadline=10,
+            )
+            async with Lease("job", "w", w, settings).held():
+                got.append(anyio.current_time())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(contend)
+            await anyio.sleep(10)
+            assert len(_label_watches(emulator)) == 1
+            assert _name_watches(emulator) == []
+            current = await owner.get("job")
+            assert current is not None
+            await owner.update(LeaseRecord("job", lease_duration=1), current.version)
+            freed = anyio.current_time()
+        assert got
+        assert got[0] - freed < 0.1

@@ -101,6 +101,8 @@ class KubernetesFeed(WatchFeed):
         self.individual: set[str] = set()
         self._wake: anyio.Event = anyio.Event()
         self._keys: dict[str, list[str]] = {}
+        #: Object name → keys, for the watched set ``_keys_of`` at ``_keys_generation``.
+        self._keys_of: Watched | None = None
         self._keys_generation = -1
 
     def __repr__(self) -> str:
@@ -109,19 +111,22 @@ class KubernetesFeed(WatchFeed):
     async def run(self, watched: Watched, publish: Publish) -> None:
         self._wake = anyio.Event()  # events belong to the loop of this run
         scopes: dict[str, anyio.CancelScope] = {}
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._follow_label, watched, publish)
-            tg.start_soon(self._forward_changes, watched)
-            while True:
-                wake = self._wake = anyio.Event()
-                wanted = set(self._uncovered(watched))
-                for key in wanted - scopes.keys():
-                    scopes[key] = anyio.CancelScope()
-                    tg.start_soon(self._follow_one, key, scopes[key], publish)
-                for key in scopes.keys() - wanted:
-                    scopes.pop(key).cancel()
-                self.individual = set(scopes)
-                await wake.wait()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._follow_label, watched, publish)
+                tg.start_soon(self._forward_changes, watched)
+                while True:
+                    wake = self._wake = anyio.Event()
+                    wanted = set(self._uncovered(watched))
+                    for key in wanted - scopes.keys():
+                        scopes[key] = anyio.CancelScope()
+                        tg.start_soon(self._follow_one, key, scopes[key], publish)
+                    for key in scopes.keys() - wanted:
+                        scopes.pop(key).cancel()
+                    self.individual = set(scopes)
+                    await wake.wait()
+        finally:
+            self.individual = set()
 
     def _uncovered(self, watched: Watched) -> Iterable[str]:
         """The watched keys the label stream does not show (each needs its own watch)."""
@@ -142,14 +147,14 @@ class KubernetesFeed(WatchFeed):
 
     def _map(self, watched: Watched) -> dict[str, list[str]]:
         """Object name → the watched keys stored under it (keys that cannot be names left out)."""
-        if self._keys_generation != watched.generation:
+        if self._keys_of is not watched or self._keys_generation != watched.generation:
             keys: dict[str, list[str]] = {}
             for key in watched:
                 try:
                     keys.setdefault(self.api.objects.object_name(key), []).append(key)
                 except LeaseConfigError:
                     continue  # an invalid name (map_names off): its own reads report it
-            self._keys, self._keys_generation = keys, watched.generation
+            self._keys, self._keys_of, self._keys_generation = keys, watched, watched.generation
         return self._keys
 
     # -- per-name watches ----------------------------------------------------------------------
@@ -202,7 +207,7 @@ class KubernetesFeed(WatchFeed):
             for key in keys.get(name, ()):
                 publish(key, None)
         self.cursor.version = version
-        self.listed, self.forbidden = True, False
+        self.listed = True
         self._poke()
 
     async def _watch(self, watched: Watched, publish: Publish, backoff: _Backoff) -> None:
@@ -229,6 +234,9 @@ class KubernetesFeed(WatchFeed):
         self.streams += 1
         async with api.stream(api.collection_path(), params, ctx, timeout=_STREAM_TIMEOUT) as r:
             await _check_opened(api, r, ctx)
+            if self.forbidden:  # allowed again: the label stream covers its leases
+                self.forbidden = False
+                self._poke()
             async for line in _lines(r, ctx):
                 kind, obj = _event(line, ctx)
                 if kind in ("ERROR", "BOOKMARK"):

@@ -1,0 +1,87 @@
+"""The shared watch over real sockets: one HTTP stream for many waiters, a takeover seen at once.
+
+Real time on loopback (plain HTTP), asyncio and trio; nothing is timed by the wall clock: a loss
+before the holder's first renewal (R = 10 s) is shown by the absence of its PUT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import pytest
+
+from trio_lease import Lease, LeaseLost, LeaseRecord, LeaseSettings
+from trio_lease.backends.kubernetes import ClusterConfig, Credentials, KubernetesBackend
+from trio_lease.testing.kube import KubeEmulator
+
+pytestmark = pytest.mark.anyio
+
+#: Real time: L = 30 s, R = 10 s: no renewal happens within a test, and expiry never comes.
+SETTINGS = LeaseSettings(heartbeat_timeout=30, heartbeat_interval=10, lease_operation_timeout=2)
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Real time: real sockets."""
+    backend: str = request.param
+    return backend
+
+
+def _backend(url: str) -> KubernetesBackend:
+    config = ClusterConfig(server=url, namespace="default", credentials=Credentials())
+    return KubernetesBackend(config, watch_poll_interval=1000)
+
+
+async def _until(condition: Callable[[], bool], limit: float = 8) -> None:
+    with anyio.fail_after(limit):
+        while not condition():
+            await anyio.sleep(0.01)
+
+
+async def test_waiters_share_one_stream_and_a_takeover_ends_the_holder() -> None:
+    """200 waiters on 200 leases: one watch stream; a foreign write ends the holder's grant."""
+    count = 200
+    emulator = KubeEmulator()
+    got: list[str] = []
+    lost: list[bool] = []
+    async with emulator.serve(tls=False) as server, _backend(server.url) as owner, \
+            _backend(server.url) as waiting:
+        for i in range(count):
+            await owner.create(LeaseRecord(f"job-{i}", holder="a", lease_duration=3600))
+        holder = Lease("mine", "h", owner, SETTINGS)
+
+        async def hold() -> None:
+            try:
+                async with holder.held():
+                    await anyio.sleep_forever()
+            except LeaseLost:
+                lost.append(True)
+
+        async def contend(name: str) -> None:
+            async with Lease(name, "w", waiting, SETTINGS).held():
+                got.append(name)
+                await anyio.sleep_forever()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold)
+            for i in range(count):
+                tg.start_soon(contend, f"job-{i}")
+            await _until(lambda: len(emulator.open_watches()) == 2)  # one per backend
+            await anyio.sleep(0.5)
+            assert len(emulator.open_watches()) == 2
+            assert all(w.name is None and w.selection is not None
+                       for w in emulator.open_watches())
+            requests = len(emulator.requests)
+            current = await owner.get("job-3")
+            assert current is not None
+            await owner.update(LeaseRecord("job-3", lease_duration=1), current.version)
+            await _until(lambda: got == ["job-3"])
+            mine = emulator.get_lease("mine")
+            assert mine is not None
+            mine["spec"].update(holderIdentity="intruder", leaseTransitions=99)
+            emulator.apply(mine)
+            await _until(lambda: bool(lost))
+            puts = [r.path for r in emulator.requests[requests:] if r.method == "PUT"]
+            assert puts and all("mine" not in path for path in puts)  # lost before any renewal
+            tg.cancel_scope.cancel()
