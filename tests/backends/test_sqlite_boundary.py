@@ -212,7 +212,10 @@ async def test_names_checks_every_row(tmp_path: Path) -> None:
     async with SqliteBackend(path) as backend:
         assert await backend.names() == ["job", "other"]
         with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
-            conn.execute("INSERT INTO leases VALUES (x'6a6f62', 'x', 1.0, 1, NULL, NULL, 7)")
+            conn.execute(
+                "INSERT INTO leases (name, holder, lease_duration, fencing_token, version) "
+                "VALUES (x'6a6f62', 'x', 1.0, 1, 7)"
+            )
         with pytest.raises(BackendProtocolError, match=r"unreadable name \(name: expected text"):
             await backend.names()
 

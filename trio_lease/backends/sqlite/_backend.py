@@ -190,7 +190,7 @@ class SqliteBackend(LeaseBackend):
             if expected is None:
                 try:
                     conn.execute(
-                        f"INSERT INTO leases ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        f"INSERT INTO leases ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         (*values, version),
                     )
                 except sqlite3.IntegrityError:
@@ -198,7 +198,8 @@ class SqliteBackend(LeaseBackend):
             else:
                 cursor = conn.execute(
                     "UPDATE leases SET holder = ?, lease_duration = ?, fencing_token = ?, "
-                    "acquired_at = ?, renewed_at = ?, version = ? WHERE name = ? AND version = ?",
+                    "acquired_at = ?, renewed_at = ?, handover_to = ?, version = ? "
+                    "WHERE name = ? AND version = ?",
                     (*values[1:], version, name, expected_number),
                 )
                 if cursor.rowcount != 1:

@@ -5,6 +5,7 @@ A connection is opened on a file (never an in-memory database) in WAL mode with
 :class:`LeaseConfigError` before anything, even the journal mode, is written to it; a file
 without tables gets ours, created under SQLite's write lock so that racing creators agree. A
 missing version counter restarts above every version in use, so no version is issued twice.
+A file made by an earlier version gets the columns added since (``handover_to``) on open.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from ..._exceptions import BackendUnavailable, LeaseConfigError
-from ._rows import LEASE_COLUMNS, decode_text
+from ._rows import ADDED_COLUMNS, LEASE_COLUMNS, decode_text
 
 __all__ = ["connect", "default_path", "rollback"]
 
@@ -29,7 +30,8 @@ _CREATE_TABLES: Final = (
         fencing_token INTEGER NOT NULL,
         acquired_at TEXT,
         renewed_at TEXT,
-        version INTEGER NOT NULL
+        version INTEGER NOT NULL,
+        handover_to TEXT NOT NULL DEFAULT ''
     )""",
     "CREATE TABLE version_counter (id INTEGER PRIMARY KEY CHECK (id = 1), value INTEGER)",
 )
@@ -113,6 +115,8 @@ def connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
             except BaseException:
                 rollback(conn)
                 raise
+        if _missing_columns(conn):
+            _add_columns(conn)
     except BaseException:
         conn.close()
         raise
@@ -126,7 +130,8 @@ def _has_our_tables(conn: sqlite3.Connection, path: Path) -> bool:
     if not tables:
         return False
     problem = ""
-    for table, needed in (("leases", LEASE_COLUMNS), ("version_counter", ("id", "value"))):
+    leases = [column for column in LEASE_COLUMNS if column not in ADDED_COLUMNS]
+    for table, needed in (("leases", leases), ("version_counter", ("id", "value"))):
         info = conn.execute(f"PRAGMA table_info({table})").fetchall()
         missing = [column for column in needed if column not in {row[1] for row in info}]
         if table not in tables:
@@ -141,3 +146,30 @@ def _has_our_tables(conn: sqlite3.Connection, path: Path) -> bool:
                 "another program or was changed by hand: give the backend a file of its own"
             )
     return True
+
+
+def _missing_columns(conn: sqlite3.Connection) -> list[str]:
+    """The added columns (:data:`._rows.ADDED_COLUMNS`) table leases does not have yet."""
+    present = {row[1] for row in conn.execute("PRAGMA table_info(leases)")}
+    return [column for column in ADDED_COLUMNS if column not in present]
+
+
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Add the missing columns to a file an earlier version made, under the write lock.
+
+    Checked again under the lock, so of two processes opening the same old file at once one adds
+    them and the other sees them; "duplicate column name" (a writer that skipped the lock) counts
+    as done. Rows that were there read the column's default, as if written without a request.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for column in _missing_columns(conn):
+            try:
+                conn.execute(f"ALTER TABLE leases ADD COLUMN {column} {ADDED_COLUMNS[column]}")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column name" not in str(exc):
+                    raise
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback(conn)
+        raise

@@ -21,6 +21,7 @@ from ..._exceptions import BackendProtocolError, LeaseConfigError
 from ..._wire import Malformed
 
 __all__ = [
+    "ADDED_COLUMNS",
     "COLUMNS",
     "EDITED",
     "LEASE_COLUMNS",
@@ -34,9 +35,14 @@ __all__ = [
 T = TypeVar("T")
 
 LEASE_COLUMNS: Final = (
-    "name", "holder", "lease_duration", "fencing_token", "acquired_at", "renewed_at", "version"
+    "name", "holder", "lease_duration", "fencing_token", "acquired_at", "renewed_at",
+    "handover_to", "version",
 )  # fmt: skip
 COLUMNS: Final = ", ".join(LEASE_COLUMNS)
+#: Columns later versions added, with their definitions: a file made before lacks them, and
+#: :func:`._file.connect` adds them (``ALTER TABLE leases ADD COLUMN``).
+ADDED_COLUMNS: Final = {"handover_to": "TEXT NOT NULL DEFAULT ''"}
+_VERSION: Final = LEASE_COLUMNS.index("version")
 _MAX_TIME_TEXT: Final = 64  # "2024-01-01T00:00:00.000000+00:00" is 32 characters
 EDITED: Final = "the file was written by another program or edited by hand; fix or delete that row"
 
@@ -105,7 +111,7 @@ def record_from_row(row: Sequence[object], path: Path) -> LeaseRecord:
             f"SQLite at {path}: a row of table leases has an unreadable name ({exc}); {EDITED}"
         ) from None
     try:
-        version = _wire.integer(row[6], "version", low=1)
+        version = _wire.integer(row[_VERSION], "version", low=1)
     except Malformed as exc:
         raise BackendProtocolError(
             f"SQLite at {path}: lease {name!r} has an unreadable version ({exc}); {EDITED}"
@@ -122,6 +128,7 @@ def record_from_row(row: Sequence[object], path: Path) -> LeaseRecord:
     holder = read(_text, 1)
     duration = read(_wire.number, 2)  # finite, in [0, 2**31 - 1]
     token = read(_wire.integer, 3)  # an integer in [0, 2**63 - 1]: not a real, not text
+    handover_to = read(_text, 6)
     acquired = _informational_time(row[4], LEASE_COLUMNS[4])
     renewed = _informational_time(row[5], LEASE_COLUMNS[5])
     return LeaseRecord(
@@ -133,6 +140,7 @@ def record_from_row(row: Sequence[object], path: Path) -> LeaseRecord:
         renewed_at=renewed,
         version=str(version),
         unreadable="; ".join(problems),
+        handover_to=handover_to if handover_to is not None and not problems else "",
     )
 
 
@@ -145,8 +153,8 @@ def lease_name(name: object) -> str:
 
 
 def storable(record: LeaseRecord, path: Path) -> tuple[object, ...]:
-    """The row to write (without its version); LeaseConfigError if it would not read back as a
-    whole record."""
+    """The row to write (``COLUMNS`` but the version); LeaseConfigError if it would not read
+    back as a whole record."""
     values = (
         lease_name(record.name),
         record.holder,
@@ -154,6 +162,7 @@ def storable(record: LeaseRecord, path: Path) -> tuple[object, ...]:
         record.fencing_token,
         _iso(record.acquired_at),
         _iso(record.renewed_at),
+        record.handover_to,
     )
     problem = record_from_row((*values, 1), path).unreadable
     if problem:
