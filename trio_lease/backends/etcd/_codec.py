@@ -57,19 +57,23 @@ def _parse_time(value: object) -> datetime | None:
 
 
 def encode_record(record: LeaseRecord) -> bytes:
-    """The stored value of ``record`` (its version is not stored: it is the mod_revision)."""
-    return json.dumps(
-        {
-            "format": RECORD_FORMAT,
-            "name": record.name,
-            "holder": record.holder,
-            "lease_duration": record.lease_duration,
-            "fencing_token": record.fencing_token,
-            "acquired_at": _time(record.acquired_at),
-            "renewed_at": _time(record.renewed_at),
-        },
-        separators=(",", ":"),
-    ).encode()
+    """The stored value of ``record`` (its version is not stored: it is the mod_revision).
+
+    ``handover_to`` is left out when empty, so a value reads the same whether an earlier
+    version (which had no such field) or this one wrote it.
+    """
+    value: dict[str, object] = {
+        "format": RECORD_FORMAT,
+        "name": record.name,
+        "holder": record.holder,
+        "lease_duration": record.lease_duration,
+        "fencing_token": record.fencing_token,
+        "acquired_at": _time(record.acquired_at),
+        "renewed_at": _time(record.renewed_at),
+    }
+    if record.handover_to:
+        value["handover_to"] = record.handover_to
+    return json.dumps(value, separators=(",", ":")).encode()
 
 
 def decode_record(name: str, value: bytes, version: str) -> LeaseRecord:
@@ -121,6 +125,11 @@ def decode_record(name: str, value: bytes, version: str) -> LeaseRecord:
     except Malformed as exc:
         problems.append(str(exc))
         holder = ""
+    try:  # absent (an earlier version wrote the value, or no request): none
+        handover_to = string(data.get("handover_to", ""), "value.handover_to", default=None)
+    except Malformed as exc:
+        problems.append(str(exc))
+        handover_to = ""
     if problems:
         return unreadable("; ".join(problems), token, duration)
     return LeaseRecord(
@@ -131,4 +140,5 @@ def decode_record(name: str, value: bytes, version: str) -> LeaseRecord:
         acquired_at=_parse_time(data.get("acquired_at")),
         renewed_at=_parse_time(data.get("renewed_at")),
         version=version,
+        handover_to=handover_to,
     )
