@@ -8,6 +8,8 @@
     acquired_at     spec.acquireTime         (MicroTime)
     renewed_at      spec.renewTime           (MicroTime)
     version         metadata.resourceVersion (opaque; equality only)
+    handover_to     the annotation ``trio-lease.io/handover-to`` (absent = no request; on
+                    ``akka.io/v1`` too)
 
 ``akka.io/v1`` (:data:`AKKA`, the CRD in ``lease.yml``, for interop with Akka clusters) has only
 ``spec.owner`` and ``spec.time`` (epoch milliseconds of the writer's wall clock). The rest of the

@@ -19,6 +19,7 @@ metadata.annotations                an object (else unreadable; akka: token -1);
                                     unreadable; other annotations are never read
 trio-lease.io/fencing-token         decimal string within int64; else token -1
 trio-lease.io/lease-duration        decimal number string, finite, >= 0; else unreadable
+trio-lease.io/handover-to           (both kinds) a string; absent = no request
 metadata.generation (akka fallback) integer >= 0; else unreadable, token -1
 acquireTime, renewTime, spec.time,  informational only: unparseable or out of range
 trio-lease.io/acquire-time          reads as None, never fails the record
@@ -43,6 +44,7 @@ __all__ = [
     "ACQUIRE_TIME_ANNOTATION",
     "ANNOTATION_PREFIX",
     "FENCING_TOKEN_ANNOTATION",
+    "HANDOVER_TO_ANNOTATION",
     "LEASE_DURATION_ANNOTATION",
     "KubernetesLeaseRecord",
     "identifier",
@@ -56,10 +58,12 @@ ANNOTATION_PREFIX: Final = "trio-lease.io/"
 FENCING_TOKEN_ANNOTATION: Final = ANNOTATION_PREFIX + "fencing-token"
 LEASE_DURATION_ANNOTATION: Final = ANNOTATION_PREFIX + "lease-duration"
 ACQUIRE_TIME_ANNOTATION: Final = ANNOTATION_PREFIX + "acquire-time"
+#: A contender's handover request (:attr:`LeaseRecord.handover_to`), on both kinds.
+HANDOVER_TO_ANNOTATION: Final = ANNOTATION_PREFIX + "handover-to"
 #: Our annotations named in messages; any other ``trio-lease.io/*`` key is named generically.
 _KNOWN = frozenset(
     ANNOTATION_PREFIX + n for n in ("key", "fencing-token", "lease-duration", "acquire-time",
-                                    "write-nonce")
+                                    "write-nonce", "handover-to")
 )
 _DECIMAL_INT = re.compile(r"[0-9]{1,19}")
 _DECIMAL_NUMBER = re.compile(r"[0-9]{1,12}(\.[0-9]{1,12})?([eE][+-]?[0-9]{1,3})?")
@@ -139,6 +143,7 @@ def read_record(key: str, obj: JsonObject, *, coordination: bool) -> KubernetesL
         fields = _coordination_fields(reader, spec)
     else:
         fields = _akka_fields(reader, spec or {}, metadata, ours)
+    asked = ours.get(HANDOVER_TO_ANNOTATION) if ours else None  # not a string: noted above
     unreadable = "; ".join(reader.problems)
     return KubernetesLeaseRecord(
         name=key,
@@ -149,6 +154,7 @@ def read_record(key: str, obj: JsonObject, *, coordination: bool) -> KubernetesL
         renewed_at=fields.renewed,
         version=version,
         unreadable=unreadable,
+        handover_to=asked if isinstance(asked, str) and not unreadable else "",
         preferred_holder=fields.preferred,
         strategy=fields.strategy,
     )

@@ -4,7 +4,8 @@ Writes start from the last object read (kept by the backend's object cache) so e
 do not model (``strategy``, ``preferredHolder``, labels, annotations, managedFields, Akka's
 ``version``) survives. A ``coordination.k8s.io/v1`` Lease gets the record in its spec; an
 ``akka.io/v1`` object gets ``spec.owner`` and ``spec.time`` (epoch milliseconds) and the rest in
-``trio-lease.io/*`` annotations (see :mod:`._models` for the mapping).
+``trio-lease.io/*`` annotations (see :mod:`._models` for the mapping). Both kinds keep a
+handover request in the annotation ``trio-lease.io/handover-to``, removed when there is none.
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ from datetime import datetime
 
 from ..._abc import LeaseRecord
 from ..._wire import JsonObject
-from ._reading import ACQUIRE_TIME_ANNOTATION, FENCING_TOKEN_ANNOTATION, LEASE_DURATION_ANNOTATION
+from ._reading import (
+    ACQUIRE_TIME_ANNOTATION,
+    FENCING_TOKEN_ANNOTATION,
+    HANDOVER_TO_ANNOTATION,
+    LEASE_DURATION_ANNOTATION,
+)
 from ._times import format_micro_time
 
 __all__ = ["apply_record"]
@@ -37,14 +43,13 @@ def apply_record(base: JsonObject, record: LeaseRecord, *, coordination: bool) -
         spec["leaseTransitions"] = max(0, record.fencing_token)
         _set(spec, "acquireTime", _micro(record.acquired_at))
         _set(spec, "renewTime", _micro(record.renewed_at))
+        _set_handover(obj, record.handover_to)
         return obj
     spec["owner"] = record.holder
     stamp = record.renewed_at or record.acquired_at
     spec["time"] = int(stamp.timestamp() * 1000) if stamp is not None else 0
-    metadata = obj.setdefault("metadata", {})
-    annotations = metadata.get("annotations")
-    if not isinstance(annotations, dict):
-        annotations = metadata["annotations"] = {}
+    annotations = _annotations(obj)
+    _set_handover(obj, record.handover_to)
     annotations[FENCING_TOKEN_ANNOTATION] = str(max(0, record.fencing_token))
     annotations[LEASE_DURATION_ANNOTATION] = f"{record.lease_duration:g}"
     if record.acquired_at is not None:
@@ -52,6 +57,26 @@ def apply_record(base: JsonObject, record: LeaseRecord, *, coordination: bool) -
     else:
         annotations.pop(ACQUIRE_TIME_ANNOTATION, None)
     return obj
+
+
+def _annotations(obj: JsonObject) -> JsonObject:
+    """The object's annotations, made an object (the copy ``_copy_for_write`` made) if need be."""
+    metadata = obj.setdefault("metadata", {})
+    annotations: JsonObject | None = metadata.get("annotations")
+    if not isinstance(annotations, dict):
+        annotations = metadata["annotations"] = {}
+    return annotations
+
+
+def _set_handover(obj: JsonObject, handover_to: str) -> None:
+    """Write the handover request annotation, or remove it (never adding empty annotations)."""
+    if handover_to:
+        _annotations(obj)[HANDOVER_TO_ANNOTATION] = handover_to
+        return
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if isinstance(annotations, dict):
+        annotations.pop(HANDOVER_TO_ANNOTATION, None)
 
 
 def _copy_for_write(base: JsonObject) -> JsonObject:
