@@ -13,9 +13,9 @@ from ._cluster import ClusterConfig as ClusterConfig
 from ._cluster import Credentials as Credentials
 from ._cluster import ExecConfig as ExecConfig
 from ._config import explicit_config as explicit_config
-from ._events import KubernetesEvents as KubernetesEvents
 from ._config import in_cluster_config as in_cluster_config
 from ._config import resolve_config as resolve_config
+from ._events import KubernetesEvents as KubernetesEvents
 from ._identity import default_owner as default_owner
 from ._kubeconfig import load_kubeconfig as load_kubeconfig
 from ._models import AKKA as AKKA
