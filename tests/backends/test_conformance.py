@@ -107,6 +107,37 @@ class WatchSeesNoChange(MemoryBackend):
         await anyio.sleep_forever()
 
 
+class UpdateDropsHandoverTo(MemoryBackend):
+    """Stores every field but handover_to (a backend written before cooperative handover)."""
+
+    async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
+        return await super().update(dataclasses.replace(record, handover_to=""), expected_version)
+
+
+class UpdateEchoesButDropsHandoverTo(MemoryBackend):
+    """Returns the record it was given but stores it without handover_to."""
+
+    async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
+        stored = await super().update(dataclasses.replace(record, handover_to=""), expected_version)
+        return dataclasses.replace(stored, handover_to=record.handover_to)
+
+
+class UpdateKeepsOldHandoverTo(MemoryBackend):
+    """Never clears a handover request: an update writing "" keeps the stored one."""
+
+    async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
+        current = self.store.records.get(record.name)
+        if current is not None and not record.handover_to:
+            record = dataclasses.replace(record, handover_to=current.handover_to)
+        return await super().update(record, expected_version)
+
+
+class WatchDropsHandoverTo(MemoryBackend):
+    async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
+        async for state in super().watch(name):
+            yield state if state is None else dataclasses.replace(state, handover_to="")
+
+
 def _shared(cls: type[MemoryBackend]) -> Callable[[], object]:
     store = MemoryStore()
     return lambda: cls(store)
@@ -125,6 +156,10 @@ BROKEN = [
     (lambda: _shared(CreateCheckThenWrite), "exactly one concurrent create wins"),
     (lambda: _shared(UpdateCheckThenWrite), "exactly one concurrent update from a version wins"),
     (lambda: _shared(WatchSeesNoChange), "watch yields the current state at once and a change"),
+    (lambda: _shared(UpdateDropsHandoverTo), "update stores handover_to and returns it"),
+    (lambda: _shared(UpdateEchoesButDropsHandoverTo), "get returns the handover_to an update"),
+    (lambda: _shared(UpdateKeepsOldHandoverTo), 'an update writing handover_to "" clears it'),
+    (lambda: _shared(WatchDropsHandoverTo), "watch yields the handover_to an update stored"),
 ]
 
 

@@ -284,6 +284,38 @@ async def _check_watch(run: _Run) -> None:
         )
 
 
+# -- handover requests -----------------------------------------------------------------------------
+
+
+async def _check_handover_to(run: _Run) -> None:
+    """handover_to is stored like the other fields: Lease.request_handover depends on it."""
+    name, why = run.name("handover"), " (Lease.request_handover writes it)"
+    created = await run.a.create(LeaseRecord(name=name, holder="owner-a", lease_duration=5.0))
+    asked = await run.b.update(dataclasses.replace(created, handover_to="owner-b"), created.version)
+    _require(asked.handover_to == "owner-b", "update stores handover_to and returns it" + why)
+    read = await run.a.get(name)
+    ok = read is not None and read.handover_to == "owner-b"
+    _require(ok, "get returns the handover_to an update stored" + why)
+    if run.a.supports_watch:
+        state: LeaseRecord | None = None
+        with anyio.move_on_after(run.watch_timeout):
+            states = run.a.watch(name)
+            try:
+                state = await anext(states)
+            finally:
+                aclose = getattr(states, "aclose", None)  # a generator: close it now
+                if aclose is not None:
+                    await aclose()
+        ok = state is not None and state.handover_to == "owner-b"
+        _require(ok, "watch yields the handover_to an update stored" + why)
+    cleared = await run.a.update(dataclasses.replace(asked, handover_to=""), asked.version)
+    read = await run.b.get(name)
+    ok = cleared.handover_to == "" and read is not None and read.handover_to == ""
+    _require(ok, 'an update writing handover_to "" clears it')
+    again = await run.b.update(dataclasses.replace(cleared, handover_to="c"), cleared.version)
+    _require(again.handover_to == "c", "every update stores handover_to" + why)
+
+
 #: The checks, in the order they run (later ones build on the records earlier ones wrote).
 _CHECKS: tuple[Callable[[_Run], Awaitable[None]], ...] = (
     _check_missing,
@@ -295,6 +327,7 @@ _CHECKS: tuple[Callable[[_Run], Awaitable[None]], ...] = (
     _check_update_of_missing,
     _check_races,
     _check_watch,
+    _check_handover_to,
 )
 
 
@@ -313,7 +346,10 @@ async def check_backend(
     version never seen before; update with a stale version, or of a missing record, conflicts;
     of ``writers`` clients racing to create, and then to update from one version, exactly one
     wins each race; and, if ``supports_watch``, watch yields the current state first and then
-    delivers a change made by another client within ``watch_timeout`` seconds.
+    delivers a change made by another client within ``watch_timeout`` seconds; and
+    ``handover_to`` is stored by create and update and returned by get and watch (a cooperative
+    handover, :meth:`Lease.request_handover <trio_lease.Lease.request_handover>`, writes it),
+    an update writing ``""`` clearing it.
     """
     async with AsyncExitStack() as stack:
         a = await _open(factory, stack)
