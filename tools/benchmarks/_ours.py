@@ -25,6 +25,7 @@ scenario's own.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -83,6 +84,7 @@ async def steady(p: Params) -> None:
     """Hold ``n`` leases; CPU and losses over a window the runner brackets."""
     backend, settings, n = make_backend(p), make_settings(p), p["n"]
     state = {"held": 0, "losses": 0, "failed": 0}
+    errors: collections.Counter[str] = collections.Counter()  # why acquisitions failed
     all_held = anyio.Event()
     acquire_times: list[float] = []
     holdings: list[Any] = []  # each grant's Holding, for its renewal counter
@@ -101,8 +103,9 @@ async def steady(p: Params) -> None:
                 await anyio.sleep_forever()
         except LeaseLost:
             state["losses"] += 1
-        except Exception:
+        except Exception as exc:
             state["failed"] += 1
+            errors[f"{type(exc).__name__}: {str(exc)[:160]}"] += 1
 
     async with anyio.create_task_group() as tg:
         for i in range(n):
@@ -113,9 +116,11 @@ async def steady(p: Params) -> None:
         emit("start", held=state["held"])
         await wait_for_line()
         losses0, cpu0, wall0 = state["losses"], time.process_time(), now()
+        times0 = os.times()
         renewals0 = sum(h.renewals for h in holdings)
         await anyio.sleep(p["window"])
         cpu, wall = time.process_time() - cpu0, now() - wall0
+        times = os.times()
         renewals = sum(h.renewals for h in holdings) - renewals0
         emit("end")
         await wait_for_line()
@@ -123,6 +128,8 @@ async def steady(p: Params) -> None:
             cpu_s=cpu, wall_s=wall, held=state["held"], losses=state["losses"],
             losses_in_window=state["losses"] - losses0, failed=state["failed"],
             acquire_s_max=max(acquire_times, default=0.0), renewals=renewals,
+            user_s=times.user - times0.user, system_s=times.system - times0.system,
+            errors=dict(errors.most_common(5)),
         )
 
 

@@ -20,10 +20,16 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -85,6 +91,11 @@ async def _window(p: Params, fields: dict[str, Any]) -> None:
 
 async def waiters(p: Params) -> None:
     """``n`` contenders waiting on ``n`` leases held elsewhere; requests and watch streams."""
+    # Reads that queue past T log a warning each (1,000 waiters polling at R = 1.5 s are ~670
+    # GETs per second through 4 in-flight slots); the result counts them instead.
+    failing = _CountWarnings()
+    logging.getLogger("trio_lease").addHandler(failing)
+    logging.getLogger("trio_lease").propagate = False
     names = [f"{p['prefix']}-{i}" for i in range(p["n"])]
     await _create(kube_server(p["kubeconfig"]), names, "elsewhere")
     backend, lease_settings = make_backend(p), settings(p)
@@ -99,7 +110,17 @@ async def waiters(p: Params) -> None:
         for i, name in enumerate(names):
             tg.start_soon(wait, i, name)
         await anyio.sleep(p["ramp"] + p.get("settle", p["R"] * 2))
-        await _window(p, {"waiting": len(names), "held": acquired["n"]})
+        await _window(p, {"waiting": len(names), "held": acquired["n"],
+                          "warnings": failing.count})
+
+
+class _CountWarnings(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
 
 
 async def replicas(p: Params) -> None:
@@ -185,23 +206,88 @@ def _where(code: Any) -> str:
     return f"{_module(code.co_filename)}:{code.co_name}"
 
 
+class _PySpy:
+    """``py-spy record`` of this process over the window, folded like :class:`_Sampler`.
+
+    py-spy samples from outside (no GIL needed, idle threads left out), so its shares are not
+    biased towards the moments the loop releases the GIL, as the in-process sampler's are.
+    """
+
+    def __init__(self, binary: str, window: float, rate: int = 200) -> None:
+        self.binary, self.window, self.rate = binary, window, rate
+        self.out = Path(tempfile.mkdtemp()) / "raw.txt"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.binary, "record", "--pid", str(os.getpid()), "-d", str(int(self.window)),
+             "-r", str(self.rate), "-f", "raw", "-o", str(self.out), "--nonblocking"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    def report(self, top: int = 15) -> dict[str, Any]:
+        if self.proc is not None:
+            self.proc.wait(60)
+        leaf: collections.Counter[str] = collections.Counter()
+        module: collections.Counter[str] = collections.Counter()
+        inclusive: collections.Counter[str] = collections.Counter()
+        text = self.out.read_text() if self.out.exists() else ""
+        for line in text.splitlines():
+            stack, _, count = line.rpartition(" ")
+            frames = [_spy_frame(f) for f in stack.split(";")]
+            leaf[frames[-1][1]] += int(count)
+            module[frames[-1][0]] += int(count)
+            inclusive.update({f[1]: int(count) for f in frames})
+        busy = sum(leaf.values()) or 1
+
+        def share(counter: collections.Counter[str]) -> list[tuple[str, float]]:
+            return [(k, round(100 * v / busy, 1)) for k, v in counter.most_common(top)]
+
+        return {
+            "tool": "py-spy", "busy_samples": sum(leaf.values()), "idle_samples": 0,
+            "rate_hz": self.rate, "self_pct_by_module": share(module),
+            "self_pct_by_function": share(leaf), "inclusive_pct": share(inclusive),
+        }
+
+
+def _spy_frame(frame: str) -> tuple[str, str]:
+    """``f (trio_lease/backends/kubernetes/_api.py:40)`` → (``trio_lease/backends/kubernetes/_api``,
+    ``…/_api:f``); other packages by their top name (``anyio``, ``asyncio``, ``h11``)."""
+    name, _, where = frame.rpartition(" (")
+    parts = where.rsplit(":", 1)[0].removesuffix(".py").split("/")  # relative: anyio/_core/x
+    if parts[0] == "trio_lease":
+        mod = "/".join(parts[:4] if parts[1:2] == ["backends"] else parts[:2])
+    else:
+        mod = parts[0]
+    return mod, f"{mod}:{name or frame}"
+
+
 async def profile(p: Params) -> None:
-    """:func:`._ours.steady` with the sampler on over its measured window."""
-    # The sampler needs the GIL to look: a short switch interval lets it in while the loop runs
-    # Python code (at the default 5 ms the busy samples would be few and late).
-    sys.setswitchinterval(p.get("interval", 0.001) / 2)
-    sampler = _Sampler(p.get("interval", 0.001))
+    """:func:`._ours.steady` with a profiler over its window: py-spy when it is installed
+    (``pip install py-spy``), else the in-process sampler (biased, see :class:`_PySpy`)."""
+    binary = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    profiler: _PySpy | _Sampler
+    if binary is not None:
+        profiler = _PySpy(binary, p["window"])
+    else:
+        # The sampler needs the GIL to look: a short switch interval lets it in while the
+        # loop runs Python code (at the default 5 ms the busy samples would be few and late).
+        sys.setswitchinterval(p.get("interval", 0.001) / 2)
+        profiler = _Sampler(p.get("interval", 0.001))
     plain_finish = _ours._finish
 
     def emit_and_switch(event: str, **fields: Any) -> None:
-        if event == "end":
-            sampler.on = False
+        if event == "end" and isinstance(profiler, _Sampler):
+            profiler.on = False
         emit(event, **fields)
         if event == "start":
-            sampler.on = True
+            if isinstance(profiler, _Sampler):
+                profiler.on = True
+            else:
+                profiler.start()
 
     def finish(**fields: Any) -> None:
-        plain_finish(**fields, profile=sampler.report())
+        plain_finish(**fields, profile=profiler.report())
 
     _ours.emit = emit_and_switch  # type: ignore[attr-defined]  # steady's window starts here
     _ours._finish = finish
