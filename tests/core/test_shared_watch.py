@@ -20,7 +20,14 @@ from typing import Any
 import anyio
 import pytest
 
-from trio_lease import AcquireTimeout, Lease, LeaseConfigError, LeaseLost, LeaseSettings
+from trio_lease import (
+    AcquireTimeout,
+    BackendUnavailable,
+    Lease,
+    LeaseConfigError,
+    LeaseLost,
+    LeaseSettings,
+)
 from trio_lease._shared_watch import RERUN_PAUSE, FeedFailure, SharedWatch, shared_watch
 from trio_lease.abc import LeaseRecord, Publish, Watched, WatchFeed
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
@@ -475,6 +482,26 @@ async def test_release_wakes_a_waiting_contender_through_the_shared_feed(
         assert acquired_at[0] >= SETTINGS.wait_interval
 
 
+@pytest.mark.parametrize("feed", ["scripted", "memory"])
+async def test_release_wakes_a_waiter_sharing_the_holders_feed(feed: str) -> None:
+    """Holder and waiter on one backend object share one feed run; the holder hosts it, and
+    its release (after its subscription left) still wakes the waiter at once."""
+    store = MemoryStore()
+    backend: MemoryBackend = ScriptedBackend(store) if feed == "scripted" else MemoryBackend(store)
+    holder = Lease("job", "holder", backend, SETTINGS)
+    waiter = Lease("job", "waiter", backend, SETTINGS)
+    holding = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_hold_then_release, holder, holding, 3.0)
+        await holding.wait()
+        start = anyio.current_time()
+        async with waiter.held():
+            acquired_after = anyio.current_time() - start
+    assert 3.0 <= acquired_after < 3.0 + AT_ONCE
+    if isinstance(backend, ScriptedBackend):
+        assert backend.feed.most_active == 1
+
+
 async def test_release_during_the_waiters_subscription_read_wakes_it() -> None:
     """A release while the waiter's subscription read is in flight (slow replies) wakes the
     waiter when that read returns, not at its next poll."""
@@ -652,14 +679,17 @@ async def test_invented_foreign_states_cost_bounded_reads() -> None:
     assert 1 <= reads <= flood / CONFIRM_PAUSE + 2
 
 
-@pytest.mark.parametrize("mode", ["drop", "fail", "lag"])
+@pytest.mark.parametrize("mode", ["drop", "fail", "unavailable", "lag"])
 async def test_silent_feed_leaves_the_deadline_rules(mode: str) -> None:
-    """A feed that drops every event, fails every run or lags far behind leaves the holder
-    renewing normally; a real takeover is then found by the next renewal."""
+    """A feed that drops every event, fails every run (with an error retrying cannot fix, or
+    against its contract with a transient one) or lags far behind leaves the holder renewing
+    normally; a real takeover is then found by the next renewal."""
     store = MemoryStore()
     feed = ScriptedFeed(store, mode="lag" if mode == "lag" else "drop", lag=1000)
     if mode == "fail":
         feed.fail_with = LeaseConfigError("the watch is forbidden")
+    elif mode == "unavailable":
+        feed.fail_with = BackendUnavailable("the watch connection was reset")
     backend = ScriptedBackend(store, feed)
     lease = Lease("job", "a", backend, SETTINGS)
     R, T = SETTINGS.heartbeat_interval, SETTINGS.lease_operation_timeout
@@ -671,7 +701,7 @@ async def test_silent_feed_leaves_the_deadline_rules(mode: str) -> None:
     assert backend.updates >= 3  # renewed normally until the takeover
     assert R - 1 <= after <= R - 1 + T  # found by the renewal due R after the last one
     assert "taken over by 'thief'" in lost.cause and "watch" not in lost.cause
-    if mode == "fail":
+    if mode in ("fail", "unavailable"):
         assert feed.runs > 1  # the hub kept running it again
 
 
