@@ -288,7 +288,7 @@ async def test_a_change_during_the_handover_between_hosts_is_published(kind: str
     """A change committed while the feed moves from the subscriber that left to the next one
     (a few checkpoints with no run active) still reaches the remaining subscriber."""
     missed = []
-    for checkpoints in range(6):
+    for checkpoints in [k for k in range(6) for _ in range(10)]:  # trio shuffles its run queue
         store = MemoryStore()
         backend = MemoryBackend(store) if kind == "memory" else PerNameBackend(store)
         hub = shared_watch(backend)
@@ -653,6 +653,89 @@ async def test_foreign_change_on_the_watch_cancels_the_holder_at_once(how: str, 
     assert after < AT_ONCE
     assert cause in lost.cause and "seen on the watch" in lost.cause
     assert backend.updates == 0  # no renewal was due: only the watch could tell
+
+
+async def test_nested_bodies_of_a_reentrant_grant_are_cancelled_at_once() -> None:
+    """A takeover seen on the watch cancels every body of a reentrant grant (nested held() of
+    one owner, on two Lease objects) at once."""
+    store = MemoryStore()
+    backend = ScriptedBackend(store)
+    outer_lease = Lease("job", "a", backend, SETTINGS)
+    inner_lease = Lease("job", "a", backend, SETTINGS)
+    cancelled: list[float] = []
+    with pytest.raises(LeaseLost, match="seen on the watch"):
+        async with outer_lease.held():
+            with pytest.raises(LeaseLost, match="seen on the watch"):
+                async with inner_lease.held():
+                    await anyio.sleep(1)
+                    await _take_over(store, "other holder")
+                    taken = anyio.current_time()
+                    try:
+                        await anyio.sleep_forever()
+                    finally:
+                        cancelled.append(anyio.current_time() - taken)
+            await anyio.sleep_forever()
+    assert cancelled and cancelled[0] < AT_ONCE
+
+
+async def test_acquire_on_lost_is_called_at_once_on_a_takeover_seen_on_the_watch() -> None:
+    """acquire()'s on_lost is called within milliseconds of a takeover seen on the watch."""
+    store = MemoryStore()
+    backend = ScriptedBackend(store)
+    lease = Lease("job", "a", backend, SETTINGS)
+    lost = anyio.Event()
+    causes: list[BaseException | None] = []
+
+    def on_lost(cause: BaseException | None) -> None:
+        causes.append(cause)
+        lost.set()
+
+    async with lease:
+        assert await lease.acquire(on_lost=on_lost)
+        await anyio.sleep(1)
+        await _take_over(store, "delete")
+        with anyio.fail_after(AT_ONCE):
+            await lost.wait()
+        assert not lease.check_lease()
+    assert len(causes) == 1 and isinstance(causes[0], LeaseLost)
+    assert "seen on the watch" in causes[0].cause
+
+
+async def test_many_holders_and_a_waiter_share_one_feed_and_only_the_taken_one_is_lost() -> None:
+    """Holders of five leases and a waiter on one backend object run one feed; a takeover of
+    one lease cancels its holder only."""
+    store = MemoryStore()
+    backend = ScriptedBackend(store)
+    blocker = Lease("busy", "other", MemoryBackend(store), SETTINGS)
+    outcome: dict[str, str] = {}
+
+    async def hold(name: str) -> None:
+        try:
+            async with Lease(name, "a", backend, SETTINGS).held():
+                await anyio.sleep(3 * SETTINGS.heartbeat_timeout)
+            outcome[name] = "held"
+        except LeaseLost:
+            outcome[name] = f"lost at {anyio.current_time() - start:.3f}"
+
+    start = anyio.current_time()
+    async with blocker.held(), anyio.create_task_group() as tg:
+        for i in range(5):
+            tg.start_soon(hold, f"lease-{i}")
+        tg.start_soon(_wait_in_vain, Lease("busy", "a", backend, SETTINGS))
+        await anyio.sleep(1)
+        store._commit(
+            dataclasses.replace(store.records["lease-2"], holder="thief", fencing_token=9)
+        )
+    assert outcome.pop("lease-2") == "lost at 1.000"
+    assert set(outcome.values()) == {"held"}
+    assert backend.feed.most_active == 1
+    assert backend.feed.runs <= 3  # the first, then at most a handover per subscriber that left
+
+
+async def _wait_in_vain(lease: Lease) -> None:
+    with pytest.raises(AcquireTimeout):
+        async with lease.held(timeout=2 * SETTINGS.heartbeat_timeout):
+            pass
 
 
 # -- holders: no false loss ---------------------------------------------------------------------
