@@ -143,7 +143,7 @@ class ScriptedBackend(MemoryBackend):
         #: Seconds a read's reply takes to arrive (the record is read before).
         self.reply_delay = 0.0
 
-    def watch_feed(self) -> ScriptedFeed:  # type: ignore[override]  # typed MemoryFeed there
+    def watch_feed(self) -> ScriptedFeed:
         return self.feed
 
     async def get(self, name: str) -> LeaseRecord | None:
@@ -273,14 +273,7 @@ class PerNameBackend(MemoryBackend):
 @pytest.mark.parametrize(
     "kind",
     [
-        pytest.param(
-            "memory",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="MemoryFeed keeps no resume point: a commit while no run is active (the "
-                "handover between hosts) is never published (fix in backends/memory.py)",
-            ),
-        ),
+        "memory",
         "per-name",
     ],
 )

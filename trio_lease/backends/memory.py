@@ -90,7 +90,7 @@ class MemoryBackend(LeaseBackend):
             )
         return self.store._commit(record)
 
-    def watch_feed(self) -> MemoryFeed | None:
+    def watch_feed(self) -> WatchFeed | None:
         """The store's commits (None in a subclass with a watch of its own: that is used)."""
         if type(self).watch is not MemoryBackend.watch:
             return None
@@ -109,13 +109,21 @@ class MemoryFeed(WatchFeed):
 
     def __init__(self, store: MemoryStore) -> None:
         self.store: MemoryStore = store
+        #: The version last published per name (None: absent): the resume point between runs.
+        self._published: dict[str, str | None] = {}
 
     async def run(self, watched: Watched, publish: Publish) -> None:
         def listener(name: str, state: LeaseRecord | None) -> None:
             if name in watched:
+                self._published[name] = state.version if state is not None else None
                 publish(name, state)
 
         self.store._listeners.append(listener)
+        # Changes made while no run was active (the hosting subscriber left): publish them.
+        for name in watched:
+            state = self.store.records.get(name)
+            if self._published.get(name, "") != (state.version if state is not None else None):
+                listener(name, state)
         try:
             await anyio.sleep_forever()
         finally:
