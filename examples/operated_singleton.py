@@ -1,17 +1,21 @@
-"""A singleton as operators see it: Prometheus metrics and health probes on one port.
+"""A singleton as operators see it: metrics, health probes, and a handover in a rolling deploy.
 
     python examples/operated_singleton.py [DATABASE] [asyncio|trio]
 
-One process runs a singleton on a SQLite lease with the observers of docs/operations.md: a
+Replica "old" runs a singleton on a SQLite lease with the observers of docs/operations.md: a
 :class:`~trio_lease.metrics.PrometheusMetrics` and a :class:`~trio_lease.health.HealthObserver`,
 served by a :class:`~trio_lease.health.HealthServer` on a free loopback port (in a pod: a fixed
 port, probed by the kubelet and scraped by Prometheus). While it leads, the example probes itself
-like a kubelet and scrapes itself like Prometheus, prints what they see, then stops the
-singleton gracefully and probes again.
+like a kubelet and scrapes itself like Prometheus. Then replica "new" (the next version, in a
+rolling deploy) asks for a handover: "old" stops its work gracefully and releases, and "new"
+leads at once with the next fencing token. Finally "new" stops gracefully and the probes show
+nobody leading. (Both replicas share one process and one set of observers here; in a cluster
+each pod has its own.)
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import anyio
@@ -33,30 +37,44 @@ async def main(path: str) -> None:
     leading = anyio.Event()
 
     async def report(ctx: SingletonContext) -> None:
-        print(f"leading with fencing token {ctx.fencing_token}")
+        replica = ctx.grant.owner
+        print(f"{replica}: leading with fencing token {ctx.fencing_token}")
         leading.set()
         await ctx.stopping.wait()
-        print("stopping gracefully")
+        print(f"{replica}: stopping gracefully")
 
     async with (
         SqliteBackend(path) as backend,
         HealthServer(health, metrics=registry) as server,
         httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}") as probe,
     ):
-        lease = Lease("nightly-report", "reporter", backend, SETTINGS, observers=[metrics, health])
+
+        def replica(owner: str) -> Lease:
+            observers = [metrics, health]
+            return Lease("nightly-report", owner, backend, SETTINGS, observers=observers)
+
+        old, new = replica("old"), replica("new")
         scope = anyio.CancelScope()
-
-        async def singleton() -> None:
-            with scope:
-                await run_singleton(lease, report, stop_grace=1.0)
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(singleton)
+            tg.start_soon(functools.partial(run_singleton, old, report, retry_interval=60))
             await leading.wait()
             await anyio.sleep(1.2)  # a couple of renewals
-            await show(probe, "while leading")
+            await show(probe, "while old leads")
+
+            leading = anyio.Event()
+            await new.request_handover()  # the rolling deploy's new version asks
+
+            async def next_version() -> None:
+                with scope:
+                    await run_singleton(new, report, stop_grace=1.0)
+
+            tg.start_soon(next_version)
+            await leading.wait()
+            await show(probe, "while new leads")
             scope.cancel()  # as on SIGTERM: graceful stop, then release
-        await show(probe, "after the release")
+            await anyio.sleep(0.2)
+            tg.cancel_scope.cancel()  # old competes again: end it too
+        await show(probe, "after both stopped")
 
 
 async def show(probe: httpx.AsyncClient, when: str) -> None:

@@ -69,12 +69,16 @@ def test_fenced_writes_example_rejects_the_stale_holders_write(backend: str) -> 
 
 @pytest.mark.parametrize("loop", ["asyncio", "trio"])
 def test_operated_singleton_example(tmp_path: Path, loop: str) -> None:
-    """The operations example: probes and metrics follow leadership, then the release."""
+    """The operations example: probes and metrics follow leadership through a handover
+    (graceful stop of the old replica, the new one next with the next token) and the release."""
     out = run_example("operated_singleton.py", str(tmp_path / "leases.sqlite3"), loop)
     held = 'trio_lease_held{name="nightly-report"}'
     assert out.splitlines() == [
-        "leading with fencing token 1",
-        f"while leading: /healthz 200, /readyz?leader=1 200, {held} 1.0",
-        "stopping gracefully",
-        f"after the release: /healthz 200, /readyz?leader=1 503, {held} 0.0",
+        "old: leading with fencing token 1",
+        f"while old leads: /healthz 200, /readyz?leader=1 200, {held} 1.0",
+        "old: stopping gracefully",
+        "new: leading with fencing token 2",
+        f"while new leads: /healthz 200, /readyz?leader=1 200, {held} 1.0",
+        "new: stopping gracefully",
+        f"after both stopped: /healthz 200, /readyz?leader=1 503, {held} 0.0",
     ]
