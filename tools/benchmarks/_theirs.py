@@ -10,6 +10,9 @@ expires. For ``handover`` the benchmark does what client-go's ``ReleaseOnCancel`
 the body is done it cancels the elector and writes an empty holder, so the successor takes over
 on its next poll. The "guarded body" is the ``onstarted_leading`` task, which the elector
 cancels when its renew deadline passes without a renewal.
+
+``replicas`` (issue 15): three electors, each with its own ``ApiClient``, on one lease; ``start``
+/ ``end`` bracket a window in which the runner counts the server's requests.
 """
 
 from __future__ import annotations
