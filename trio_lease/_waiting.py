@@ -212,7 +212,9 @@ class LeaseWaiting(LeaseWriting):
             return
         # The subscription reads the record once subscribed: if that already differs from
         # what our last attempt read (released in between), wake at once, not a poll later.
-        known = [self._last_record.version if self._last_record is not None else None]
+        # A renewal by the same holder only restarts the countdown (observed here): waking for
+        # it would cost a read per renewal per waiter, and the wait ends no sooner.
+        known = [self._last_record]
 
         async def receive(state: LeaseRecord | FeedFailure | None) -> None:
             if isinstance(state, FeedFailure):
@@ -221,10 +223,9 @@ class LeaseWaiting(LeaseWriting):
                 wakeup.set()
                 return
             self._observe(state)
-            version = state.version if state is not None else None
-            if version != known[0]:
+            if _may_end_the_wait(known[0], state):
                 wakeup.set()
-            known[0] = version
+            known[0] = state
 
         await hub.follow(self.name, receive, first=self._read_quietly)
 
@@ -235,6 +236,25 @@ class LeaseWaiting(LeaseWriting):
         if record is not None and not isinstance(record, LeaseRecord):
             raise TypeError(f"{self.backend!r} returned {type(record).__name__} from get")
         return record
+
+
+def _may_end_the_wait(before: LeaseRecord | None, after: LeaseRecord | None) -> bool:
+    """Whether a change from ``before`` to ``after`` can let a waiting contender in now.
+
+    Not a renewal: the same readable holder with the same token and handover request, at a
+    new version (its countdown restarts, which only the observation needs to know).
+    """
+    if before is None or after is None:
+        return before is not after
+    if before.version == after.version:
+        return False
+    return (
+        after.is_free
+        or bool(after.unreadable or before.unreadable)
+        or after.holder != before.holder
+        or after.fencing_token != before.fencing_token
+        or after.handover_to != before.handover_to
+    )
 
 
 class _Wakeup:

@@ -851,3 +851,35 @@ async def test_timeout_still_applies_with_a_shared_watch() -> None:
             async with waiter.held(timeout=30):
                 pass
         tg.cancel_scope.cancel()
+
+
+async def test_a_waiter_is_not_woken_by_the_holders_renewals() -> None:
+    """Followers cost nothing per renewal: a waiter that polls every L reads about once per L
+    while the holder renews every R, yet still takes over at once when the holder releases."""
+    store = MemoryStore()
+    settings = LeaseSettings(
+        heartbeat_timeout=15, heartbeat_interval=1.5, lease_operation_timeout=0.5, poll_interval=15
+    )
+    holder = Lease("job", "a", MemoryBackend(store), settings)
+    waiter_backend = ScriptedBackend(store)
+    waiter = Lease("job", "b", waiter_backend, settings)
+    got: list[float] = []
+    async with anyio.create_task_group() as tg:
+
+        async def hold() -> None:
+            async with holder.held():
+                await anyio.sleep(60)
+
+        async def wait() -> None:
+            async with waiter.held():
+                got.append(anyio.current_time())
+
+        tg.start_soon(hold)
+        await anyio.sleep(0.1)
+        tg.start_soon(wait)
+        await anyio.sleep(59)
+        # 39 renewals went by: the waiter read when it started, when it subscribed, and at most
+        # once per L since (its countdown restarted at each renewal it saw on the watch).
+        assert waiter_backend.gets <= 2 + 59 // 15 + 1
+        assert not got
+    assert got and got[0] == pytest.approx(60, abs=0.05)  # the holder released at t = 60
