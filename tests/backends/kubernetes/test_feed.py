@@ -18,6 +18,7 @@ import pytest
 
 from trio_lease import Lease, LeaseLost, LeaseRecord, LeaseSettings
 from trio_lease._abc import Watched
+from trio_lease._shared_watch import _feeds
 from trio_lease.backends.kubernetes import KubernetesBackend
 from trio_lease.backends.kubernetes._feed import KubernetesFeed
 from trio_lease.testing.kube import KubeEmulator
@@ -476,3 +477,25 @@ async def test_akka_leases_are_followed_by_label() -> None:
             freed = anyio.current_time()
         assert got
         assert got[0] - freed < 0.1
+
+
+async def test_own_renewals_are_skipped_undecoded_and_a_takeover_is_still_seen() -> None:
+    """The label stream's events of this process's own renewals are skipped before decoding
+    (the resume point still moves to them); a foreign takeover after them is seen at once."""
+    emulator = emulator_with_crd()
+    marks: list[float] = []
+    async with make_backend(emulator.transport()) as backend:
+        lease = Lease("job", "a", backend, SETTINGS)
+        with pytest.raises(LeaseLost, match="intruder"):
+            async with lease.held():
+                await anyio.sleep(15.2)  # 10 renewals
+                feed = _feeds[backend]
+                assert isinstance(feed, KubernetesFeed)
+                assert feed.own_skipped >= 9
+                stored = emulator.get_lease("job")
+                assert stored is not None
+                assert feed.cursor.version == stored["metadata"]["resourceVersion"]
+                _rewrite(emulator, "job", holderIdentity="intruder", leaseTransitions=99)
+                marks.append(anyio.current_time())
+                await anyio.sleep(3600)
+        assert anyio.current_time() - marks[0] < 0.1

@@ -213,7 +213,9 @@ class KubernetesBackend(LeaseBackend):
                         "metadata.uid is not the one we sent, so the server ignored our "
                         "precondition); the outcome is unknown"
                     )
-                return objects.record(record.name, stored)
+                written = objects.record(record.name, stored)
+                objects.wrote(object_name, written.version)
+                return written
         except BaseException:
             objects.forget(object_name)  # unknown outcome: re-read before the next write
             raise

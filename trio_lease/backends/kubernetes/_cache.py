@@ -23,7 +23,10 @@ from ._models import LeaseKind
 from ._names import KEY_ANNOTATION, lease_name_for, validate_lease_name
 from ._reading import KubernetesLeaseRecord, resource_version
 
-__all__ = ["ObjectCache"]
+__all__ = ["OWN_WRITES_KEPT", "ObjectCache"]
+
+#: How many of this process's own write versions are kept for the feed to recognise.
+OWN_WRITES_KEPT = 4096
 
 
 class ObjectCache:
@@ -34,6 +37,10 @@ class ObjectCache:
         #: Map keys that are not valid object names (else they are refused).
         self.map_names: bool = map_names
         self._objects: dict[str, JsonObject] = {}
+        #: Versions this process wrote and has not yet seen on the shared watch: resourceVersion
+        #: → object name (the oldest dropped past OWN_WRITES_KEPT). The feed skips decoding
+        #: their events: a holder does not need its own renewals back.
+        self.own_writes: dict[str, str] = {}
 
     def object_name(self, key: str) -> str:
         """The Kubernetes object name that stores the lease ``key``."""
@@ -76,6 +83,13 @@ class ObjectCache:
                 unreadable="metadata.annotations: the object stores another lease's key",
             )
         return self.kind.to_record(key, obj)
+
+    def wrote(self, object_name: str, version: str) -> None:
+        """Remember that this process wrote ``object_name`` at ``version``."""
+        own = self.own_writes
+        own[version] = object_name
+        if len(own) > OWN_WRITES_KEPT:
+            del own[next(iter(own))]
 
     def get(self, object_name: str) -> JsonObject | None:
         """The last object seen under ``object_name`` (None: read it before writing)."""
