@@ -240,7 +240,7 @@ async def test_expired_resume_point_relists_and_publishes_deletions(http_status:
             make_backend(transport, watch_poll_interval=1000) as backend:
         await owner.create(LeaseRecord("job", holder="a", lease_duration=15))
         await owner.create(LeaseRecord("other", holder="b", lease_duration=15))
-        feed, watched, seen = _feed(backend), Watched(), []
+        feed, watched, seen = _feed(backend), Watched(), list[tuple[str, LeaseRecord | None]]()
         watched.add("job")
         watched.add("other")
         publish = lambda name, state: seen.append((name, state))  # noqa: E731
@@ -376,10 +376,11 @@ async def test_lagging_event_does_not_touch_the_object_cache() -> None:
     async with make_backend(transport) as backend:
         first = await backend.create(LeaseRecord("job", holder="a", lease_duration=15))
         stale = emulator.get_lease("job")
+        assert stale is not None
         second = await backend.update(
             LeaseRecord("job", holder="a", lease_duration=15), first.version
         )
-        feed, watched, seen = _feed(backend), Watched(), []
+        feed, watched, seen = _feed(backend), Watched(), list[LeaseRecord | None]()
         watched.add("job")
         feed._apply("MODIFIED", "job", stale, watched, lambda n, s: seen.append(s))
         before = len(transport.requests)
@@ -427,7 +428,7 @@ async def test_mapped_names_and_collisions_on_the_label_stream() -> None:
         key = "Jobs/Nightly"
         object_name = backend.object_name(key)
         assert object_name != key
-        watched, seen = Watched(), []
+        watched, seen = Watched(), list[tuple[str, LeaseRecord | None]]()
         watched.add(key)
         watched.add("clash")
         async with anyio.create_task_group() as tg:
