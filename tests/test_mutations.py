@@ -120,8 +120,8 @@ MUTATIONS = [
     Mutation(
         "4.4 a released lease is acquirable at once",
         "trio_lease/_writing.py",
-        "        return await self._release(holding, raise_unknown=raise_unknown)",
-        "        return False",
+        "            written = await self._release(holding, raise_unknown=raise_unknown)",
+        "            written = False",
         f"{GUARANTEES}::test_g4_released_lease_is_acquirable_at_once",
     ),
     Mutation(
@@ -201,9 +201,10 @@ MUTATIONS = [
     Mutation(
         "replies: conflict retries are paced and bounded",
         "trio_lease/_writing.py",
+        "                )\n"
         "            await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, "
         "1.5))\n",
-        "",
+        "                )\n",
         f"{TRUST}::test_conflict_storm_is_paced_and_bounded_in_try_held",
     ),
     Mutation(

@@ -214,15 +214,17 @@ async def test_g2_every_request_is_bounded_by_operation_timeout(world: World) ->
     """§4.2: against a hanging store, no call takes longer than T, and the loss comes by D."""
     hanging = world.faulty()
     lease = world.lease("a", backend=hanging)
+    requests = lambda: sum(hanging.calls[op] for op in ("get", "create", "update"))  # noqa: E731
     with pytest.raises(LeaseLost):
         async with lease.held() as grant:
-            before = sum(hanging.calls.values())
+            before = requests()
             hanging.pause()
             await anyio.sleep_forever()
     # The loss came exactly at the deadline: no hanging request held the holder past it.
     assert anyio.current_time() == _about(world, grant.deadline)
     # Each attempt gave up after T, so several (a renewal, then re-reads) fitted before D.
-    assert sum(hanging.calls.values()) - before >= 2
+    # (Watch streams are not requests bounded by T: they are left out of the count.)
+    assert requests() - before >= 2
     hanging.resume()
 
 
