@@ -63,15 +63,18 @@ def _free_port() -> int:
         return port
 
 
-def test_health_and_metrics_on_separate_ports_while_the_command_runs(cli: Cli) -> None:
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_health_and_metrics_on_separate_ports_while_the_command_runs(cli: Cli, loop: str) -> None:
     """--health-port 0 --metrics-port P: two servers; /healthz 200, /readyz?leader=1 200 while
     the command runs, /metrics with trio_lease_held 1 and the process collector; both close
-    when the run ends."""
+    when the run ends (on both event loops of the CLI)."""
     log, child = cli.child("child")
     metrics_port = _free_port()
     running = cli.start(
         "run",
         "job",
+        "--anyio-backend",
+        loop,
         *FAST,
         "--health-port",
         "0",
