@@ -214,7 +214,10 @@ async def test_g2_every_request_is_bounded_by_operation_timeout(world: World) ->
     """§4.2: against a hanging store, no call takes longer than T, and the loss comes by D."""
     hanging = world.faulty()
     lease = world.lease("a", backend=hanging)
-    requests = lambda: sum(hanging.calls[op] for op in ("get", "create", "update"))  # noqa: E731
+
+    def requests() -> int:
+        return sum(hanging.calls[op] for op in ("get", "create", "update"))
+
     with pytest.raises(LeaseLost):
         async with lease.held() as grant:
             before = requests()
