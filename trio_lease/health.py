@@ -201,7 +201,7 @@ class HealthServer:
         self.metrics = metrics
         self.host = host
         #: The port asked for; once entered, the port listened on.
-        self.port = port
+        self.port: int = port
         self._running_cm: contextlib.AbstractAsyncContextManager[HealthServer] | None = None
 
     async def __aenter__(self) -> HealthServer:

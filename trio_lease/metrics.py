@@ -35,13 +35,13 @@ from __future__ import annotations
 
 try:
     import prometheus_client
-except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subprocess
-    if exc.name != "prometheus_client":
+except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a subprocess
+    if _missing.name != "prometheus_client":
         raise
     raise ImportError(
         "trio_lease.metrics needs prometheus_client, which is not installed: "
         "pip install trio_lease[prometheus]"
-    ) from exc
+    ) from _missing
 
 from . import _public
 from ._observer import LeaseInfo, LeaseObserver
@@ -118,21 +118,21 @@ class PrometheusMetrics(LeaseObserver):
     ) -> None:
         into = prometheus_client.REGISTRY if registry is None else registry
         self.registry: prometheus_client.CollectorRegistry = into
-        self.held = prometheus_client.Gauge(
+        self.held: prometheus_client.Gauge = prometheus_client.Gauge(
             "held",
             "1 while this process holds the lease, else 0",
             ["name"],
             namespace=namespace,
             registry=into,
         )
-        self.acquisitions = prometheus_client.Counter(
+        self.acquisitions: prometheus_client.Counter = prometheus_client.Counter(
             "acquisitions",
             "New grants of the lease to this process",
             ["name"],
             namespace=namespace,
             registry=into,
         )
-        self.handover_wait = prometheus_client.Histogram(
+        self.handover_wait: prometheus_client.Histogram = prometheus_client.Histogram(
             "handover_wait_seconds",
             "How long an acquisition waited for the lease",
             ["name"],
@@ -140,28 +140,28 @@ class PrometheusMetrics(LeaseObserver):
             namespace=namespace,
             registry=into,
         )
-        self.renewal_latency = prometheus_client.Histogram(
+        self.renewal_latency: prometheus_client.Histogram = prometheus_client.Histogram(
             "renewal_latency_seconds",
             "Latency of confirmed renewals",
             ["name"],
             namespace=namespace,
             registry=into,
         )
-        self.renewal_failures = prometheus_client.Counter(
+        self.renewal_failures: prometheus_client.Counter = prometheus_client.Counter(
             "renewal_failures",
             "Renewal attempts that confirmed nothing, by cause category",
             ["name", "cause"],
             namespace=namespace,
             registry=into,
         )
-        self.losses = prometheus_client.Counter(
+        self.losses: prometheus_client.Counter = prometheus_client.Counter(
             "losses",
             "Grants lost, by cause category",
             ["name", "cause"],
             namespace=namespace,
             registry=into,
         )
-        self.releases = prometheus_client.Counter(
+        self.releases: prometheus_client.Counter = prometheus_client.Counter(
             "releases",
             "Grants ended without a loss (written=false: left to expire)",
             ["name", "written"],

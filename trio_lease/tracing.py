@@ -33,11 +33,11 @@ import anyio
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import trace
-except ImportError as exc:
+except ImportError as _missing:
     raise ImportError(
         "trio_lease.tracing needs the OpenTelemetry API, which is not installed: "
         "pip install 'trio_lease[otel]' (and an SDK, such as opentelemetry-sdk, to record spans)"
-    ) from exc
+    ) from _missing
 
 from . import _public
 from ._observer import LeaseInfo, LeaseObserver

@@ -124,9 +124,9 @@ class KubernetesEvents(LeaseObserver):
         self.reporting_instance = instance
         self.flush_timeout = flush_timeout
         #: Events sent (the server answered 201), dropped (queue full) and failed to send.
-        self.sent = 0
-        self.dropped = 0
-        self.failed = 0
+        self.sent: int = 0
+        self.dropped: int = 0
+        self.failed: int = 0
         self._queue: collections.deque[JsonObject] = collections.deque(maxlen=queue_size)
         self._wake: anyio.Event | None = None
         self._closing = False
