@@ -67,6 +67,7 @@ from ._watch import (
     _Forbidden,
     _lines,
     _Resync,
+    list_page,
     watch_lease,
 )
 
@@ -334,7 +335,7 @@ async def _list_labelled(api: KubeApi) -> tuple[dict[str, JsonObject], str]:
             raise error_from(response, ctx)
         body = _wire.load_json(response.content, f"the answer to list of {ctx.target}")
         try:
-            items, page_version, token = _page(api, body)
+            items, page_version, token = list_page(api, body)
         except _wire.Malformed as exc:
             raise BackendProtocolError(
                 f"the answer to list of {ctx.target} is not a {api.kind.kind}List: {exc}"
@@ -346,23 +347,3 @@ async def _list_labelled(api: KubeApi) -> tuple[dict[str, JsonObject], str]:
         if not token:
             return objects, version
     raise BackendProtocolError(f"the list of {ctx.target} did not end after {MAX_PAGES} pages")
-
-
-def _page(api: KubeApi, body: object) -> tuple[list[object], str, str]:
-    """The items, resourceVersion and continue token of one LIST page, or Malformed."""
-    listing = _wire.obj(body, "")
-    expected = f"{api.kind.kind}List"
-    if listing.get("kind") != expected:
-        raise _wire.Malformed("kind", f"expected {expected!r}")
-    if listing.get("apiVersion") != api.kind.api_version:
-        raise _wire.Malformed("apiVersion", f"expected {api.kind.api_version!r}")
-    items = listing.get("items")
-    if items is None:
-        items = []
-    if not isinstance(items, list):
-        raise _wire.Malformed("items", f"expected a list, got {_wire.describe(items)}")
-    metadata = _wire.obj(listing.get("metadata"), "metadata")
-    token = metadata.get("continue") or ""
-    if not isinstance(token, str):
-        raise _wire.Malformed("metadata.continue", "expected a string")
-    return items, resource_version(listing), token

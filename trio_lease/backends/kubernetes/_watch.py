@@ -64,7 +64,7 @@ from ._api import KubeApi
 from ._errors import RequestContext, error_for, error_from
 from ._reading import resource_version
 
-__all__ = ["FIRST_BACKOFF", "WATCH_TIMEOUT_SECONDS", "watch_lease"]
+__all__ = ["FIRST_BACKOFF", "WATCH_TIMEOUT_SECONDS", "list_page", "watch_lease"]
 
 WATCH_TIMEOUT_SECONDS = 300
 #: The first wait before reopening a watch that ended without a useful event (doubles up to
@@ -265,8 +265,12 @@ async def _list(api: KubeApi, object_name: str) -> tuple[JsonObject | None, str]
     return api.read_object(items[0], object_name, ctx, listed=True), version
 
 
-def _list_items(api: KubeApi, body: object) -> tuple[list[object], str]:
-    """The items and the resourceVersion of a LIST answer, or Malformed."""
+def list_page(api: KubeApi, body: object) -> tuple[list[object], str, str]:
+    """The items, resourceVersion and continue token of one LIST answer, or Malformed.
+
+    The one reader of a LIST of our kind (this module's one-object list, and the shared
+    watch's pages in :mod:`._feed`).
+    """
     listing = _wire.obj(body, "")
     expected = f"{api.kind.kind}List"
     if listing.get("kind") != expected:
@@ -278,9 +282,19 @@ def _list_items(api: KubeApi, body: object) -> tuple[list[object], str]:
         items = []
     if not isinstance(items, list):
         raise _wire.Malformed("items", f"expected a list, got {_wire.describe(items)}")
+    metadata = _wire.obj(listing.get("metadata"), "metadata")
+    token = metadata.get("continue") or ""
+    if not isinstance(token, str):
+        raise _wire.Malformed("metadata.continue", "expected a string")
+    return items, resource_version(listing), token
+
+
+def _list_items(api: KubeApi, body: object) -> tuple[list[object], str]:
+    """The items and the resourceVersion of a one-object LIST answer, or Malformed."""
+    items, version, _ = list_page(api, body)
     if len(items) > 1:
         raise _wire.Malformed("items", "expected at most one object (the field selector names one)")
-    return items, resource_version(listing)
+    return items, version
 
 
 async def _check_opened(api: KubeApi, response: httpx.Response, ctx: RequestContext) -> None:
