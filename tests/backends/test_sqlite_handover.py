@@ -37,8 +37,10 @@ def anyio_backend(real_time_backend: str) -> str:
 
 
 def old_file(path: Path) -> Path:
-    """A database as an earlier version made it: no column handover_to, one lease held."""
+    """A database as an earlier version made it: no column handover_to, one lease held, in
+    WAL mode (every version's connect() switched the file to WAL)."""
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
         for statement in OLD_SCHEMA:
             conn.execute(statement)
     return path
