@@ -18,7 +18,7 @@ import anyio.abc
 import httpx
 import pytest
 
-from trio_lease import BackendProtocolError
+from trio_lease import BackendProtocolError, _lean_http
 from trio_lease._http import HttpxUnary, Unary
 from trio_lease._lean_http import LeanClient
 
@@ -154,6 +154,40 @@ async def test_a_chunked_reply_written_one_byte_at_a_time_is_read_whole() -> Non
         second = await client.request("GET", "/")
         await client.aclose()
     assert first.content == second.content == b"hello world"
+    assert client.connections_opened == 1
+
+
+@pytest.mark.anyio
+async def test_asyncio_uses_its_own_transport_and_trio_an_anyio_stream(anyio_backend: str) -> None:
+    """On asyncio the connection is asyncio's transport with reading left on (anyio's streams
+    switch reading on and off around each receive: two epoll_ctl calls per read); on trio it
+    is an anyio stream. Both kinds run every test in this file."""
+    async with scripted(echo) as server:
+        client = LeanClient(server.url)
+        await client.request("GET", "/")
+        kinds = [type(conn).__name__ for conn in client._idle]
+        await client.aclose()
+    assert kinds == ["_NativeConnection" if anyio_backend == "asyncio" else "_Connection"]
+
+
+@pytest.mark.anyio
+async def test_a_reply_larger_than_the_read_buffer_is_read_whole_in_one_piece() -> None:
+    """A 3 MiB reply sent in one write, larger than the bytes held unparsed before reading
+    pauses (``_BUFFER_LIMIT``): reading pauses and resumes, nothing is lost or reordered,
+    and the connection is reused after."""
+    body = bytes(range(256)) * (3 * 4096)
+
+    def script(line: str, connection: int) -> list[bytes | str]:
+        return [reply(body)] if line.startswith("GET /big") else echo(line, connection)
+
+    async with scripted(script) as server:
+        client = LeanClient(server.url, max_body=len(body))
+        big = await client.request("GET", "/big")
+        after = await client.request("GET", "/after")
+        await client.aclose()
+    assert len(body) > 4 * _lean_http._BUFFER_LIMIT
+    assert big.content == body
+    assert after.json()["line"] == "GET /after HTTP/1.1"
     assert client.connections_opened == 1
 
 

@@ -12,6 +12,11 @@ What it does: keep-alive connections (a LIFO stack of idle ones, at most ``max_i
 through an :class:`ssl.SSLContext` with an optional server name, Content-Length and chunked
 responses. What it does not do: proxies, redirects, cookies, compression, HTTP/2, streaming.
 
+Connections: on asyncio, asyncio's own transport with reading left on (:class:`_NativeConnection`;
+anyio's stream switches reading on and off around every receive, two ``epoll_ctl`` calls each,
+plus a checkpoint: about 60 to 90 µs per request on the benchmark machine, a quarter of the
+request, tools/benchmarks/README.md); on trio, an anyio stream (:class:`_Connection`).
+
 Connection reuse: an idle connection whose socket is readable (the server closed it, or sent
 something unasked) is discarded before use, found by one non-blocking ``poll``. A
 connection is reused only after a complete exchange that both sides keep alive; any error or
@@ -29,6 +34,8 @@ scope.
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import select
 import ssl
 from collections.abc import Sequence
@@ -37,6 +44,7 @@ import anyio
 import anyio.abc
 import h11
 import httpx
+import sniffio
 
 from ._http import CappedBody, Headers, Reply, ServerURL, request_head
 from ._wire import MAX_BODY_BYTES
@@ -44,11 +52,14 @@ from ._wire import MAX_BODY_BYTES
 __all__ = ["LeanClient"]
 
 _READ_SIZE = 65536
+_BUFFER_LIMIT = 4 * _READ_SIZE
 _poll = getattr(select, "poll", None)  # select.select where there is no poll (Windows)
 _NOT_SENT = (OSError, ssl.SSLError, anyio.BrokenResourceError, anyio.EndOfStream)
 
 
 class _Connection:
+    """One connection over an anyio byte stream (trio, and asyncio when it is not native)."""
+
     __slots__ = ("fd", "h11", "stream")
 
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
@@ -59,19 +70,131 @@ class _Connection:
 
     def is_alive(self) -> bool:
         """False if the idle socket is readable: the server closed it or sent something."""
-        if self.fd < 0:
-            return True
+        return _quiet(self.fd)
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send(data)
+
+    async def receive(self) -> bytes:
+        """The next bytes; b"" at the end of the stream."""
         try:
-            if _poll is not None:
-                poller = _poll()
-                poller.register(self.fd, select.POLLIN)
-                return not poller.poll(0)
-            return not select.select([self.fd], [], [], 0)[0]
-        except (OSError, ValueError):
-            return False
+            return await self.stream.receive(_READ_SIZE)
+        except anyio.EndOfStream:
+            return b""
 
     async def close(self) -> None:
         await anyio.aclose_forcefully(self.stream)
+
+
+class _Reader(asyncio.Protocol):
+    """asyncio's side of a :class:`_NativeConnection`: received bytes, the end, and a waiter.
+
+    Reading stays on for the connection's life (anyio's streams switch it on and off around
+    every receive, two ``epoll_ctl`` calls each), paused only while more than
+    ``_BUFFER_LIMIT`` bytes wait to be parsed.
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.buffered = 0
+        self.ended = False
+        self.paused = False
+        self.waiter: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append(data)
+        self.buffered += len(data)
+        if self.buffered > _BUFFER_LIMIT and self.transport is not None and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.ended = True
+        self._wake()
+        return False  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class _NativeConnection:
+    """One connection on asyncio's own transport: the lean path's hot loop, on asyncio.
+
+    Measured (tools/benchmarks/README.md, "The asyncio transport"): per request, anyio's
+    stream costs a checkpoint, a resource guard and two ``epoll_ctl`` system calls on top of
+    the transport; this class costs a future.
+    """
+
+    __slots__ = ("fd", "h11", "reader", "transport")
+
+    def __init__(self, transport: asyncio.Transport, reader: _Reader) -> None:
+        self.transport = transport
+        self.reader = reader
+        self.h11 = h11.Connection(h11.CLIENT)
+        raw = transport.get_extra_info("socket")
+        self.fd = raw.fileno() if raw is not None else -1
+
+    def is_alive(self) -> bool:
+        """False if the server closed the connection or sent something unasked."""
+        reader = self.reader
+        if reader.ended or reader.chunks or self.transport.is_closing():
+            return False
+        return _quiet(self.fd)
+
+    async def send(self, data: bytes) -> None:
+        if self.transport.is_closing() or self.reader.ended:
+            raise anyio.BrokenResourceError("the connection is closed")
+        self.transport.write(data)  # a request is small: the kernel takes it whole or buffers
+
+    async def receive(self) -> bytes:
+        """The next bytes; b"" at the end of the stream."""
+        reader = self.reader
+        while not reader.chunks:
+            if reader.ended:
+                return b""
+            waiter = reader.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                reader.waiter = None
+        data = reader.chunks.popleft()
+        reader.buffered -= len(data)
+        if reader.paused and reader.buffered <= _BUFFER_LIMIT // 2:
+            reader.paused = False
+            self.transport.resume_reading()
+        return data
+
+    async def close(self) -> None:
+        self.transport.abort()
+
+
+_AnyConnection = _Connection | _NativeConnection
+
+
+def _quiet(fd: int) -> bool:
+    """True unless the socket ``fd`` is readable (closed by the server, or unasked bytes)."""
+    if fd < 0:
+        return True
+    try:
+        if _poll is not None:
+            poller = _poll()
+            poller.register(fd, select.POLLIN)
+            return not poller.poll(0)
+        return not select.select([fd], [], [], 0)[0]
+    except (OSError, ValueError):
+        return False
 
 
 class LeanClient:
@@ -120,7 +243,7 @@ class LeanClient:
         self._connect_timeout = connect_timeout
         self._max_idle = max_idle
         self._max_body = max_body
-        self._idle: list[_Connection] = []
+        self._idle: list[_AnyConnection] = []
         self._closed = False
         self.connections_opened = 0
 
@@ -156,7 +279,7 @@ class LeanClient:
                 data += conn.h11.send(h11.Data(data=body)) or b""
             data += conn.h11.send(h11.EndOfMessage()) or b""
             try:
-                await conn.stream.send(data)
+                await conn.send(data)
             except _NOT_SENT as exc:
                 what = type(exc).__name__
                 raise httpx.WriteError(f"sending the request failed ({what})") from exc
@@ -176,33 +299,50 @@ class LeanClient:
         await conn.close()
         return reply
 
-    async def _connection(self, connect_timeout: float) -> _Connection:
+    async def _connection(self, connect_timeout: float) -> _AnyConnection:
         while self._idle:
-            conn = self._idle.pop()
-            if conn.is_alive():
-                return conn
-            await conn.close()
+            idle = self._idle.pop()
+            if idle.is_alive():
+                return idle
+            await idle.close()
+        conn: _AnyConnection
         try:
             with anyio.fail_after(connect_timeout):
-                stream: anyio.abc.ByteStream
-                if self._ssl is None:
-                    stream = await anyio.connect_tcp(self._host, self._port)
+                if sniffio.current_async_library() == "asyncio":
+                    conn = await self._connect_native()
                 else:
-                    stream = await anyio.connect_tcp(
-                        self._host,
-                        self._port,
-                        ssl_context=self._ssl,
-                        tls_hostname=self._tls_hostname,
-                        tls_standard_compatible=False,
-                    )
+                    conn = _Connection(await self._connect_stream())
         except TimeoutError as exc:
             raise httpx.ConnectTimeout("connecting to the server timed out") from exc
         except _NOT_SENT as exc:
             raise httpx.ConnectError(f"could not connect ({type(exc).__name__}: {exc})") from exc
         self.connections_opened += 1
-        return _Connection(stream)
+        return conn
 
-    async def _receive(self, conn: _Connection, what: str) -> Reply:
+    async def _connect_stream(self) -> anyio.abc.ByteStream:
+        if self._ssl is None:
+            return await anyio.connect_tcp(self._host, self._port)
+        return await anyio.connect_tcp(
+            self._host,
+            self._port,
+            ssl_context=self._ssl,
+            tls_hostname=self._tls_hostname,
+            tls_standard_compatible=False,
+        )
+
+    async def _connect_native(self) -> _NativeConnection:
+        loop = asyncio.get_running_loop()
+        transport, reader = await loop.create_connection(
+            _Reader,
+            self._host,
+            self._port,
+            ssl=self._ssl,
+            server_hostname=self._tls_hostname if self._ssl is not None else None,
+        )
+        assert isinstance(transport, asyncio.Transport)
+        return _NativeConnection(transport, reader)
+
+    async def _receive(self, conn: _AnyConnection, what: str) -> Reply:
         status = 0
         headers: Headers | None = None
         body = CappedBody(self._max_body, what)
@@ -214,9 +354,7 @@ class LeanClient:
                 raise httpx.RemoteProtocolError(f"malformed response: {exc}") from None
             if event is h11.NEED_DATA:
                 try:
-                    data = await conn.stream.receive(_READ_SIZE)
-                except anyio.EndOfStream:
-                    data = b""
+                    data = await conn.receive()
                 except _NOT_SENT as exc:
                     failure = type(exc).__name__
                     raise httpx.ReadError(f"reading the reply failed ({failure})") from exc

@@ -185,12 +185,22 @@ class KubeApi:
         left = max(left, 0.0)  # -inf when the caller's scope is cancelled
         query = dict(params or {})
         query["timeout"] = f"{max(1, math.floor(left))}s"
+        if anyio.current_effective_deadline() <= anyio.current_time() + left:
+            # The caller's own scope ends first (a renewal's bound): it cancels this request
+            # in time, so a second scope would only cost a timer per request.
+            return await self._send_in_slot(lease, method, path, query, body)
         with anyio.fail_after(left):
-            await lease.slots.acquire()  # renewals first; no checkpoint when one is free
-            try:
-                return await lease.send(method, path, query, body)
-            finally:
-                lease.slots.release()
+            return await self._send_in_slot(lease, method, path, query, body)
+
+    @staticmethod
+    async def _send_in_slot(
+        lease: ClientLease, method: str, path: str, query: dict[str, str], body: JsonObject | None
+    ) -> Answer:
+        await lease.slots.acquire()  # renewals first; no checkpoint when one is free
+        try:
+            return await lease.send(method, path, query, body)
+        finally:
+            lease.slots.release()
 
     def _ca_may_have_rotated(self, exc: BaseException) -> bool:
         return self.config.ca_file is not None and tls_verification_failed(exc)
