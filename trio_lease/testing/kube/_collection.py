@@ -83,11 +83,14 @@ def _decode_continue(token: str) -> tuple[str, int]:
 def _objects_at(
     emulator: Cluster, rt: ResourceType, scope: str | None, revision: int
 ) -> list[JSON]:
-    """The objects as they were at ``revision`` (the current ones, with later events undone)."""
+    """The objects as they were at ``revision`` (the current ones, with later events undone).
+
+    Stored objects are returned uncopied (read only): the caller presents those it serves.
+    """
     store = emulator.store
     found = {
         (obj["metadata"].get("namespace", ""), obj["metadata"]["name"]): obj
-        for obj in store.items(rt, scope)
+        for obj in store.stored(rt, scope)
     }
     for event in reversed(store.history):
         if event.rv <= revision:
@@ -132,7 +135,7 @@ def _page(
             revision = token_rv
     objects = (
         _objects_at(emulator, rt, scope, revision) if revision != store.revision
-        else store.items(rt, scope)
+        else store.stored(rt, scope)
     )
     keyed = sorted(((_key(rt, obj, scope), obj) for obj in objects), key=lambda pair: pair[0])
     keyed = [(key, obj) for key, obj in keyed if key >= start]
@@ -149,7 +152,7 @@ def _page(
         last_key = key
         if selection.matches(obj):
             items.append(obj)
-    return {"metadata": meta, "items": items}
+    return {"metadata": meta, "items": [store.present(rt, obj) for obj in items]}
 
 
 def list_objects(

@@ -177,11 +177,18 @@ class Store:
 
     def items(self, rt: ResourceType, namespace: str | None) -> list[JSON]:
         """Objects of ``rt`` (in one namespace, or all with ``None``), sorted like etcd keys."""
-        found = [
+        return [self.present(rt, obj) for obj in self.stored(rt, namespace)]
+
+    def stored(self, rt: ResourceType, namespace: str | None) -> list[JSON]:
+        """The stored objects themselves, sorted like :meth:`items`: read them, never change them.
+
+        For a LIST page, which presents (copies) only the objects it returns: copying every
+        object for every page made a paged LIST of 5,000 Leases take ~0.9 s a page.
+        """
+        return [
             obj for (ns, _), obj in sorted(self.bucket(rt).items())
             if namespace is None or ns == namespace
         ]
-        return [self.present(rt, obj) for obj in found]
 
     # --- writes ----------------------------------------------------------------------------
 
