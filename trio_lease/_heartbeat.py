@@ -231,7 +231,7 @@ class Holding:
             if not confirmed:
                 await anyio.sleep(pause)  # a replayed or invented event: no read storm
 
-        await hub.follow(self.name, receive, interesting=self._foreign)
+        await hub.follow(self.name, receive, interesting=self._foreign, lasting=True)
 
     async def _confirm_loss(self) -> bool:
         """Read the record; mark the grant lost if it is no longer ours. True when lost."""

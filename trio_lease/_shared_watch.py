@@ -3,10 +3,13 @@
 Every waiting contender and every holder of a process that watches a lease of a backend
 object subscribes here (:meth:`SharedWatch.follow`); one :class:`~trio_lease._feed.WatchFeed`
 follows all of them with as few streams as the backend can (one on Kubernetes, etcd and
-SQLite). The feed runs in the task of one subscriber at a time: each subscriber's task waits for
-the hub's run lock and runs the feed while it holds it, so when the running subscriber leaves,
-the next one takes over and the feed resumes from the resume point it kept (structured
-concurrency: no task outlives the scopes that use it, and no scope waits for another's).
+SQLite). The feed runs in the task of one subscriber at a time (its host): each subscriber's
+task is a candidate, and when the host leaves, one candidate takes over and the feed resumes
+from the resume point it kept (structured concurrency: no task outlives the scopes that use it,
+and no scope waits for another's). Each change of host costs the feed a restart (one resumed
+watch request), so the next host is a holder's subscription if there is one (it stays as long
+as its grant), else the oldest: waiters come and go with every grant, and handing the feed from
+waiter to waiter made, for 200 waiters granted in turn, a restart nearly every grant.
 
 Each subscription keeps only the latest state of its lease (a slow subscriber never holds the
 feed up, and a burst of changes wakes it once); a subscription can filter states before they
@@ -107,7 +110,9 @@ class SharedWatch:
         self.feed: WatchFeed = feed
         self._watched = Watched()
         self._subscriptions: dict[str, set[_Subscription]] = {}
-        self._run_lock = anyio.Lock()
+        self._candidates: list[_Candidate] = []
+        self._hosting = False
+        self._arrivals = 0
         #: How many times the feed was started (a new host, or a rerun after a failure).
         self.runs: int = 0
 
@@ -126,19 +131,23 @@ class SharedWatch:
         *,
         first: Callable[[], Awaitable[State]] | None = None,
         interesting: Callable[[State], bool] | None = None,
+        lasting: bool = False,
     ) -> None:
         """Call ``receive`` with each new state of lease ``name`` until cancelled.
 
         ``first``: read the current state once subscribed and deliver it first (a change
         between a caller's last read and the subscription is then not missed). ``interesting``
         filters states before they wake this subscriber. Errors of ``first`` are ignored (the
-        feed's next state, or the caller's own next read, tells).
+        feed's next state, or the caller's own next read, tells). ``lasting``: this subscriber
+        expects to stay (a holder), so it is preferred as the feed's next host.
         """
         registered = _hubs.setdefault(self.backend, self)
         if registered is not self:
             # This hub was dropped (its last subscriber left after the caller fetched it) and
             # another made since: follow there, or the one feed would run twice at once.
-            await registered.follow(name, receive, first=first, interesting=interesting)
+            await registered.follow(
+                name, receive, first=first, interesting=interesting, lasting=lasting
+            )
             return
         subscription = _Subscription(interesting)
         subs = self._subscriptions.setdefault(name, set())
@@ -146,7 +155,7 @@ class SharedWatch:
         self._watched.add(name)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._host)
+                tg.start_soon(self._host, lasting)
                 if first is not None:
                     try:
                         state = await first()
@@ -172,29 +181,68 @@ class SharedWatch:
         for subscription in self._subscriptions.get(name, ()):
             subscription.put(state)
 
-    async def _host(self) -> None:
-        """Run the feed while this subscriber holds the run lock (see the module docstring)."""
-        async with self._run_lock:
-            while self._subscriptions:
-                self.runs += 1
-                try:
-                    await self.feed.run(self._watched, self.publish)
-                except Exception as exc:
-                    error = exc
-                    if isinstance(exc, ExceptionGroup):  # from the feed's task group
-                        single = sole_error(exc)
-                        if isinstance(single, Exception):
-                            error = single
-                    logger.warning(
-                        "the shared watch of %r failed: %s; running it again in %g s",
-                        self.backend,
-                        error,
-                        RERUN_PAUSE,
-                    )
-                    failure = FeedFailure(error)
-                    for subs in list(self._subscriptions.values()):
-                        for subscription in subs:
-                            subscription.put(failure)
-                else:
-                    logger.info("the shared watch of %r ended; running it again", self.backend)
-                await anyio.sleep(RERUN_PAUSE)
+    async def _host(self, lasting: bool) -> None:
+        """Be a candidate to host the feed; run it while hosting (see the module docstring)."""
+        self._arrivals += 1
+        me = _Candidate(lasting, self._arrivals)
+        self._candidates.append(me)
+        try:
+            while self._hosting or self._next_host() is not me:
+                await me.wake.wait()
+                me.wake = anyio.Event()
+            self._candidates.remove(me)
+            self._hosting = True
+            try:
+                await self._run_feed()
+            finally:
+                self._hosting = False
+        finally:
+            if me in self._candidates:
+                self._candidates.remove(me)
+            if not self._hosting:
+                best = self._next_host()
+                if best is not None:
+                    best.wake.set()
+
+    def _next_host(self) -> _Candidate | None:
+        """A holder's subscription before a waiter's; the oldest among equals."""
+        return min(self._candidates, key=_Candidate.rank, default=None)
+
+    async def _run_feed(self) -> None:
+        while self._subscriptions:
+            self.runs += 1
+            try:
+                await self.feed.run(self._watched, self.publish)
+            except Exception as exc:
+                error = exc
+                if isinstance(exc, ExceptionGroup):  # from the feed's task group
+                    single = sole_error(exc)
+                    if isinstance(single, Exception):
+                        error = single
+                logger.warning(
+                    "the shared watch of %r failed: %s; running it again in %g s",
+                    self.backend,
+                    error,
+                    RERUN_PAUSE,
+                )
+                failure = FeedFailure(error)
+                for subs in list(self._subscriptions.values()):
+                    for subscription in subs:
+                        subscription.put(failure)
+            else:
+                logger.info("the shared watch of %r ended; running it again", self.backend)
+            await anyio.sleep(RERUN_PAUSE)
+
+
+class _Candidate:
+    """A subscriber's task waiting to host the feed."""
+
+    __slots__ = ("arrival", "lasting", "wake")
+
+    def __init__(self, lasting: bool, arrival: int) -> None:
+        self.lasting = lasting
+        self.arrival = arrival
+        self.wake = anyio.Event()
+
+    def rank(self) -> tuple[bool, int]:
+        return (not self.lasting, self.arrival)

@@ -14,6 +14,7 @@ at the next renewal (up to R later) are far apart.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -268,6 +269,73 @@ class PerNameBackend(MemoryBackend):
 
     def watch_feed(self) -> None:
         return None
+
+
+async def test_a_holders_subscription_is_preferred_as_the_next_host() -> None:
+    """When the host leaves, a lasting subscriber (a holder) takes the feed over, not the
+    next waiter in line: waiters come and go with every grant, and each change of host costs
+    the feed a restart."""
+    store = MemoryStore()
+    backend = ScriptedBackend(store)
+    hub = _hub(backend)
+    first = anyio.CancelScope()
+    second = anyio.CancelScope()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_follow_in, first, hub, "a", [])
+        await _settle()
+        tg.start_soon(_follow_in, second, hub, "b", [])
+        await _settle()
+        tg.start_soon(functools.partial(_follow, hub, "c", [], lasting=True))
+        await _settle()
+        assert backend.feed.runs == 1
+        first.cancel()  # the host leaves: the holder's subscription, not "b", runs the feed
+        await _settle()
+        assert backend.feed.runs == 2
+        second.cancel()  # "b" was never the host: no restart
+        await _settle()
+        assert (backend.feed.runs, backend.feed.active) == (2, 1)
+        tg.cancel_scope.cancel()
+
+
+async def test_waiters_granted_in_turn_restart_the_feed_only_a_few_times() -> None:
+    """Twenty waiters on twenty busy leases, each granted in turn and then holding on: the
+    feed moves to the first holder's subscription and stays there (it restarted at nearly
+    every grant when the next waiter in line took it over)."""
+    store = MemoryStore()
+    backend = ScriptedBackend(store)
+    names = [f"job-{i}" for i in range(20)]
+    held: list[str] = []
+    async with anyio.create_task_group() as outer:
+        releases = []
+        for name in names:
+            release = anyio.Event()
+            releases.append(release)
+            outer.start_soon(_hold_until, Lease(name, "other", MemoryBackend(store), SETTINGS),
+                             release)
+        await anyio.sleep(1)
+        async with anyio.create_task_group() as tg:
+            for name in names:
+                tg.start_soon(_take_and_keep, Lease(name, "a", backend, SETTINGS), held)
+            await anyio.sleep(1)
+            for release in releases:
+                release.set()
+                await anyio.sleep(1)
+            await anyio.sleep(1)
+            assert sorted(held) == sorted(names)
+            tg.cancel_scope.cancel()
+    assert backend.feed.most_active == 1
+    assert backend.feed.runs <= 3
+
+
+async def _hold_until(lease: Lease, release: anyio.Event) -> None:
+    async with lease.held():
+        await release.wait()
+
+
+async def _take_and_keep(lease: Lease, held: list[str]) -> None:
+    async with lease.held():
+        held.append(lease.name)
+        await anyio.sleep_forever()
 
 
 @pytest.mark.parametrize(
