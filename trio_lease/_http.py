@@ -5,8 +5,9 @@ stream) goes through one :class:`Unary`. What sits above the seam (the time boun
 credentials and the retry after a 401, the reading and error mapping of the reply) is written
 once, in the backend's client, and runs the same whichever implementation carries the request:
 
-- :class:`~trio_lease._lean_http.LeanClient`: HTTP/1.1 with h11 on anyio sockets, the
-  production path (about a quarter of httpx's CPU per request; see its module);
+- :class:`~trio_lease._lean_http.LeanClient`: HTTP/1.1 (:mod:`._http11`) on asyncio's
+  transports or anyio's streams, the production path (a fraction of httpx's CPU per request;
+  see its module);
 - :class:`HttpxUnary`: an ``httpx.AsyncClient``, for what the lean client does not do (proxies)
   and for injected httpx transports;
 - the Kubernetes emulator's in-process seam (``KubeEmulator().transport()`` is a
@@ -35,10 +36,10 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-import h11
 import httpx
 
 from ._exceptions import BackendProtocolError
+from ._http11 import EncodeError, encode_request
 from ._wire import MAX_BODY_BYTES
 
 __all__ = [
@@ -183,19 +184,16 @@ class ServerURL:
         return f"{self.scheme}://{self.netloc}{self.prefix}"
 
 
-def request_head(
-    method: str, target: str, headers: Sequence[tuple[str, str]]
-) -> h11.Request:
-    """The request line and headers (``Host`` among them) as h11 sends them, if HTTP can.
+def request_head(method: str, target: str, headers: Sequence[tuple[str, str]]) -> bytes:
+    """The request line and headers (``Host`` among them) as sent, if HTTP/1.1 can carry them.
 
     A last line of defence: callers check credentials where they read them (the Kubernetes
-    token sources do), so a bad token never gets here. h11's message quotes the offending value
-    and UnicodeEncodeError (non-ASCII) the character, and either may be part of a credential:
-    neither is shown, not even as the cause.
+    token sources do), so a bad token never gets here. The value that fails may be part of a
+    credential, so the error shows none of it, not even as the cause.
     """
     try:
-        return h11.Request(method=method, target=target, headers=list(headers))
-    except (h11.LocalProtocolError, UnicodeError):
+        return encode_request(method, target, headers, None)
+    except EncodeError:
         raise httpx.LocalProtocolError(
             f"the {method} request could not be encoded: a header value or the target has "
             "characters HTTP does not allow"

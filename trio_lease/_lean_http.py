@@ -42,11 +42,11 @@ from collections.abc import Sequence
 
 import anyio
 import anyio.abc
-import h11
 import httpx
 import sniffio
 
 from ._http import CappedBody, Headers, Reply, ServerURL, request_head
+from ._http11 import NEED_DATA, Head, ReplyError, ReplyReader
 from ._wire import MAX_BODY_BYTES
 
 __all__ = ["LeanClient"]
@@ -60,11 +60,10 @@ _NOT_SENT = (OSError, ssl.SSLError, anyio.BrokenResourceError, anyio.EndOfStream
 class _Connection:
     """One connection over an anyio byte stream (trio, and asyncio when it is not native)."""
 
-    __slots__ = ("fd", "h11", "stream")
+    __slots__ = ("fd", "stream")
 
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self.stream = stream
-        self.h11 = h11.Connection(h11.CLIENT)
         raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
         self.fd = raw.fileno() if raw is not None else -1
 
@@ -137,12 +136,11 @@ class _NativeConnection:
     the transport; this class costs a future.
     """
 
-    __slots__ = ("fd", "h11", "reader", "transport")
+    __slots__ = ("fd", "reader", "transport")
 
     def __init__(self, transport: asyncio.Transport, reader: _Reader) -> None:
         self.transport = transport
         self.reader = reader
-        self.h11 = h11.Connection(h11.CLIENT)
         raw = transport.get_extra_info("socket")
         self.fd = raw.fileno() if raw is not None else -1
 
@@ -270,32 +268,29 @@ class LeanClient:
         all_headers = [*self._headers, *headers]
         if body is not None:
             all_headers.append(("Content-Length", str(len(body))))
-        request = request_head(method, self._prefix + target, all_headers)
+        data = request_head(method, self._prefix + target, all_headers)
+        if body:
+            data += body
         conn = await self._connection(connect_timeout or self._connect_timeout)
+        reader = ReplyReader()
         try:
-            data = conn.h11.send(request)
-            assert data is not None
-            if body:
-                data += conn.h11.send(h11.Data(data=body)) or b""
-            data += conn.h11.send(h11.EndOfMessage()) or b""
             try:
                 await conn.send(data)
             except _NOT_SENT as exc:
                 what = type(exc).__name__
                 raise httpx.WriteError(f"sending the request failed ({what})") from exc
-            reply = await self._receive(conn, CappedBody.describe(method, target, self.origin))
+            reply = await self._receive(
+                conn, reader, CappedBody.describe(method, target, self.origin)
+            )
         except BaseException:
             await conn.close()
             raise
         # Reuse the connection only if the reply ended cleanly and nothing followed it: bytes
         # the server sent beyond the reply (a second copy of it, say) would otherwise be read
         # as the answer to the next request.
-        unasked, _ = conn.h11.trailing_data
-        if conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE and not unasked:
-            conn.h11.start_next_cycle()
-            if len(self._idle) < self._max_idle and not self._closed:
-                self._idle.append(conn)
-                return reply
+        if reader.reusable and len(self._idle) < self._max_idle and not self._closed:
+            self._idle.append(conn)
+            return reply
         await conn.close()
         return reply
 
@@ -342,34 +337,28 @@ class LeanClient:
         assert isinstance(transport, asyncio.Transport)
         return _NativeConnection(transport, reader)
 
-    async def _receive(self, conn: _AnyConnection, what: str) -> Reply:
-        status = 0
-        headers: Headers | None = None
+    async def _receive(self, conn: _AnyConnection, reader: ReplyReader, what: str) -> Reply:
+        head: Head | None = None
         body = CappedBody(self._max_body, what)
-        parser = conn.h11
         while True:
             try:
-                event = parser.next_event()
-            except h11.RemoteProtocolError as exc:
+                event = reader.next_event()
+            except ReplyError as exc:
                 raise httpx.RemoteProtocolError(f"malformed response: {exc}") from None
-            if event is h11.NEED_DATA:
+            if event is NEED_DATA:
                 try:
                     data = await conn.receive()
                 except _NOT_SENT as exc:
                     failure = type(exc).__name__
                     raise httpx.ReadError(f"reading the reply failed ({failure})") from exc
-                parser.receive_data(data)
-            elif isinstance(event, h11.Response):
-                status = event.status_code
-                headers = Headers(event.headers)
-            elif isinstance(event, h11.Data):
-                body.add(bytes(event.data))  # over the cap: the caller closes the connection
-            elif isinstance(event, h11.EndOfMessage):
-                assert headers is not None
-                return Reply(status, headers, body.content)
-            elif isinstance(event, h11.ConnectionClosed):
-                raise httpx.RemoteProtocolError("the server closed the connection without a reply")
-            # h11.InformationalResponse (100 Continue and the like): keep reading
+                reader.receive_data(data)
+            elif type(event) is bytes:
+                body.add(event)  # over the cap: the caller closes the connection
+            elif isinstance(event, Head):
+                head = event
+            else:  # END
+                assert head is not None
+                return Reply(head.status_code, Headers(head.headers), body.content)
 
     async def aclose(self) -> None:
         """Close every idle connection; requests in flight close theirs when they finish."""

@@ -1,0 +1,315 @@
+"""The lean client's HTTP/1.1 (trio_lease/_http11.py) against h11, the parser it replaced.
+
+Replies are generated (Hypothesis) from the grammar the reader accepts: status lines,
+informational replies before the real one, header fields at the edges of what RFC 9110 allows,
+every framing (Content-Length, chunked with extensions and trailers, to the connection's end,
+204/304), delivered in arbitrary pieces. Then damaged: bytes flipped, inserted, dropped, or the
+reply cut short. The rule: a reply the reader accepts, h11 reads the same way (status, headers,
+body), and a connection the reader would reuse, h11 would too. The reader may refuse more
+than h11 (obs-fold, a Transfer-Encoding with a Content-Length reused), never less safely; every
+valid generated reply it must accept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import h11
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trio_lease._http import request_head
+from trio_lease._http11 import (
+    END,
+    MAX_HEAD,
+    NEED_DATA,
+    Head,
+    ReplyError,
+    ReplyReader,
+    encode_request,
+)
+
+
+@dataclass
+class Read:
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    reusable: bool
+
+
+def ours(pieces: list[bytes]) -> Read | str:
+    """The reader's reading of a reply delivered in ``pieces`` (then the end), or its error."""
+    reader = ReplyReader()
+    feed = iter([*pieces, b""])
+    head: Head | None = None
+    body = b""
+    try:
+        while True:
+            event = reader.next_event()
+            if event is NEED_DATA:
+                reader.receive_data(next(feed))
+            elif isinstance(event, Head):
+                head = event
+            elif isinstance(event, bytes):
+                body += event
+            else:
+                assert event is END and head is not None
+                # What the client checks before reuse: no bytes beyond the reply.
+                return Read(head.status_code, head.headers, body, reader.reusable)
+    except ReplyError as exc:
+        return f"error: {exc}"
+    except StopIteration:
+        return "error: asked for data after the end"
+
+
+def theirs(pieces: list[bytes]) -> Read | str:
+    """h11's reading, as a client that sent one GET."""
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))
+    conn.send(h11.EndOfMessage())
+    feed = iter([*pieces, b""])
+    status, headers, body = 0, [], b""
+    try:
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(next(feed))
+            elif isinstance(event, h11.Response):
+                status, headers = event.status_code, list(event.headers)
+            elif isinstance(event, h11.Data):
+                body += bytes(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                unasked, closed = conn.trailing_data
+                reusable = (
+                    conn.our_state is h11.DONE and conn.their_state is h11.DONE
+                    and not unasked and not closed
+                )
+                return Read(status, headers, body, reusable)
+            elif isinstance(event, h11.ConnectionClosed):
+                return "error: closed"
+    except h11.RemoteProtocolError as exc:
+        return f"error: {exc}"
+    except StopIteration:
+        return "error: asked for data after the end"
+
+
+# -- generated replies --------------------------------------------------------------------------
+
+_TCHAR = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+names = st.text(_TCHAR, min_size=1, max_size=12).filter(
+    lambda n: n.lower() not in ("content-length", "transfer-encoding", "connection")
+).map(str.encode)
+values = st.one_of(
+    st.just(b""),
+    st.binary(min_size=1, max_size=20).map(
+        lambda b: bytes(c if 0x21 <= c <= 0x7E or c >= 0x80 else 0x61 for c in b)
+    ),
+    st.lists(st.sampled_from([b"a", b"b c", b"\t", b" ", b"\xff", b"x\ty"]), min_size=1).map(
+        lambda parts: b"q" + b"".join(parts) + b"z"
+    ),
+)
+ows = st.sampled_from([b"", b" ", b"\t", b"  "])
+eol = st.sampled_from([b"\r\n", b"\r\n", b"\n"])
+
+
+@st.composite
+def replies(draw: st.DrawFn) -> tuple[bytes, int, bytes]:
+    """(the reply's bytes, its status, its body)."""
+    out = b""
+    for _ in range(draw(st.integers(0, 2))):  # informational replies first
+        code = draw(st.sampled_from([100, 102, 103]))
+        out += b"HTTP/1.1 %d Continue" % code + draw(eol)
+        for name, value in draw(st.lists(st.tuples(names, values), max_size=2)):
+            out += name + b":" + draw(ows) + value + draw(ows) + draw(eol)
+        out += draw(eol)
+    status = draw(st.sampled_from([200, 201, 204, 304, 404, 409, 500]))
+    version = draw(st.sampled_from([b"1.1", b"1.1", b"1.0"]))
+    reason = draw(st.sampled_from([b" OK", b" ", b"", b" Not \xe9 Found", b" a\tb"]))
+    out += b"HTTP/" + version + b" %d" % status + reason + draw(eol)
+    fields = draw(st.lists(st.tuples(names, values), max_size=4))
+    framing = draw(st.sampled_from(["length", "chunked", "close"]))
+    body = b"" if status in (204, 304) else draw(st.binary(max_size=300))
+    if draw(st.booleans()):
+        fields.append((b"Connection", draw(st.sampled_from([b"close", b"keep-alive", b"x, close"]))))
+    if framing == "length":
+        length = b"%d" % len(body)
+        fields.append((b"Content-Length", draw(st.sampled_from([length, length + b", " + length]))))
+    elif framing == "chunked":
+        fields.append((b"Transfer-Encoding", draw(st.sampled_from([b"chunked", b"Chunked"]))))
+    for name, value in draw(st.permutations(fields)):
+        out += name + b":" + draw(ows) + value + draw(ows) + draw(eol)
+    out += draw(eol)
+    if status in (204, 304):
+        return out, status, b""
+    if framing == "chunked":
+        rest = body
+        while rest:
+            size = draw(st.integers(1, max(1, len(rest))))
+            ext = draw(st.sampled_from([b"", b";a=b", b";x ", b";q=\"1\""]))
+            hexsize = draw(st.sampled_from([b"%x", b"%X", b"00%x"])) % size
+            out += hexsize + ext + b"\r\n" + rest[:size] + b"\r\n"
+            rest = rest[size:]
+        out += b"0\r\n"
+        for name, value in draw(st.lists(st.tuples(names, values), max_size=2)):
+            out += name + b": " + value + draw(eol)
+        out += draw(eol)
+    else:
+        out += body
+    return out, status, body
+
+
+def split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({min(c, len(data)) for c in cuts})
+    pieces, start = [], 0
+    for point in points:
+        pieces.append(data[start:point])
+        start = point
+    pieces.append(data[start:])
+    return [p for p in pieces if p]
+
+
+def _normal(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Header fields as h11 reports them: ``Content-Length: 5, 5`` as ``5``, codings lower."""
+    out = []
+    for name, value in headers:
+        if name == b"content-length":
+            value = {v.strip() for v in value.split(b",")}.pop()
+        elif name == b"transfer-encoding":
+            value = value.lower()
+        out.append((name, value))
+    return out
+
+
+def agree(pieces: list[bytes]) -> Read | str:
+    """Both readings; when the reader accepts, h11 must read exactly the same."""
+    mine, h11_reading = ours(pieces), theirs(pieces)
+    if isinstance(mine, Read):
+        assert isinstance(h11_reading, Read), (mine, h11_reading)
+        assert (mine.status, _normal(mine.headers), mine.body) == (
+            h11_reading.status, h11_reading.headers, h11_reading.body
+        )
+        assert not mine.reusable or h11_reading.reusable
+    return mine
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reply=replies(), cuts=st.lists(st.integers(0, 2000), max_size=6))
+def test_every_valid_reply_is_read_as_h11_reads_it(
+    reply: tuple[bytes, int, bytes], cuts: list[int]
+) -> None:
+    data, status, body = reply
+    reading = agree(split(data, cuts))
+    assert isinstance(reading, Read), reading
+    assert (reading.status, reading.body) == (status, body)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    reply=replies(),
+    edits=st.lists(
+        st.tuples(st.sampled_from(["flip", "insert", "drop", "cut"]), st.integers(0, 2000),
+                  st.sampled_from(list(b"\r\n\x00 \t:;0aZ\x7f\xff"))),
+        min_size=1, max_size=3,
+    ),
+    cuts=st.lists(st.integers(0, 2000), max_size=4),
+)
+def test_a_damaged_reply_is_refused_or_read_as_h11_reads_it(
+    reply: tuple[bytes, int, bytes], edits: list[tuple[str, int, int]], cuts: list[int]
+) -> None:
+    data = bytearray(reply[0])
+    for kind, where, byte in edits:
+        at = where % (len(data) + 1)
+        if kind == "flip" and at < len(data):
+            data[at] = byte
+        elif kind == "insert":
+            data[at:at] = bytes([byte])
+        elif kind == "drop" and at < len(data):
+            del data[at]
+        elif kind == "cut":
+            del data[at:]
+    agree(split(bytes(data), cuts))
+
+
+# -- the rules, one by one ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "rule"),
+    [
+        (b"HTTP/2.0 200 OK\r\nContent-Length: 0\r\n\r\n", "status line"),
+        (b"HTTP/1.1 101 Switching Protocols\r\n\r\n", "101 reply was not asked for"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+         "conflicting Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "not a number"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", "chunked alone"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+         "Transfer-Encoding twice"),
+        (b"HTTP/1.1 200 OK\r\nX: a\r\n b\r\nContent-Length: 0\r\n\r\n", "header field"),
+        (b"HTTP/1.1 200 OK\r\nX : a\r\nContent-Length: 0\r\n\r\n", "header field"),
+        (b"HTTP/1.1 200 OK\r\nX: a\x00b\r\nContent-Length: 0\r\n\r\n", "header field"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n",
+         "CRLF"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "chunk size"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab", "before the reply's end"),
+        (b"HTTP/1.1 200 OK\r\nContent-", "middle of the reply's head"),
+        (b"", "without a reply"),
+        (b"HTTP/1.1 200 OK\r\nX: " + b"a" * MAX_HEAD, "head is over"),
+    ],
+)
+def test_what_is_refused_and_the_message_names_the_rule(reply: bytes, rule: str) -> None:
+    reading = ours([reply])
+    assert isinstance(reading, str) and rule in reading, reading
+    assert b"abc" not in reading.encode() or rule == "CRLF"  # no server bytes quoted
+
+
+def test_chunked_with_a_content_length_is_read_but_the_connection_not_reused() -> None:
+    """RFC 9112 §6.3: chunked wins over Content-Length; such a reply may be a smuggling
+    attempt or a broken proxy, so the connection is closed after it (h11 would reuse it)."""
+    reply = (b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: chunked\r\n\r\n"
+             b"2\r\nhi\r\n0\r\n\r\n")
+    reading = agree([reply])
+    assert isinstance(reading, Read)
+    assert (reading.body, reading.reusable) == (b"hi", False)
+
+
+def test_a_body_to_the_connection_end_and_http10_are_never_reused() -> None:
+    for reply in (b"HTTP/1.1 200 OK\r\n\r\nall of it",
+                  b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nhi"):
+        reading = agree([reply])
+        assert isinstance(reading, Read) and not reading.reusable
+
+
+def test_bytes_after_the_reply_are_kept_apart_and_forbid_reuse() -> None:
+    reader = ReplyReader()
+    reader.receive_data(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhiEXTRA")
+    events = [reader.next_event() for _ in range(3)]
+    assert events[1:] == [b"hi", END]
+    assert (reader.trailing, reader.reusable) == (b"EXTRA", False)
+
+
+def test_requests_are_encoded_as_h11_encodes_them() -> None:
+    headers = [("Host", "example:8443"), ("Accept", "application/json"), ("X-Empty", ""),
+               ("Content-Length", "2")]
+    mine = encode_request("PUT", "/a/b?c=d%20e", headers, b"{}")
+    conn = h11.Connection(h11.CLIENT)
+    expected = conn.send(h11.Request(method="PUT", target="/a/b?c=d%20e", headers=headers))
+    assert expected is not None
+    assert mine == expected + b"{}"
+
+
+@pytest.mark.parametrize(
+    ("target", "header"),
+    [("/ok", ("X-Token", "abc\r\nInjected: 1")), ("/ok", ("X-Token", "caf\u00e9")),
+     ("/a b", ("X", "y")), ("/ok", ("Bad Name", "y")), ("/ok", ("X", "secret-\x00"))],
+)
+def test_requests_http_cannot_carry_are_refused_without_quoting_them(
+    target: str, header: tuple[str, str]
+) -> None:
+    with pytest.raises(httpx.LocalProtocolError) as caught:
+        request_head("GET", target, [("Host", "x"), header])
+    text = str(caught.value)
+    assert "secret" not in text and "Injected" not in text and "caf" not in text
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
