@@ -1,12 +1,12 @@
 """The lean HTTP/1.1 client: the production :class:`~trio_lease._http.Unary` seam.
 
 Why it exists: a renewal is one small request, and in the benchmarks (tools/benchmarks/README.md,
-"Lean HTTP path") httpx spent about four times the CPU of h11 on a bare socket per request:
+"Lean HTTP path") httpx spent about four times the CPU of a bare HTTP/1.1 exchange per request:
 URL parsing and merging, cookie extraction, header models, auth flows, and a connection pool
 that scans every pooled connection with system calls on each request. The renewal CPU is what
-limits how many leases one process can hold, so the hot path speaks HTTP/1.1 itself, with h11
-(the parser httpcore uses) on anyio streams, and keeps httpx for everything that is not a small
-unary request (watch streams, proxies, injected test transports).
+limits how many leases one process can hold, so the hot path speaks HTTP/1.1 itself
+(:mod:`._http11`: the request's bytes, and a strict reader of the reply), and keeps httpx for
+everything that is not a small unary request (watch streams, proxies, injected test transports).
 
 What it does: keep-alive connections (a LIFO stack of idle ones, at most ``max_idle``), TLS
 through an :class:`ssl.SSLContext` with an optional server name, Content-Length and chunked
