@@ -133,7 +133,8 @@ def replies(draw: st.DrawFn) -> tuple[bytes, int, bytes]:
     framing = draw(st.sampled_from(["length", "chunked", "close"]))
     body = b"" if status in (204, 304) else draw(st.binary(max_size=300))
     if draw(st.booleans()):
-        fields.append((b"Connection", draw(st.sampled_from([b"close", b"keep-alive", b"x, close"]))))
+        connection = draw(st.sampled_from([b"close", b"keep-alive", b"x, close"]))
+        fields.append((b"Connection", connection))
     if framing == "length":
         length = b"%d" % len(body)
         fields.append((b"Content-Length", draw(st.sampled_from([length, length + b", " + length]))))

@@ -183,12 +183,7 @@ class ReplyReader:
         return None
 
     def _step_chunk_data(self) -> bytes | _Sentinel:
-        if not self._buffer:
-            if self._ended:
-                raise ReplyError("the server closed the connection in a chunk")
-            return NEED_DATA
-        data = self._take(self._left)
-        self._left -= len(data)
+        data = self._piece("the server closed the connection in a chunk")
         if not self._left:
             self._state = _CHUNK_END
         return data
@@ -290,9 +285,13 @@ class ReplyReader:
         if not self._left:
             self._state = _DONE
             return END
+        return self._piece("the server closed the connection before the reply's end")
+
+    def _piece(self, cut_short: str) -> bytes | _Sentinel:
+        """Up to ``_left`` bytes of the body; :class:`ReplyError` if the server closed first."""
         if not self._buffer:
             if self._ended:
-                raise ReplyError("the server closed the connection before the reply's end")
+                raise ReplyError(cut_short)
             return NEED_DATA
         data = self._take(self._left)
         self._left -= len(data)
