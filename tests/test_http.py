@@ -171,6 +171,23 @@ async def test_asyncio_uses_its_own_transport_and_trio_an_anyio_stream(anyio_bac
 
 
 @pytest.mark.anyio
+async def test_a_request_from_a_cancelled_scope_sends_nothing() -> None:
+    """A task whose scope was cancelled while it ran on (its wait had completed: the one step
+    asyncio allows after an event-loop stall) must not put its request on the wire, even on a
+    kept-alive connection that needs no await to reach."""
+    async with scripted(echo) as server:
+        client = LeanClient(server.url)
+        await client.request("GET", "/warm")  # leaves an idle connection to reuse
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await client.request("GET", "/never")
+        await anyio.sleep(0.05)
+        await client.aclose()
+    assert scope.cancelled_caught
+    assert [line for _, line in server.requests] == ["GET /warm HTTP/1.1"]
+
+
+@pytest.mark.anyio
 async def test_a_reply_larger_than_the_read_buffer_is_read_whole_in_one_piece() -> None:
     """A 3 MiB reply sent in one write, larger than the bytes held unparsed before reading
     pauses (``_BUFFER_LIMIT``): reading pauses and resumes, nothing is lost or reordered,

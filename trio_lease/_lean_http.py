@@ -42,6 +42,7 @@ from collections.abc import Sequence
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import httpx
 import sniffio
 
@@ -58,7 +59,7 @@ _NOT_SENT = (OSError, ssl.SSLError, anyio.BrokenResourceError, anyio.EndOfStream
 
 
 class _Connection:
-    """One connection over an anyio byte stream (trio, and asyncio when it is not native)."""
+    """One connection over an anyio byte stream (on trio)."""
 
     __slots__ = ("fd", "stream")
 
@@ -131,9 +132,9 @@ class _Reader(asyncio.Protocol):
 class _NativeConnection:
     """One connection on asyncio's own transport: the lean path's hot loop, on asyncio.
 
-    Measured (tools/benchmarks/README.md, "The asyncio transport"): per request, anyio's
-    stream costs a checkpoint, a resource guard and two ``epoll_ctl`` system calls on top of
-    the transport; this class costs a future.
+    Measured (tools/benchmarks/README.md, "Issue 15, session 7"): per request, anyio's stream
+    costs a checkpoint, a resource guard and two ``epoll_ctl`` system calls on top of the
+    transport; this class costs a future.
     """
 
     __slots__ = ("fd", "reader", "transport")
@@ -152,6 +153,9 @@ class _NativeConnection:
         return _quiet(self.fd)
 
     async def send(self, data: bytes) -> None:
+        # As anyio's streams do: no byte leaves a scope that is already cancelled (a task that
+        # runs on after an event-loop stall, its wait having completed, must not write).
+        await anyio.lowlevel.checkpoint_if_cancelled()
         if self.transport.is_closing() or self.reader.ended:
             raise anyio.BrokenResourceError("the connection is closed")
         self.transport.write(data)  # a request is small: the kernel takes it whole or buffers
