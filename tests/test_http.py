@@ -458,3 +458,100 @@ async def test_every_seam_refuses_a_body_over_its_cap_while_reading(kind: str) -
     assert str(caught.value) == (
         f"the reply to GET /big from {server.url} is over 16,384 bytes; the outcome is unknown"
     )
+
+
+# -- streamed replies (LeanClient.open_stream: watches) -------------------------------------
+
+
+def _chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+@pytest.mark.anyio
+async def test_a_streamed_reply_yields_each_piece_as_it_arrives() -> None:
+    """The head comes first; each chunk is handed over before the server sends the next."""
+    seen: list[bytes] = []
+
+    def script(line: str, connection: int) -> list[bytes | str]:
+        head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        return [head, _chunk(b"one\n"), "wait", _chunk(b"two\n"), b"0\r\n\r\n"]
+
+    async with scripted(script) as server:
+        client = LeanClient(server.url)
+        stream = await client.open_stream("GET", "/watch?w=1", headers=[("X-A", "b")])
+        assert stream.status_code == 200
+        assert stream.headers["transfer-encoding"] == "chunked"
+        async for piece in stream.aiter_bytes():
+            seen.append(piece)
+            if piece == b"one\n":  # the second chunk is sent only after the first was read
+                server.release.set()
+        await stream.aclose()
+        again = await client.open_stream("GET", "/watch?w=2")
+        await again.aclose()
+        await client.aclose()
+    assert seen == [b"one\n", b"two\n"]
+    assert server.requests == [(0, "GET /watch?w=1 HTTP/1.1"), (1, "GET /watch?w=2 HTTP/1.1")]
+    assert client.connections_opened == 2  # a stream's connection is never reused
+
+
+@pytest.mark.anyio
+async def test_a_stream_takes_no_idle_connection_and_leaves_the_pool_alone() -> None:
+    """A unary request's kept-alive connection stays for unary requests; a stream opens one."""
+    async with scripted(echo) as server:
+        client = LeanClient(server.url)
+        await client.request("GET", "/a")
+        stream = await client.open_stream("GET", "/b")
+        body = await stream.read(1000)
+        await client.request("GET", "/c")
+        await client.aclose()
+    assert body.json()["connection"] == 1
+    assert [number for number, _ in server.requests] == [0, 1, 0]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("tail", "error"),
+    [
+        (b"zz\r\nqzq\r\n", httpx.RemoteProtocolError),  # not a chunk size
+        (b"5\r\nqz", httpx.RemoteProtocolError),  # cut short, then closed
+    ],
+)
+async def test_a_broken_stream_raises_an_httpx_error_that_quotes_no_server_bytes(
+    tail: bytes, error: type[Exception]
+) -> None:
+    def script(line: str, connection: int) -> list[bytes | str]:
+        return [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", _chunk(b"ok\n"), tail,
+                "close"]
+
+    async with scripted(script) as server:
+        client = LeanClient(server.url)
+        stream = await client.open_stream("GET", "/watch")
+        pieces: list[bytes] = []
+        with pytest.raises(error) as caught:
+            async for piece in stream.aiter_bytes():
+                pieces.append(piece)
+        await stream.aclose()
+        await client.aclose()
+    assert pieces[0] == b"ok\n"  # what arrived whole was handed over before the error
+    assert server.connections == 1
+    assert "qz" not in str(caught.value)
+
+
+@pytest.mark.anyio
+async def test_a_streamed_failure_is_read_within_its_cap() -> None:
+    """A stream that did not open (a 403's Status body) is read whole, or refused over the cap."""
+    body = b'{"kind":"Status","code":403}'
+
+    def script(line: str, connection: int) -> list[bytes | str]:
+        return [reply(body, status="403 Forbidden")]
+
+    async with scripted(script) as server:
+        client = LeanClient(server.url)
+        stream = await client.open_stream("GET", "/watch")
+        answer = await stream.read(len(body))
+        over = await client.open_stream("GET", "/watch")
+        with pytest.raises(BackendProtocolError, match="GET /watch"):
+            await over.read(len(body) - 1)
+        await client.aclose()
+    assert (answer.status_code, answer.content) == (403, body)
+    assert server.connections == 2

@@ -6,11 +6,13 @@ URL parsing and merging, cookie extraction, header models, auth flows, and a con
 that scans every pooled connection with system calls on each request. The renewal CPU is what
 limits how many leases one process can hold, so the hot path speaks HTTP/1.1 itself
 (:mod:`._http11`: the request's bytes, and a strict reader of the reply), and keeps httpx for
-everything that is not a small unary request (watch streams, proxies, injected test transports).
+proxies and injected test transports.
 
 What it does: keep-alive connections (a LIFO stack of idle ones, at most ``max_idle``), TLS
 through an :class:`ssl.SSLContext` with an optional server name, Content-Length and chunked
-responses. What it does not do: proxies, redirects, cookies, compression, HTTP/2, streaming.
+responses, and streamed replies (:meth:`LeanClient.open_stream`: a watch, read piece by piece as
+it arrives, on its own connection). What it does not do: proxies, redirects, cookies,
+compression, HTTP/2.
 
 Connections: on asyncio, asyncio's own transport with reading left on (:class:`_NativeConnection`;
 anyio's stream switches reading on and off around every receive, two ``epoll_ctl`` calls each,
@@ -38,7 +40,7 @@ import asyncio
 import collections
 import select
 import ssl
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import anyio
 import anyio.abc
@@ -47,10 +49,10 @@ import httpx
 import sniffio
 
 from ._http import CappedBody, Headers, Reply, ServerURL, request_head
-from ._http11 import NEED_DATA, Head, ReplyError, ReplyReader
+from ._http11 import END, NEED_DATA, Head, ReplyError, ReplyReader
 from ._wire import MAX_BODY_BYTES
 
-__all__ = ["LeanClient"]
+__all__ = ["LeanClient", "LeanStream"]
 
 _READ_SIZE = 65536
 _BUFFER_LIMIT = 4 * _READ_SIZE
@@ -298,8 +300,44 @@ class LeanClient:
         await conn.close()
         return reply
 
-    async def _connection(self, connect_timeout: float) -> _AnyConnection:
-        while self._idle:
+    async def open_stream(
+        self,
+        method: str,
+        target: str,
+        *,
+        headers: Sequence[tuple[str, str]] = (),
+        connect_timeout: float | None = None,
+    ) -> LeanStream:
+        """Send one request and read the reply's head; its body is read from the stream.
+
+        The stream has a connection of its own for its whole life (a watch lasts minutes), is
+        never put back for reuse, and must be closed (:meth:`LeanStream.aclose`). The caller's
+        cancel scope bounds opening it and each read.
+        """
+        if self._closed:
+            raise RuntimeError("this client is closed")
+        data = request_head(method, self._prefix + target, [*self._headers, *headers])
+        conn = await self._connection(connect_timeout or self._connect_timeout, reuse=False)
+        reader = ReplyReader()
+        what = CappedBody.describe(method, target, self.origin)
+        try:
+            try:
+                await conn.send(data)
+            except _NOT_SENT as exc:
+                failure = type(exc).__name__
+                raise httpx.WriteError(f"sending the request failed ({failure})") from exc
+            while True:
+                event = await _next(conn, reader)
+                if isinstance(event, Head):
+                    return LeanStream(event, conn, reader, what)
+                if event is END:  # pragma: no cover - the reader gives the head first
+                    raise httpx.RemoteProtocolError("malformed response: no head")
+        except BaseException:
+            await conn.close()
+            raise
+
+    async def _connection(self, connect_timeout: float, *, reuse: bool = True) -> _AnyConnection:
+        while reuse and self._idle:
             idle = self._idle.pop()
             if idle.is_alive():
                 return idle
@@ -345,18 +383,8 @@ class LeanClient:
         head: Head | None = None
         body = CappedBody(self._max_body, what)
         while True:
-            try:
-                event = reader.next_event()
-            except ReplyError as exc:
-                raise httpx.RemoteProtocolError(f"malformed response: {exc}") from None
-            if event is NEED_DATA:
-                try:
-                    data = await conn.receive()
-                except _NOT_SENT as exc:
-                    failure = type(exc).__name__
-                    raise httpx.ReadError(f"reading the reply failed ({failure})") from exc
-                reader.receive_data(data)
-            elif type(event) is bytes:
+            event = await _next(conn, reader)
+            if type(event) is bytes:
                 body.add(event)  # over the cap: the caller closes the connection
             elif isinstance(event, Head):
                 head = event
@@ -370,3 +398,69 @@ class LeanClient:
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.close()
+
+
+async def _next(conn: _AnyConnection, reader: ReplyReader) -> Head | bytes | object:
+    """The reply's next piece (a :class:`Head`, body bytes or ``END``), reading as needed."""
+    while True:
+        try:
+            event = reader.next_event()
+        except ReplyError as exc:
+            raise httpx.RemoteProtocolError(f"malformed response: {exc}") from None
+        if event is not NEED_DATA:
+            return event
+        try:
+            data = await conn.receive()
+        except _NOT_SENT as exc:
+            raise httpx.ReadError(f"reading the reply failed ({type(exc).__name__})") from exc
+        reader.receive_data(data)
+
+
+class LeanStream:
+    """A streamed reply (:meth:`LeanClient.open_stream`): the head read, the body to come.
+
+    The body is read with :meth:`aiter_bytes`, as strictly as a unary reply
+    (:mod:`trio_lease._http11`); errors are httpx's types (:class:`httpx.ReadError`,
+    :class:`httpx.RemoteProtocolError`). Close it with :meth:`aclose` (it closes the connection).
+    """
+
+    __slots__ = ("_conn", "_reader", "description", "raw_headers", "status_code")
+
+    def __init__(self, head: Head, conn: _AnyConnection, reader: ReplyReader, what: str) -> None:
+        self.status_code: int = head.status_code
+        self.raw_headers: list[tuple[bytes, bytes]] = head.headers
+        #: The request, for messages (method, target, server; never server text).
+        self.description: str = what
+        self._conn = conn
+        self._reader = reader
+
+    def __repr__(self) -> str:
+        return f"<LeanStream {self.status_code} {self.description}>"
+
+    @property
+    def headers(self) -> Headers:
+        return Headers(self.raw_headers)
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body's pieces as they arrive, until the reply's end."""
+        conn, reader = self._conn, self._reader
+        while True:
+            event = await _next(conn, reader)
+            if type(event) is bytes:
+                yield event
+            elif event is END:
+                return
+
+    async def read(self, cap: int) -> Reply:
+        """The whole reply (a failure's Status body), then close; over ``cap`` bytes raises
+        :class:`~trio_lease.BackendProtocolError`."""
+        body = CappedBody(cap, self.description)
+        try:
+            async for piece in self.aiter_bytes():
+                body.add(piece)
+        finally:
+            await self.aclose()
+        return Reply(self.status_code, self.headers, body.content)
+
+    async def aclose(self) -> None:
+        await self._conn.close()

@@ -5,6 +5,9 @@ emulator (:mod:`._emulator`, its own process), then, ``rounds`` times, runs each
 worker process: ``concurrency`` tasks, each sending ``count`` requests one after another, and
 prints the worker's CPU time (``time.process_time``) per request. Layers, from the bottom:
 
+- ``floor``: the least any asyncio client pays for that GET on this machine: a bare
+  ``asyncio.Protocol`` on the same TLS connection sends the same request bytes and waits for the
+  reply's last byte (Content-Length only, no parsing, no checks, no cancel scopes);
 - ``lean``: ``LeanClient.request`` (trio_lease._lean_http), a GET of one Lease;
 - ``update``: ``KubernetesBackend.update``, a renewal's PUT with its checks, cache and records.
 
@@ -17,6 +20,7 @@ compare medians. The whole-process figure with the heartbeat and the shared watc
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -24,15 +28,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 
 from trio_lease import LeaseRecord
+from trio_lease._http import request_head
 from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
 
 from ._procs import Emulator, Proc
 
-LAYERS = ("lean", "update")
+LAYERS = ("floor", "lean", "update")
 
 
 async def _worker(kubeconfig: str, layer: str, concurrency: int, count: int) -> None:
@@ -48,6 +54,9 @@ async def _worker(kubeconfig: str, layer: str, concurrency: int, count: int) -> 
     unary = api._lease()._entry.unary
 
     async def one(name: str) -> None:
+        if layer == "floor":
+            await _floor(unary, api.item_path(name) + "?timeout=5s", count)
+            return
         record = records[name]
         for _ in range(count):
             if layer == "update":
@@ -64,6 +73,40 @@ async def _worker(kubeconfig: str, layer: str, concurrency: int, count: int) -> 
             tg.start_soon(one, name)
     cpu = time.process_time() - started
     print(json.dumps({"layer": layer, "us_per_request": cpu / (concurrency * count) * 1e6}))
+
+
+class _Bare(asyncio.Protocol):
+    """Counts a reply's bytes up to the end its Content-Length gives; nothing else."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.done: asyncio.Future[None] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        head_end = self.buffer.find(b"\r\n\r\n")
+        if head_end < 0:
+            return
+        length = int(self.buffer.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+        if len(self.buffer) >= head_end + 4 + length and self.done is not None:
+            self.buffer = b""
+            self.done.set_result(None)
+
+
+async def _floor(unary: Any, target: str, count: int) -> None:
+    loop = asyncio.get_running_loop()
+    data = request_head(
+        "GET", unary._prefix + target, [*unary._headers, ("Accept", "application/json")]
+    )
+    transport, bare = await loop.create_connection(
+        _Bare, unary._host, unary._port, ssl=unary._ssl,
+        server_hostname=unary._tls_hostname if unary._ssl is not None else None,
+    )
+    for _ in range(count):
+        bare.done = loop.create_future()
+        transport.write(data)
+        await bare.done
+    transport.close()
 
 
 def main() -> None:

@@ -237,3 +237,70 @@ async def test_both_request_paths_send_the_same_requests(monkeypatch: pytest.Mon
     assert [(request[0], request[-1]) for request in seen[True]] == [
         ("POST", 201), ("GET", 200), ("PUT", 200), ("GET", 200)
     ]
+
+
+async def test_a_watch_on_the_lean_path_reads_the_token_again_after_a_401(tmp_path: Path) -> None:
+    """A watch stream on the lean client sends the same credentials as a unary request and,
+    refused with a 401, runs the exec plugin again and reopens once (as httpx's auth flow did).
+    """
+    from trio_lease._lean_http import LeanStream
+    from trio_lease.backends.kubernetes._watch import _lines
+
+    script = tmp_path / "plugin.py"
+    script.write_text(PLUGIN)
+    count = tmp_path / "count"
+    config = ExecConfig(command=sys.executable, args=(str(script), str(count),
+                        "2099-01-01T00:00:00Z"))
+    emulator = KubeEmulator(require_auth=True)
+    emulator.add_token("exec-token-1", "u", groups=("system:masters",))
+    async with emulator.serve(tls=False) as server:
+        cluster = ClusterConfig(server=server.url, credentials=Credentials(exec=config))
+        async with KubernetesBackend(cluster) as backend:
+            await backend.create(LeaseRecord("x", holder="me", lease_duration=15))
+            emulator.add_token("exec-token-2", "u", groups=("system:masters",))
+            emulator.expire_token("exec-token-1")
+            api = backend._api
+            ctx = api.ctx("watch", "x")
+            params = {"watch": "1", "fieldSelector": "metadata.name=x", "timeoutSeconds": "30"}
+            with anyio.fail_after(10):
+                async with api.stream(api.collection_path(), params, ctx) as response:
+                    assert isinstance(response, LeanStream)
+                    assert response.status_code == 200
+                    async for line in _lines(response, ctx):
+                        event = json.loads(line)
+                        break
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "x")
+    assert count.read_text() == "2"
+    watches = [r.status for r in emulator.requests if r.query.get("watch") == "1"]
+    assert watches == [401, 200]
+
+
+async def test_a_lean_watch_stream_ends_at_its_read_timeout_with_a_typed_error() -> None:
+    """The read timeout bounds a lean stream's whole life: a server that keeps it open and
+    silent (or endless) gets BackendUnavailable, and the connection is closed (the server
+    finds it closed at its next events)."""
+    import httpx
+
+    from trio_lease import BackendUnavailable
+
+    emulator = KubeEmulator()
+    async with emulator.serve(tls=False) as server:
+        cluster = ClusterConfig(server=server.url, credentials=Credentials())
+        async with KubernetesBackend(cluster) as backend:
+            api = backend._api
+            ctx = api.ctx("watch")
+            params = {"watch": "1", "resourceVersion": "0", "timeoutSeconds": "60"}
+            with anyio.fail_after(10), pytest.raises(BackendUnavailable, match="timed out"):
+                async with api.stream(
+                    api.collection_path(), params, ctx, timeout=httpx.Timeout(5, read=0.3)
+                ) as response:
+                    assert response.status_code == 200
+                    async for _ in response.aiter_bytes():
+                        pass
+            assert len(emulator.open_watches()) == 1
+            for i in range(20):
+                await backend.create(LeaseRecord(f"later-{i}", holder="me", lease_duration=15))
+                if not emulator.open_watches():
+                    break
+                await anyio.sleep(0.05)
+            assert not emulator.open_watches()

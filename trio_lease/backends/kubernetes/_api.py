@@ -15,8 +15,9 @@ talk to the API server only through :class:`KubeApi`; none of them touches the H
 - **Credentials** (token re-reads, exec plugins, one retry after a 401 with a fresh token) are
   the pooled client's (:mod:`._client`, :mod:`._auth`). Every other answer and transport failure
   is mapped by :mod:`._errors`.
-- **Streams** (watches, the checker's probes) are opened within the request timeout and read
-  without one; transport errors while reading are mapped too, and the stream is closed on exit.
+- **Streams** (watches, the checker's probes) are opened within the request timeout; the read
+  timeout then bounds the whole stream (lean client) or each read (httpx); transport errors
+  while reading are mapped too, and the stream is closed on exit.
 - **Objects.** Every reply body is parsed with :func:`trio_lease._wire.load_json` (size and
   nesting capped), and an object is accepted in one place, :meth:`KubeApi.read_object`, with the
   checks of :mod:`._models`: the answer to a GET, POST or PUT, a LIST item or a watch event must
@@ -38,6 +39,7 @@ import httpx
 
 from ..._exceptions import BackendProtocolError
 from ..._http import Answer
+from ..._lean_http import LeanStream
 from ..._wire import JsonObject, Malformed, load_json
 from ._cache import ObjectCache
 from ._client import ClientLease, acquire_client, read_capped
@@ -61,6 +63,10 @@ DEFAULT_REQUEST_TIMEOUT: Final = 5.0
 MIN_RETRY_WAIT: Final = 0.05
 DEFAULT_RETRY_WAIT: Final = 1.0
 _TRANSPORT_ERRORS = (httpx.HTTPError, TimeoutError, OSError)
+#: The life of a lean stream opened without a read timeout (httpx's default read timeout).
+DEFAULT_STREAM_READ: Final = 60.0
+#: A streamed reply: httpx's, or the lean client's.
+Streamed = httpx.Response | LeanStream
 
 
 class KubeApi:
@@ -213,13 +219,22 @@ class KubeApi:
         ctx: RequestContext,
         *,
         timeout: httpx.Timeout | None = None,
-    ) -> AsyncIterator[httpx.Response]:
+    ) -> AsyncIterator[Streamed]:
         """A streamed GET, opened within the request timeout; closed on exit.
 
-        ``timeout``: httpx's timeouts for the stream (default: the client's). Transport errors,
-        while opening or while the caller reads the body, are mapped by :mod:`._errors`.
+        ``timeout``: httpx's timeouts for the stream (default: the client's). On the lean
+        client (no proxy, no injected transport) its read timeout bounds the whole stream
+        instead of each read: one timer per stream, not one per event, and a server that
+        keeps a watch open past its ``timeoutSeconds`` (with bookmarks, say) cannot keep it
+        forever. Transport errors, while opening or while the caller reads the body, are
+        mapped by :mod:`._errors`.
         """
-        client = self.client()
+        lease = self._lease()
+        if lease.lean:
+            async with self._lean_stream(lease, path, params, ctx, timeout) as lean:
+                yield lean
+            return
+        client = lease.client
         request = client.build_request(
             "GET",
             path,
@@ -240,7 +255,36 @@ class KubeApi:
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                 await response.aclose()
 
-    async def failure(self, response: httpx.Response, ctx: RequestContext) -> ApiStatus:
+    @contextlib.asynccontextmanager
+    async def _lean_stream(
+        self,
+        lease: ClientLease,
+        path: str,
+        params: dict[str, str],
+        ctx: RequestContext,
+        timeout: httpx.Timeout | None,
+    ) -> AsyncIterator[LeanStream]:
+        try:
+            with anyio.fail_after(self.timeout):
+                stream = await lease.open_stream(path, params)
+        except _TRANSPORT_ERRORS as exc:
+            raise map_transport_error(exc, ctx) from None
+        assert stream is not None
+        life = (timeout.read if timeout is not None else None) or DEFAULT_STREAM_READ
+        try:
+            with anyio.move_on_after(life) as scope:
+                yield stream
+        except httpx.HTTPError as exc:
+            raise map_transport_error(exc, ctx) from None
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                await stream.aclose()
+        if scope.cancelled_caught:
+            raise map_transport_error(
+                httpx.ReadTimeout(f"the stream was still open after {life:g} s"), ctx
+            )
+
+    async def failure(self, response: Streamed, ctx: RequestContext) -> ApiStatus:
         """The failure answer of a stream that did not open (its body read, capped)."""
         return parse_status(await read_capped(response, "GET", ctx.target))
 

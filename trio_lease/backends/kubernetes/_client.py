@@ -41,8 +41,10 @@ or an injected transport is configured; or the injected transport's own seam whe
 one (the in-process emulator's), so unit tests on the emulator run this same request code.
 Every seam reads a reply through :class:`~trio_lease._http.CappedBody`: a body over
 :data:`MAX_BODY` is a :class:`~trio_lease.BackendProtocolError` after reading one byte more
-than the cap, never an unbounded buffer. Watch streams stay on httpx (with :class:`KubeAuth`'s
-flow); their error bodies are read with :func:`read_capped`.
+than the cap, never an unbounded buffer. Watch streams go the same way through
+:meth:`ClientLease.open_stream` when the lean client is the seam (same headers, same retry
+after a 401), else through httpx (with :class:`KubeAuth`'s flow); their error bodies are read
+with :func:`read_capped`.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ import httpx
 
 from ..._http import Answer, CappedBody, HttpxUnary, Unary, unary_for
 from ..._http import read_capped as _read_capped
-from ..._lean_http import LeanClient
+from ..._lean_http import LeanClient, LeanStream
 from ..._slots import Slots
 from ..._version import __version__
 from ..._wire import MAX_BODY_BYTES
@@ -226,6 +228,30 @@ class ClientLease:
             reply = await unary.request(method, target, headers=retry, body=data)
         return reply
 
+    @property
+    def lean(self) -> bool:
+        """True when the lean client is the seam: streams go through :meth:`open_stream`."""
+        return self._entry.lean is not None
+
+    async def open_stream(self, path: str, query: dict[str, str]) -> LeanStream | None:
+        """A streamed GET on the lean client (None when httpx is the seam); close it.
+
+        As :meth:`send`: the same headers, and after a 401 the token is read again and the
+        request sent once more. The caller bounds the time.
+        """
+        lean = self._entry.lean
+        if lean is None:
+            return None
+        target = f"{path}?{urlencode(query)}" if query else path
+        auth = self._entry.auth
+        headers = [*_HEADERS, *await auth.headers()]
+        stream = await lean.open_stream("GET", target, headers=headers)
+        retry = await auth.headers_after(stream.status_code, headers)
+        if retry is not None:
+            await stream.aclose()
+            stream = await lean.open_stream("GET", target, headers=retry)
+        return stream
+
     def evict(self) -> None:
         """Stop handing this client to new users (its CA file changed); users keep theirs."""
         if _POOL.get(self.key) is self._entry:
@@ -245,12 +271,16 @@ class ClientLease:
                 await entry.client.aclose()
 
 
-async def read_capped(response: httpx.Response, method: str, target: str) -> Answer:
+async def read_capped(
+    response: httpx.Response | LeanStream, method: str, target: str
+) -> Answer:
     """Read a streamed ``response`` and close it; over MAX_BODY_BYTES is BackendProtocolError.
 
     ``method`` and ``target`` (a path or an object's description, never server text) name the
     request in the message.
     """
+    if isinstance(response, LeanStream):
+        return await response.read(MAX_BODY_BYTES)
     return await _read_capped(
         response, CappedBody(MAX_BODY_BYTES, f"the answer to {method} {target}")
     )

@@ -60,7 +60,7 @@ from ..._exceptions import (
     LeaseConfigError,
 )
 from ..._wire import JsonObject
-from ._api import KubeApi
+from ._api import KubeApi, Streamed
 from ._errors import RequestContext, error_for, error_from
 from ._reading import resource_version
 
@@ -297,7 +297,7 @@ def _list_items(api: KubeApi, body: object) -> tuple[list[object], str]:
     return items, version
 
 
-async def _check_opened(api: KubeApi, response: httpx.Response, ctx: RequestContext) -> None:
+async def _check_opened(api: KubeApi, response: Streamed, ctx: RequestContext) -> None:
     """Raise unless the watch opened: 410 re-lists, 403 polls, configuration errors raise."""
     if response.status_code == 410:
         raise _Resync
@@ -312,7 +312,7 @@ async def _check_opened(api: KubeApi, response: httpx.Response, ctx: RequestCont
     raise BackendUnavailable(f"watch of {ctx.target} failed with {status.code}")
 
 
-async def _lines(response: httpx.Response, ctx: RequestContext) -> AsyncIterator[bytes]:
+async def _lines(response: Streamed, ctx: RequestContext) -> AsyncIterator[bytes]:
     """The non-empty lines of a watch stream; a line over MAX_LINE_BYTES is a protocol error."""
     buffer = bytearray()
     async for chunk in response.aiter_bytes():
