@@ -18,7 +18,7 @@ import anyio.abc
 import httpx
 import pytest
 
-from trio_lease import BackendProtocolError, _lean_http
+from trio_lease import BackendProtocolError, _lean_io
 from trio_lease._http import HttpxUnary, Unary
 from trio_lease._lean_http import LeanClient
 
@@ -167,7 +167,7 @@ async def test_asyncio_uses_its_own_transport_and_trio_an_anyio_stream(anyio_bac
         await client.request("GET", "/")
         kinds = [type(conn).__name__ for conn in client._idle]
         await client.aclose()
-    assert kinds == ["_NativeConnection" if anyio_backend == "asyncio" else "_Connection"]
+    assert kinds == ["NativeConnection" if anyio_backend == "asyncio" else "StreamConnection"]
 
 
 @pytest.mark.anyio
@@ -202,7 +202,7 @@ async def test_a_reply_larger_than_the_read_buffer_is_read_whole_in_one_piece() 
         big = await client.request("GET", "/big")
         after = await client.request("GET", "/after")
         await client.aclose()
-    assert len(body) > 4 * _lean_http._BUFFER_LIMIT
+    assert len(body) > 4 * _lean_io._BUFFER_LIMIT
     assert big.content == body
     assert after.json()["line"] == "GET /after HTTP/1.1"
     assert client.connections_opened == 1

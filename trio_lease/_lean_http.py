@@ -14,10 +14,8 @@ responses, and streamed replies (:meth:`LeanClient.open_stream`: a watch, read p
 it arrives, on its own connection). What it does not do: proxies, redirects, cookies,
 compression, HTTP/2.
 
-Connections: on asyncio, asyncio's own transport with reading left on (:class:`_NativeConnection`;
-anyio's stream switches reading on and off around every receive, two ``epoll_ctl`` calls each,
-plus a checkpoint: about 60 to 90 µs per request on the benchmark machine, a quarter of the
-request, tools/benchmarks/README.md); on trio, an anyio stream (:class:`_Connection`).
+Connections (:mod:`._lean_io`): on asyncio, asyncio's own transport with reading left on; on
+trio, an anyio stream.
 
 Connection reuse: an idle connection whose socket is readable (the server closed it, or sent
 something unasked) is discarded before use, found by one non-blocking ``poll``. A
@@ -37,169 +35,27 @@ scope.
 from __future__ import annotations
 
 import asyncio
-import collections
-import select
 import ssl
 from collections.abc import AsyncIterator, Sequence
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import httpx
 import sniffio
 
 from ._http import CappedBody, Headers, Reply, ServerURL, request_head
-from ._http11 import END, NEED_DATA, Head, ReplyError, ReplyReader
+from ._http11 import END, Head, ReplyReader
+from ._lean_io import (
+    NOT_SENT,
+    AnyConnection,
+    NativeConnection,
+    Reader,
+    StreamConnection,
+    next_piece,
+)
 from ._wire import MAX_BODY_BYTES
 
 __all__ = ["LeanClient", "LeanStream"]
-
-_READ_SIZE = 65536
-_BUFFER_LIMIT = 4 * _READ_SIZE
-_poll = getattr(select, "poll", None)  # select.select where there is no poll (Windows)
-_NOT_SENT = (OSError, ssl.SSLError, anyio.BrokenResourceError, anyio.EndOfStream)
-
-
-class _Connection:
-    """One connection over an anyio byte stream (on trio)."""
-
-    __slots__ = ("fd", "stream")
-
-    def __init__(self, stream: anyio.abc.ByteStream) -> None:
-        self.stream = stream
-        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
-        self.fd = raw.fileno() if raw is not None else -1
-
-    def is_alive(self) -> bool:
-        """False if the idle socket is readable: the server closed it or sent something."""
-        return _quiet(self.fd)
-
-    async def send(self, data: bytes) -> None:
-        await self.stream.send(data)
-
-    async def receive(self) -> bytes:
-        """The next bytes; b"" at the end of the stream."""
-        try:
-            return await self.stream.receive(_READ_SIZE)
-        except anyio.EndOfStream:
-            return b""
-
-    async def close(self) -> None:
-        await anyio.aclose_forcefully(self.stream)
-
-
-class _Reader(asyncio.Protocol):
-    """asyncio's side of a :class:`_NativeConnection`: received bytes, the end, and a waiter.
-
-    Reading stays on for the connection's life (anyio's streams switch it on and off around
-    every receive, two ``epoll_ctl`` calls each), paused only while more than
-    ``_BUFFER_LIMIT`` bytes wait to be parsed.
-    """
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.chunks: collections.deque[bytes] = collections.deque()
-        self.buffered = 0
-        self.ended = False
-        self.paused = False
-        self.waiter: asyncio.Future[None] | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self.chunks.append(data)
-        self.buffered += len(data)
-        if self.buffered > _BUFFER_LIMIT and self.transport is not None and not self.paused:
-            self.paused = True
-            self.transport.pause_reading()
-        self._wake()
-
-    def eof_received(self) -> bool:
-        self.ended = True
-        self._wake()
-        return False  # close the transport
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.ended = True
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-
-class _NativeConnection:
-    """One connection on asyncio's own transport: the lean path's hot loop, on asyncio.
-
-    Measured (tools/benchmarks/README.md, "Issue 15, session 7"): per request, anyio's stream
-    costs a checkpoint, a resource guard and two ``epoll_ctl`` system calls on top of the
-    transport; this class costs a future.
-    """
-
-    __slots__ = ("fd", "reader", "transport")
-
-    def __init__(self, transport: asyncio.Transport, reader: _Reader) -> None:
-        self.transport = transport
-        self.reader = reader
-        raw = transport.get_extra_info("socket")
-        self.fd = raw.fileno() if raw is not None else -1
-
-    def is_alive(self) -> bool:
-        """False if the server closed the connection or sent something unasked."""
-        reader = self.reader
-        if reader.ended or reader.chunks or self.transport.is_closing():
-            return False
-        return _quiet(self.fd)
-
-    async def send(self, data: bytes) -> None:
-        # As anyio's streams do: no byte leaves a scope that is already cancelled (a task that
-        # runs on after an event-loop stall, its wait having completed, must not write).
-        await anyio.lowlevel.checkpoint_if_cancelled()
-        if self.transport.is_closing() or self.reader.ended:
-            raise anyio.BrokenResourceError("the connection is closed")
-        self.transport.write(data)  # a request is small: the kernel takes it whole or buffers
-
-    async def receive(self) -> bytes:
-        """The next bytes; b"" at the end of the stream."""
-        reader = self.reader
-        while not reader.chunks:
-            if reader.ended:
-                return b""
-            waiter = reader.waiter = asyncio.get_running_loop().create_future()
-            try:
-                await waiter
-            finally:
-                reader.waiter = None
-        data = reader.chunks.popleft()
-        reader.buffered -= len(data)
-        if reader.paused and reader.buffered <= _BUFFER_LIMIT // 2:
-            reader.paused = False
-            self.transport.resume_reading()
-        return data
-
-    async def close(self) -> None:
-        self.transport.abort()
-
-
-_AnyConnection = _Connection | _NativeConnection
-
-
-def _quiet(fd: int) -> bool:
-    """True unless the socket ``fd`` is readable (closed by the server, or unasked bytes)."""
-    if fd < 0:
-        return True
-    try:
-        if _poll is not None:
-            poller = _poll()
-            poller.register(fd, select.POLLIN)
-            return not poller.poll(0)
-        return not select.select([fd], [], [], 0)[0]
-    except (OSError, ValueError):
-        return False
-
 
 class LeanClient:
     """Unary HTTP/1.1 requests to one server over a few keep-alive connections.
@@ -247,7 +103,7 @@ class LeanClient:
         self._connect_timeout = connect_timeout
         self._max_idle = max_idle
         self._max_body = max_body
-        self._idle: list[_AnyConnection] = []
+        self._idle: list[AnyConnection] = []
         self._closed = False
         self.connections_opened = 0
 
@@ -282,7 +138,7 @@ class LeanClient:
         try:
             try:
                 await conn.send(data)
-            except _NOT_SENT as exc:
+            except NOT_SENT as exc:
                 what = type(exc).__name__
                 raise httpx.WriteError(f"sending the request failed ({what})") from exc
             reply = await self._receive(
@@ -323,11 +179,11 @@ class LeanClient:
         try:
             try:
                 await conn.send(data)
-            except _NOT_SENT as exc:
+            except NOT_SENT as exc:
                 failure = type(exc).__name__
                 raise httpx.WriteError(f"sending the request failed ({failure})") from exc
             while True:
-                event = await _next(conn, reader)
+                event = await next_piece(conn, reader)
                 if isinstance(event, Head):
                     return LeanStream(event, conn, reader, what)
                 if event is END:  # pragma: no cover - the reader gives the head first
@@ -336,22 +192,22 @@ class LeanClient:
             await conn.close()
             raise
 
-    async def _connection(self, connect_timeout: float, *, reuse: bool = True) -> _AnyConnection:
+    async def _connection(self, connect_timeout: float, *, reuse: bool = True) -> AnyConnection:
         while reuse and self._idle:
             idle = self._idle.pop()
             if idle.is_alive():
                 return idle
             await idle.close()
-        conn: _AnyConnection
+        conn: AnyConnection
         try:
             with anyio.fail_after(connect_timeout):
                 if sniffio.current_async_library() == "asyncio":
                     conn = await self._connect_native()
                 else:
-                    conn = _Connection(await self._connect_stream())
+                    conn = StreamConnection(await self._connect_stream())
         except TimeoutError as exc:
             raise httpx.ConnectTimeout("connecting to the server timed out") from exc
-        except _NOT_SENT as exc:
+        except NOT_SENT as exc:
             raise httpx.ConnectError(f"could not connect ({type(exc).__name__}: {exc})") from exc
         self.connections_opened += 1
         return conn
@@ -367,23 +223,23 @@ class LeanClient:
             tls_standard_compatible=False,
         )
 
-    async def _connect_native(self) -> _NativeConnection:
+    async def _connect_native(self) -> NativeConnection:
         loop = asyncio.get_running_loop()
         transport, reader = await loop.create_connection(
-            _Reader,
+            Reader,
             self._host,
             self._port,
             ssl=self._ssl,
             server_hostname=self._tls_hostname if self._ssl is not None else None,
         )
         assert isinstance(transport, asyncio.Transport)
-        return _NativeConnection(transport, reader)
+        return NativeConnection(transport, reader)
 
-    async def _receive(self, conn: _AnyConnection, reader: ReplyReader, what: str) -> Reply:
+    async def _receive(self, conn: AnyConnection, reader: ReplyReader, what: str) -> Reply:
         head: Head | None = None
         body = CappedBody(self._max_body, what)
         while True:
-            event = await _next(conn, reader)
+            event = await next_piece(conn, reader)
             if type(event) is bytes:
                 body.add(event)  # over the cap: the caller closes the connection
             elif isinstance(event, Head):
@@ -400,22 +256,6 @@ class LeanClient:
             await conn.close()
 
 
-async def _next(conn: _AnyConnection, reader: ReplyReader) -> Head | bytes | object:
-    """The reply's next piece (a :class:`Head`, body bytes or ``END``), reading as needed."""
-    while True:
-        try:
-            event = reader.next_event()
-        except ReplyError as exc:
-            raise httpx.RemoteProtocolError(f"malformed response: {exc}") from None
-        if event is not NEED_DATA:
-            return event
-        try:
-            data = await conn.receive()
-        except _NOT_SENT as exc:
-            raise httpx.ReadError(f"reading the reply failed ({type(exc).__name__})") from exc
-        reader.receive_data(data)
-
-
 class LeanStream:
     """A streamed reply (:meth:`LeanClient.open_stream`): the head read, the body to come.
 
@@ -426,7 +266,7 @@ class LeanStream:
 
     __slots__ = ("_conn", "_reader", "description", "raw_headers", "status_code")
 
-    def __init__(self, head: Head, conn: _AnyConnection, reader: ReplyReader, what: str) -> None:
+    def __init__(self, head: Head, conn: AnyConnection, reader: ReplyReader, what: str) -> None:
         self.status_code: int = head.status_code
         self.raw_headers: list[tuple[bytes, bytes]] = head.headers
         #: The request, for messages (method, target, server; never server text).
@@ -445,7 +285,7 @@ class LeanStream:
         """The body's pieces as they arrive, until the reply's end."""
         conn, reader = self._conn, self._reader
         while True:
-            event = await _next(conn, reader)
+            event = await next_piece(conn, reader)
             if type(event) is bytes:
                 yield event
             elif event is END:
