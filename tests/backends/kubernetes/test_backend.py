@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from datetime import UTC, datetime
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import anyio
 import httpx
@@ -28,6 +30,7 @@ def _delete(emulator: KubeEmulator, name: str) -> None:
     emulator.store.delete(rt, "default", name, {})
 KINDS = ["coordination.k8s.io/v1", "akka.io/v1"]
 NOW = datetime(2026, 3, 1, 10, 0, 0, 5, tzinfo=UTC)
+LATER = NOW + timedelta(seconds=2)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -318,3 +321,41 @@ async def test_at_most_four_requests_in_flight_and_an_urgent_one_overtakes_the_q
     assert len(names) == 21 and transport.peak == 4
     # Among the four handed a slot when the first four finish (in any order), not last.
     assert 4 <= names.index("renewal") < 8, names
+
+
+class _Bodies(httpx.AsyncBaseTransport):
+    """Wraps a transport (so requests go through httpx) and keeps each PUT's JSON body."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.puts: list[dict[str, Any]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "PUT":
+            self.puts.append(json.loads(await request.aread()))
+        return await self.inner.handle_async_request(request)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_write_sends_no_managed_fields_and_the_server_keeps_them(kind: str) -> None:
+    """An update without ``metadata.managedFields`` keeps the live object's: the real server's
+    FieldManager.Update falls back to them (k8s.io/apimachinery/pkg/util/managedfields/internal/
+    fieldmanager.go, decodeLiveOrNew; an empty list would reset them). So PUT bodies leave them
+    out, renewals and no-op writes alike, and nothing another manager recorded is lost."""
+    emulator = emulator_with_crd()
+    transport = _Bodies(emulator.transport())
+    async with make_backend(transport, kind=kind) as backend:
+        record = await backend.create(LeaseRecord("job", holder="me", lease_duration=15,
+                                                  fencing_token=1, renewed_at=NOW))
+        stored = emulator.get(kind, "leases", "job", "default")
+        assert stored is not None and stored["metadata"]["managedFields"]
+        before = {entry["manager"] for entry in stored["metadata"]["managedFields"]}
+        renewed = await backend.update(dataclasses.replace(record, renewed_at=LATER),
+                                       record.version)
+        same = await backend.update(renewed, renewed.version)  # changes nothing: a nonce
+        assert same.version != renewed.version
+    stored = emulator.get(kind, "leases", "job", "default")
+    assert stored is not None
+    assert len(transport.puts) == 2
+    assert all("managedFields" not in body["metadata"] for body in transport.puts)
+    assert {entry["manager"] for entry in stored["metadata"]["managedFields"]} == before

@@ -328,6 +328,12 @@ def _put_body(
         annotations[NONCE_ANNOTATION] = secrets.token_hex(4)
     metadata["resourceVersion"] = expected_version
     metadata["name"] = object_name
+    # Not sent: the server keeps the live object's managedFields when an update carries none
+    # (FieldManager.Update, k8s.io/apimachinery/pkg/util/managedfields/internal/
+    # fieldmanager.go: "If the managed field is empty ... let's try the live object"; an empty
+    # list would reset them). They are most of a Lease's bytes: a smaller body to encode, send
+    # and parse per renewal.
+    metadata.pop("managedFields", None)
     return body
 
 

@@ -1,11 +1,13 @@
 """Writing a record onto a Lease object: the body of a POST or PUT.
 
 Writes start from the last object read (kept by the backend's object cache) so every field we
-do not model (``strategy``, ``preferredHolder``, labels, annotations, managedFields, Akka's
-``version``) survives. A ``coordination.k8s.io/v1`` Lease gets the record in its spec; an
-``akka.io/v1`` object gets ``spec.owner`` and ``spec.time`` (epoch milliseconds) and the rest in
-``trio-lease.io/*`` annotations (see :mod:`._models` for the mapping). Both kinds keep a
-handover request in the annotation ``trio-lease.io/handover-to``, removed when there is none.
+do not model (``strategy``, ``preferredHolder``, labels, annotations, Akka's ``version``)
+survives; ``managedFields`` survives too, because a PUT leaves it out and the server then keeps
+the live object's (``_backend._put_body``). A ``coordination.k8s.io/v1`` Lease gets the record
+in its spec; an ``akka.io/v1`` object gets ``spec.owner`` and ``spec.time`` (epoch
+milliseconds) and the rest in ``trio-lease.io/*`` annotations (see :mod:`._models` for the
+mapping). Both kinds keep a handover request in the annotation ``trio-lease.io/handover-to``,
+removed when there is none.
 """
 
 from __future__ import annotations
