@@ -500,3 +500,31 @@ async def test_own_renewals_are_skipped_undecoded_and_a_takeover_is_still_seen()
                 marks.append(anyio.current_time())
                 await anyio.sleep(3600)
         assert anyio.current_time() - marks[0] < 0.1
+
+
+async def test_a_release_in_this_process_wakes_a_waiter_of_this_process_at_once() -> None:
+    """A holder's release is never skipped as an own write: a waiter on the same backend sees
+    it on the label stream and takes the lease at once, not at its next poll (60 s here)."""
+    emulator = emulator_with_crd()
+    settings = LeaseSettings(heartbeat_timeout=15, heartbeat_interval=1.5,
+                             lease_operation_timeout=0.5, poll_interval=60)
+    released: list[float] = []
+    running: list[float] = []
+    async with make_backend(emulator.transport()) as backend:
+        holding = anyio.Event()
+
+        async def hold() -> None:
+            async with Lease("job", "a", backend, settings).held():
+                holding.set()
+                await anyio.sleep(5)  # three renewals, skipped as own writes, while b waits
+            released.append(anyio.current_time())  # held() has released the lease
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold)
+            await holding.wait()
+            async with Lease("job", "b", backend, settings).held(timeout=120):
+                running.append(anyio.current_time())
+        feed = _feeds[backend]
+        assert isinstance(feed, KubernetesFeed) and feed.own_skipped >= 3
+    assert released and running
+    assert running[0] - released[0] < 0.1

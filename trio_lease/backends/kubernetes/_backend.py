@@ -214,7 +214,10 @@ class KubernetesBackend(LeaseBackend):
                         "precondition); the outcome is unknown"
                     )
                 written = objects.record(record.name, stored)
-                objects.wrote(object_name, written.version)
+                if written.holder and not written.handover_to:
+                    # Only a held state's event may be skipped undecoded (._feed): a release or
+                    # a handover request is news to the waiters and holders of this process.
+                    objects.wrote(object_name, written.version)
                 return written
         except BaseException:
             objects.forget(object_name)  # unknown outcome: re-read before the next write

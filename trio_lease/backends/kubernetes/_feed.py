@@ -261,7 +261,9 @@ class KubernetesFeed(WatchFeed):
         Most events a holder's stream carries are its own renewals; decoding them cost about a
         tenth of the client's CPU per renewal. The first resourceVersion in the line is the
         object's (a key inside a string value would be escaped); a version this process wrote
-        names the event of that write. Skipping it only withholds a hint from this process's
+        names the event of that write. Only writes of a held state are recorded (a renewal or
+        an acquisition; not a release or a handover request, which a waiter or the holder in
+        this process must see at once). Skipping one only withholds a hint from this process's
         subscribers (a holder ignores its own writes; a waiter's countdown restarts at its next
         read instead, later, which is the safe side); the resume point still moves.
         """
