@@ -190,3 +190,30 @@ async def test_a_name_no_row_can_have_is_left_out(tmp_path: Path) -> None:
             async with running(feed, "bad\udc80", "job") as published:
                 await until(lambda: feed.polls >= 3)
     assert published == [("job", created)]
+
+
+async def test_a_release_in_this_process_wakes_the_poller_at_once(tmp_path: Path) -> None:
+    """A release by this backend object pokes its poller: a waiter of the same process takes
+    the lease without waiting for the next poll (30 s apart here, past the hang guard)."""
+    settings = LeaseSettings(heartbeat_timeout=60, heartbeat_interval=20,
+                             lease_operation_timeout=2, poll_interval=60)
+    got: list[str] = []
+    async with SqliteBackend(tmp_path / "l.db", watch_interval=30) as backend:
+        holding = anyio.Event()
+
+        async def hold() -> None:
+            async with Lease("job", "a", backend, settings).held():
+                holding.set()
+                await anyio.sleep(0.5)  # b is waiting on the watch by then
+
+        with anyio.fail_after(10):  # the hang guard: the next poll would be 30 s away
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(hold)
+                await holding.wait()
+                async with Lease("job", "b", backend, settings).held():
+                    got.append("b")
+        feed = backend._feed
+        assert feed is not None
+        polls = feed.polls
+    assert got == ["b"]
+    assert polls <= 4  # the first polls of a and b, and one after the release

@@ -163,7 +163,10 @@ class SqliteBackend(LeaseBackend):
 
     async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
         values = storable(record, self.path)
-        return await self._run(lambda conn: self._write(conn, values, expected_version))
+        written = await self._run(lambda conn: self._write(conn, values, expected_version))
+        if self._feed is not None and (not written.holder or written.handover_to):
+            self._feed.poke()  # news for this process's waiters or holder: poll now
+        return written
 
     def _write(
         self, conn: sqlite3.Connection, values: tuple[object, ...], expected: str | None

@@ -1,15 +1,16 @@
 """SqliteFeed: the shared watch of a :class:`~trio_lease.backends.sqlite.SqliteBackend`.
 
-One poller per backend object follows every lease the process watches: one connection of its
-own (kept across runs, closed with the backend), one worker-thread call per ``watch_interval``.
-Each call reads ``PRAGMA data_version`` (SQLite's counter that moves when another connection
-commits to the file, including this backend object's own writing connection); when it did not
-move, the call does nothing else. When it moved, the call reads the rows of the watched leases
-(``SELECT ... WHERE name IN (...)``, :data:`CHUNK` names per statement) and the feed publishes
-each lease whose version differs from the one it published last (None for a row that is gone).
-A watched lease the feed has not read yet (newly watched, or the first poll of a new
-connection, whose ``data_version`` is not comparable with the old one's) is read at the next
-poll whatever ``data_version`` says.
+One poller per backend object follows every lease the process watches: one connection of its own
+(kept across runs, closed with the backend), one worker-thread call per ``watch_interval``, or
+at once after this backend object released a lease or asked for a handover
+(:meth:`SqliteFeed.poke`). Each call reads ``PRAGMA data_version`` (SQLite's counter that moves
+when another connection commits to the file, including this backend object's own writing
+connection); when it did not move, the call does nothing else. When it moved, the call reads the
+rows of the watched leases (``SELECT ... WHERE name IN (...)``, :data:`CHUNK` names per
+statement) and the feed publishes each lease whose version differs from the one it published
+last (None for a row that is gone). A watched lease the feed has not read yet (newly watched, or
+the first poll of a new connection, whose ``data_version`` is not comparable with the old one's)
+is read at the next poll whatever ``data_version`` says.
 
 The versions published last (:attr:`SqliteFeed.known`) are kept on the feed, so a run the hub
 cancelled and started again publishes only what changed meanwhile. A row whose name or version
@@ -82,6 +83,7 @@ class SqliteFeed(WatchFeed):
         self.connections: int = 0
         self._data_version: int | None = None
         self._pause = watch_interval
+        self._poked: anyio.Event | None = None
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._lock = threading.Lock()
@@ -110,7 +112,16 @@ class SqliteFeed(WatchFeed):
                     self.known[name] = version
                     publish(name, state)
             self._pause = self.watch_interval  # polls succeed: no backoff
-            await anyio.sleep(self.watch_interval)
+            self._poked = poked = anyio.Event()
+            with anyio.move_on_after(self.watch_interval):
+                await poked.wait()
+            self._poked = None
+
+    def poke(self) -> None:
+        """Poll now: this backend object released a lease or asked for a handover (a waiter or
+        holder of this process should not wait for the next poll)."""
+        if self._poked is not None:
+            self._poked.set()
 
     def close(self) -> None:
         """(worker thread) Close the poller's connection for good (the backend is closed)."""
