@@ -140,7 +140,8 @@ async def test_a_deleted_row_is_published_as_none(tmp_path: Path) -> None:
 
 
 async def test_the_poller_selects_nothing_while_data_version_stands(tmp_path: Path) -> None:
-    """Polls with an unmoved data_version run no SELECT; a commit makes one, once per change."""
+    """Polls with an unmoved data_version run no SELECT; a commit makes two (the rows written
+    since the last poll, and a count of the watched ones), once per change."""
     path = tmp_path / "leases.sqlite3"
     async with SqliteBackend(path, watch_interval=0.01) as backend, SqliteBackend(path) as other:
         created = await other.create(LeaseRecord(name="job", holder="a"))
@@ -149,15 +150,16 @@ async def test_the_poller_selects_nothing_while_data_version_stands(tmp_path: Pa
             async with running(feed, "job") as published:
                 await until(lambda: feed.polls >= 10)
                 assert (feed.selects, published) == (1, [("job", created)])
+                # A commit: the rows written since the last counter, and a count of ours.
                 await other.create(LeaseRecord(name="unwatched", holder="b"))
-                await until(lambda: feed.selects == 2)
+                await until(lambda: feed.selects == 3)
                 polls = feed.polls
                 await until(lambda: feed.polls >= polls + 10)
-                assert (feed.selects, len(published)) == (2, 1)  # nothing of ours changed
+                assert (feed.selects, len(published)) == (3, 1)  # nothing of ours changed
                 renewed = await other.update(created, created.version)
                 await until(lambda: len(published) == 2)
     assert published[1] == ("job", renewed)
-    assert feed.selects == 3
+    assert feed.selects == 5
 
 
 async def test_a_rerun_publishes_only_what_changed_meanwhile(tmp_path: Path) -> None:
@@ -217,3 +219,29 @@ async def test_a_release_in_this_process_wakes_the_poller_at_once(tmp_path: Path
         polls = feed.polls
     assert got == ["b"]
     assert polls <= 4  # the first polls of a and b, and one after the release
+
+
+async def test_a_write_to_one_of_many_watched_leases_decodes_one_row(tmp_path: Path) -> None:
+    """After the first poll, a renewal of one of 100 watched leases is read as that one row
+    (the rows above the file's version counter), not all 100; a deleted row is still found (the
+    count of watched rows falls short) and published as None, and an insert as the new row."""
+    path = tmp_path / "leases.sqlite3"
+    async with SqliteBackend(path, watch_interval=0.01) as backend, SqliteBackend(path) as other:
+        made = [await other.create(LeaseRecord(name=f"job-{i}", holder="a")) for i in range(100)]
+        feed = backend.watch_feed()
+        names = [f"job-{i}" for i in range(100)] + ["later"]
+        with anyio.fail_after(LIMIT):
+            async with running(feed, *names) as published:
+                await until(lambda: len(published) == 101)  # "later": None
+                before = feed.rows_read
+                renewed = await other.update(made[7], made[7].version)
+                await until(lambda: len(published) == 102)
+                assert published[-1:] == [("job-7", renewed)]
+                assert feed.rows_read == before + 1
+                with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+                    conn.execute("DELETE FROM leases WHERE name = 'job-3'")
+                await until(lambda: len(published) == 103)
+                assert published[-1:] == [("job-3", None)]
+                later = await other.create(LeaseRecord(name="later", holder="b"))
+                await until(lambda: len(published) == 104)
+                assert published[-1:] == [("later", later)]
