@@ -52,6 +52,7 @@ from ._lean_io import (
     Reader,
     StreamConnection,
     next_piece,
+    send_request,
 )
 from ._wire import MAX_BODY_BYTES
 
@@ -136,11 +137,7 @@ class LeanClient:
         conn = await self._connection(connect_timeout or self._connect_timeout)
         reader = ReplyReader()
         try:
-            try:
-                await conn.send(data)
-            except NOT_SENT as exc:
-                what = type(exc).__name__
-                raise httpx.WriteError(f"sending the request failed ({what})") from exc
+            await send_request(conn, data)
             reply = await self._receive(
                 conn, reader, CappedBody.describe(method, target, self.origin)
             )
@@ -177,11 +174,7 @@ class LeanClient:
         reader = ReplyReader()
         what = CappedBody.describe(method, target, self.origin)
         try:
-            try:
-                await conn.send(data)
-            except NOT_SENT as exc:
-                failure = type(exc).__name__
-                raise httpx.WriteError(f"sending the request failed ({failure})") from exc
+            await send_request(conn, data)
             while True:
                 event = await next_piece(conn, reader)
                 if isinstance(event, Head):

@@ -24,7 +24,13 @@ import httpx
 from ._http11 import NEED_DATA, Head, ReplyError, ReplyReader
 
 __all__ = [
-    "NOT_SENT", "AnyConnection", "NativeConnection", "Reader", "StreamConnection", "next_piece",
+    "NOT_SENT",
+    "AnyConnection",
+    "NativeConnection",
+    "Reader",
+    "StreamConnection",
+    "next_piece",
+    "send_request",
 ]
 
 _READ_SIZE = 65536
@@ -173,6 +179,14 @@ def _quiet(fd: int) -> bool:
     except (OSError, ValueError):
         return False
 
+
+
+async def send_request(conn: AnyConnection, data: bytes) -> None:
+    """Send a request's bytes; a failure is :class:`httpx.WriteError` (the outcome unknown)."""
+    try:
+        await conn.send(data)
+    except NOT_SENT as exc:
+        raise httpx.WriteError(f"sending the request failed ({type(exc).__name__})") from exc
 
 
 async def next_piece(conn: AnyConnection, reader: ReplyReader) -> Head | bytes | object:
