@@ -156,10 +156,7 @@ class Runner:
         params = {**self.base(lib, "steady", timings), **extra}
         params.update(n=n, window=window, ramp=max(params["R"], n / ACQUIRE_RATE))
         if params["backend"] == "kube":
-            # A fresh emulator per step: the Leases earlier steps leave behind (held, labelled)
-            # fill the shared watch's first LIST, which the emulator serves in its one thread;
-            # in the --full run of 2026-11-26 that stalled later steps for up to 16 s (losses
-            # from the 500-lease confirm step on, and in every pool row).
+            # Fresh: earlier steps' Leases fill the shared watch's first LIST (README, session 8).
             self.emulator.restart()
         raw = self.worker(lib, scenario, params, params["ramp"] + window + 180, module)
         return {"params": params, "raw": raw, **derive_steady(raw, params)}
