@@ -344,10 +344,8 @@ def run(mode: str, out: Path, only: set[str] | None = None) -> Params:
                     for label, pool in POOLS.items() if label in plan["pools"]
                 }
             if any(want(name) for name in ("handover", "cold", "loss", "failover")):
-                # Latencies against a fresh emulator: the steady and capacity steps leave
-                # thousands of Lease objects behind. In the run of 04:22 UTC against that
-                # store a third of trio_lease's failover samples came one R late (and
-                # kubernetes_asyncio's p99 rose by 0.8 s); in a rerun on a fresh one, none.
+                # Latencies against a fresh emulator: earlier steps leave thousands of Leases
+                # behind (README, "Rerun of the latencies": failovers one R late against them).
                 emulator.stop()
                 emulator = runner.emulator = Emulator(Path(tmp) / "kubeconfig")
             if want("handover"):
