@@ -159,9 +159,11 @@ class LeanClient:
         target: str,
         *,
         headers: Sequence[tuple[str, str]] = (),
+        body: bytes | None = None,
         connect_timeout: float | None = None,
     ) -> LeanStream:
-        """Send one request and read the reply's head; its body is read from the stream.
+        """Send one request (with ``body``, if given) and read the reply's head; its body is
+        read from the stream.
 
         The stream has a connection of its own for its whole life (a watch lasts minutes), is
         never put back for reuse, and must be closed (:meth:`LeanStream.aclose`). The caller's
@@ -169,7 +171,12 @@ class LeanClient:
         """
         if self._closed:
             raise RuntimeError("this client is closed")
-        data = request_head(method, self._prefix + target, [*self._headers, *headers])
+        all_headers = [*self._headers, *headers]
+        if body is not None:
+            all_headers.append(("Content-Length", str(len(body))))
+        data = request_head(method, self._prefix + target, all_headers)
+        if body:
+            data += body
         conn = await self._connection(connect_timeout or self._connect_timeout, reuse=False)
         reader = ReplyReader()
         what = CappedBody.describe(method, target, self.origin)

@@ -21,6 +21,7 @@ import pytest
 from tests.etcd_server import EtcdCluster
 from trio_lease import Lease, LeaseLost, LeaseRecord, LeaseSettings
 from trio_lease._abc import Watched
+from trio_lease._lean_http import LeanClient
 from trio_lease._shared_watch import shared_watch
 from trio_lease.backends.etcd import EtcdBackend, _feed
 from trio_lease.backends.etcd._feed import EtcdFeed, prefix_end
@@ -39,6 +40,8 @@ class _Cuttable(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self.inner:
+            if self.tap.hold is not None:
+                await self.tap.hold.wait()
             if self.tap.cut_next:
                 self.tap.cut_next = False
                 raise httpx.ReadError("connection cut by the test")
@@ -62,6 +65,8 @@ class Tap(httpx.AsyncBaseTransport):
         self.cut_next = False
         #: When set, new watch requests wait for it.
         self.gate: anyio.Event | None = None
+        #: When set, the open stream's chunks wait for it (events queue up behind it).
+        self.hold: anyio.Event | None = None
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if request.url.path != "/v3/watch":
@@ -182,6 +187,44 @@ async def test_a_foreign_write_cancels_the_holder_before_its_next_renewal(
     assert updates[0] == 0  # lost on the watch: the first renewal (20 s on) never came
 
 
+async def test_own_held_writes_are_skipped_undecoded_and_a_takeover_is_still_seen(
+    etcd_server: EtcdCluster, etcd_backend_factory: Callable[[], EtcdBackend], etcd_prefix: str
+) -> None:
+    """Real etcd's lines of this process's own renewals are skipped before decoding (the
+    resume point still moves past them); a release written here and a foreign takeover after
+    them are published. The stream is held while the renewals are written, so each renewal's
+    answer has come before its event: the skip does not depend on who wins that race."""
+    tap = Tap()
+    mine = EtcdBackend(etcd_server.endpoints, prefix=etcd_prefix, transport=tap)
+    async with mine, etcd_backend_factory() as other:
+        created = await mine.create(LeaseRecord(name="job", holder="me"))
+        feed = mine.watch_feed()
+        with anyio.fail_after(LIMIT):
+            async with running(feed, "job") as published:
+                await until(lambda: published == [("job", created)] and tap.open == 1)
+                tap.hold = anyio.Event()
+                current, renewals = created, []
+                for _ in range(5):
+                    current = await mine.update(current, current.version)
+                    renewals.append(int(current.version))
+                assert all(revision in feed.own_writes for revision in renewals)
+                tap.hold.set()
+                await until(lambda: feed.revision == int(current.version))
+                assert published == [("job", created)]  # none of the five decoded
+                assert feed.own_skipped >= 1  # one line per revision, unless etcd batched them
+                assert not any(revision in feed.own_writes for revision in renewals)
+                released = await mine.update(
+                    LeaseRecord(name="job", holder="", fencing_token=current.fencing_token),
+                    current.version,
+                )
+                await until(lambda: len(published) == 2)
+                taken = await other.update(
+                    dataclasses.replace(released, holder="intruder"), released.version
+                )
+                await until(lambda: len(published) == 3)
+    assert published[1:] == [("job", released), ("job", taken)]
+
+
 async def test_a_cut_stream_resumes_without_losing_a_change(
     etcd_server: EtcdCluster, etcd_backend_factory: Callable[[], EtcdBackend], etcd_prefix: str
 ) -> None:
@@ -252,3 +295,28 @@ async def test_a_deletion_is_published_as_none_and_foreign_data_as_unreadable(
     assert published[:2] == [("job", created), ("job", None)]
     name, garbage = published[2]
     assert name == "job" and garbage is not None and garbage.unreadable and not garbage.holder
+
+
+async def test_the_watch_stream_runs_on_the_lean_client_not_httpx(
+    etcd_backend_factory: Callable[[], EtcdBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without an injected transport the stream opens on the lean client's own connection
+    (the reader unary calls use): httpx is never asked, and changes still arrive."""
+    async with etcd_backend_factory() as mine, etcd_backend_factory() as other:
+        client = mine._client
+
+        def refuse(*args: object, **kwargs: object) -> None:
+            raise AssertionError("the watch went through httpx")
+
+        monkeypatch.setattr(client._http, "stream", refuse)
+        created = await other.create(LeaseRecord(name="job", holder="a"))
+        feed = mine.watch_feed()
+        with anyio.fail_after(LIMIT):
+            async with running(feed, "job") as published:
+                await until(lambda: len(published) == 1)
+                renewed = await other.update(created, created.version)
+                await until(lambda: len(published) == 2)
+        seam = client._seam(mine.endpoints[0])
+    assert published == [("job", created), ("job", renewed)]
+    assert feed.streams == 1
+    assert isinstance(seam, LeanClient) and seam.connections_opened >= 2  # a read, the stream

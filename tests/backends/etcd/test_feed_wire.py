@@ -167,3 +167,46 @@ async def test_a_key_under_the_prefix_that_is_no_name_is_skipped_and_passed() ->
     published = await follow(feed, 5, "job")
     assert published == [("job", None)]  # the first read only
     assert [w["start_revision"] for w in gateway.watches[:2]] == ["11", "13"]
+
+
+async def test_only_lines_whose_events_are_all_own_held_writes_are_skipped_undecoded() -> None:
+    """A line of a revision this process wrote as a held state moves the resume point without
+    being decoded or published; a line that also carries another write, a line of a revision
+    not written here, and a compaction line are decoded as before."""
+    both = put("job", 14)
+    both["result"]["events"] += put("other", 15)["result"]["events"]
+    compacted: Line = {"result": {"header": {"revision": "30"}, "compact_revision": "20"}}
+    compacted["result"]["events"] = put("job", 16)["result"]["events"]
+    gateway = Gateway([CREATED, put("job", 12), put("job", 13), both, compacted], [CREATED])
+    feed = gateway.feed()
+    feed.own_writes.update({12: "job", 14: "job", 16: "job"})
+    published = await follow(feed, 5, "job", "other")
+    assert feed.own_skipped == 1
+    assert 12 not in feed.own_writes  # used once, then forgotten
+    seen = [(name, None if state is None else state.version) for name, state in published]
+    # The first read (no keys), then 13 (foreign), 14 and 15 (one line, with a foreign write),
+    # 16 (a compaction line is decoded), and the keys read again after it (no keys).
+    assert seen[:8] == [
+        ("job", None), ("other", None), ("job", "13"), ("job", "14"), ("other", "15"),
+        ("job", "16"), ("job", None), ("other", None),
+    ]
+    assert gateway.watches[1]["start_revision"] == "11"  # after the compaction: read at 10 again
+
+
+async def test_the_backend_remembers_its_held_writes_but_not_a_release() -> None:
+    """update() records the revision of a held state it wrote (for the feed to skip); a
+    release (no holder) is not recorded, so this process's waiters see it on the watch."""
+    revisions = iter([21, 22])
+
+    def gateway(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v3/kv/txn"
+        return httpx.Response(200, json={"header": {"revision": str(next(revisions))},
+                                         "succeeded": True})
+
+    backend = EtcdBackend(["http://etcd.invalid:2379"], prefix=PREFIX,
+                          transport=httpx.MockTransport(gateway))
+    async with backend:
+        feed = backend.watch_feed()
+        held = await backend.update(LeaseRecord(name="job", holder="me"), "20")
+        await backend.update(LeaseRecord(name="job", holder=""), held.version)
+    assert feed.own_writes == {21: "job"}

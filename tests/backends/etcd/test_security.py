@@ -14,6 +14,7 @@ import trustme
 from tests.conftest import require_etcd
 from tests.etcd_server import EtcdCluster, etcd_cluster
 from trio_lease import BackendAuthError, BackendUnavailable, LeaseConfigError, LeaseRecord
+from trio_lease._abc import Watched
 from trio_lease.backends.etcd import EtcdBackend
 from trio_lease.backends.etcd._codec import b64
 from trio_lease.testing import check_backend
@@ -84,6 +85,32 @@ async def test_expired_auth_token_is_renewed(auth_server: EtcdCluster) -> None:
         await anyio.sleep(2.5)  # longer than --auth-token-ttl 1 (etcd checks it every second)
         read = await backend.get(created.name)
     assert read == created
+
+
+async def test_the_shared_watch_sends_the_token_and_reads_changes(auth_server: EtcdCluster) -> None:
+    """With authentication on, the shared watch (on the lean client's stream) is authorized
+    and delivers another client's write."""
+    def make() -> EtcdBackend:
+        return EtcdBackend(auth_server.endpoints, prefix=PREFIX, username="leaser",
+                           password=PASSWORD)
+
+    name = f"feed-{anyio.current_time()}"
+    published: list[tuple[str, LeaseRecord | None]] = []
+    watched = Watched()
+    watched.add(name)
+    async with make() as mine, make() as other:
+        created = await other.create(LeaseRecord(name=name, holder="a"))
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(mine.watch_feed().run, watched,
+                              lambda key, state: published.append((key, state)))
+                while len(published) < 1:
+                    await anyio.sleep(0.01)
+                renewed = await other.update(created, created.version)
+                while len(published) < 2:
+                    await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+    assert published == [(name, created), (name, renewed)]
 
 
 async def test_wrong_password_and_missing_credentials_are_auth_errors(

@@ -43,7 +43,7 @@ from ..._settings import SECTION_KEYS
 from ..._wire import INT64_MAX
 from ._client import EtcdClient, make_ssl_context
 from ._codec import b64, encode_record
-from ._feed import EtcdFeed
+from ._feed import OWN_WRITES_KEPT, EtcdFeed
 from ._replies import RangeState, read_range, read_txn, read_watch_result
 
 __all__ = ["EtcdBackend"]
@@ -136,6 +136,8 @@ class EtcdBackend(LeaseBackend):
             request_timeout=float(request_timeout),
             transport=transport,
         )
+        #: Revisions of held states this object wrote → lease name (see :class:`EtcdFeed`).
+        self._own_writes: dict[int, str] = {}
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
@@ -237,6 +239,13 @@ class EtcdBackend(LeaseBackend):
         )
         if revision is None:
             return None
+        if record.holder and not record.handover_to:
+            # Only a held state's event may be skipped undecoded (._feed): a release or a
+            # handover request is news to the waiters and holders of this process.
+            own = self._own_writes
+            own[revision] = record.name
+            if len(own) > OWN_WRITES_KEPT:
+                del own[next(iter(own))]
         return dataclasses.replace(record, version=str(revision))
 
     async def create(self, record: LeaseRecord) -> LeaseRecord:
@@ -265,7 +274,7 @@ class EtcdBackend(LeaseBackend):
 
     def watch_feed(self) -> EtcdFeed:
         """One prefix watch for every lease this backend object's process follows."""
-        return EtcdFeed(self._client, self.prefix)
+        return EtcdFeed(self._client, self.prefix, self._own_writes)
 
     async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
         """Yield the current record, then the record after every change.

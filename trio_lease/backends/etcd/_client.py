@@ -30,6 +30,7 @@ deadline, ``Grpc-Timeout`` with the time left, so the server gives up when the c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import ssl
@@ -41,7 +42,7 @@ import httpx
 
 from ..._exceptions import BackendProtocolError, BackendUnavailable
 from ..._http import Unary, unary_for
-from ..._lean_http import LeanClient
+from ..._lean_http import LeanClient, LeanStream
 from ..._slots import Slots
 from ..._wire import MAX_BODY_BYTES, JsonObject
 from ._codec import b64
@@ -73,7 +74,7 @@ def make_ssl_context(
     return context
 
 
-async def _read_capped(response: httpx.Response, cap: int) -> bytes:
+async def _read_capped(response: httpx.Response | LeanStream, cap: int) -> bytes:
     """At most ``cap`` + 1 bytes of a streamed body (enough to tell it is too long)."""
     content = bytearray()
     async for chunk in response.aiter_bytes():
@@ -83,7 +84,7 @@ async def _read_capped(response: httpx.Response, cap: int) -> bytes:
     return bytes(content[: cap + 1])
 
 
-async def _lines(response: httpx.Response, where: str) -> AsyncIterator[bytes]:
+async def _lines(response: httpx.Response | LeanStream, where: str) -> AsyncIterator[bytes]:
     """The lines of a streamed body, each at most :data:`MAX_WATCH_LINE` bytes."""
     buffer = bytearray()
     async for chunk in response.aiter_bytes():
@@ -327,6 +328,31 @@ class EtcdClient:
 
     # -- watch -----------------------------------------------------------------------------
 
+    @contextlib.asynccontextmanager
+    async def _stream(
+        self, endpoint: str, body: dict[str, Any], headers: dict[str, str], timeout: httpx.Timeout
+    ) -> AsyncIterator[httpx.Response | LeanStream]:
+        """Open the watch stream: on the lean client's own connection (the reader unary calls
+        use), or through httpx when a transport was injected. Both raise httpx's errors."""
+        seam = self._seam(endpoint)
+        if not isinstance(seam, LeanClient):
+            async with self._http.stream(
+                "POST", f"{endpoint}{API}/watch", json=body, headers=headers, timeout=timeout
+            ) as response:
+                yield response
+            return
+        stream = await seam.open_stream(
+            "POST",
+            f"{API}/watch",
+            headers=[*headers.items(), ("Content-Type", "application/json")],
+            body=json.dumps(body, separators=(",", ":")).encode(),
+            connect_timeout=timeout.connect,
+        )
+        try:
+            yield stream
+        finally:
+            await stream.aclose()
+
     async def watch(
         self,
         key: bytes,
@@ -335,11 +361,13 @@ class EtcdClient:
         read: Callable[[JsonObject], T],
         subject: str = "",
         range_end: bytes | None = None,
+        skip: Callable[[bytes], T | None] | None = None,
     ) -> AsyncGenerator[T, None]:
         """Yield each line of a watch on ``key`` from ``start_revision`` on, read by ``read``.
 
         ``range_end``: watch every key from ``key`` up to (not including) it instead, with
-        progress notifications (a prefix watch, :mod:`._feed`).
+        progress notifications (a prefix watch, :mod:`._feed`). ``skip``: given each raw line
+        first; what it returns (not None) is yielded instead of the decoded line.
 
         Ends (returns) when the server closes the stream; raises :class:`BackendUnavailable`
         when it cannot connect or the stream fails, :class:`BackendProtocolError` for a line
@@ -363,9 +391,7 @@ class EtcdClient:
 
         try:
             await self._authorize(endpoint, headers, timeout)
-            async with self._http.stream(
-                "POST", f"{endpoint}{API}/watch", json=body, headers=headers, timeout=timeout
-            ) as response:
+            async with self._stream(endpoint, body, headers, timeout) as response:
                 if response.status_code != 200:
                     answer = error_body(await _read_capped(response, MAX_ERROR_BODY))
                     if is_invalid_token(response.status_code, answer):
@@ -378,7 +404,10 @@ class EtcdClient:
                         prefix=self._prefix,
                     )
                 async for line in _lines(response, where):
-                    if line.strip():
+                    skipped = None if skip is None else skip(line)
+                    if skipped is not None:
+                        yield skipped
+                    elif line.strip():
                         yield read_answer(line, where, read_line, write=False)
         except SEND_FAILURES as exc:
             self._move_on_from(endpoint)

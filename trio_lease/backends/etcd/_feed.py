@@ -15,6 +15,12 @@ pinned to the first page's revision), publishes the state of each watched lease 
 watched lease with no key) and watches from that read's revision on. The stream asks for
 progress notifications, so an idle stream still moves the resume point forward.
 
+Most events a holder's stream carries are its own renewals. The backend remembers the revision
+of each held state it wrote (a txn writes one key, and its header revision is that write's
+``mod_revision``); a line whose events are all such writes is skipped before it is decoded
+(:meth:`EtcdFeed._own_write`), and only moves the resume point. A release or a handover request
+is never skipped: the waiters and holders of this process must see it.
+
 Every reopening waits a jittered pause that doubles up to
 :data:`~._backend.WATCH_BACKOFF_MAX` while streams end without delivering anything, as the
 per-key watch does. Only authentication and configuration errors escape :meth:`EtcdFeed.run`.
@@ -26,6 +32,7 @@ import contextlib
 import functools
 import logging
 import random
+import re
 from typing import Any, Final
 
 import anyio
@@ -34,7 +41,7 @@ from ..._abc import Publish, Watched, WatchFeed
 from ..._exceptions import BackendAuthError, BackendError, LeaseConfigError
 from ._client import EtcdClient
 from ._codec import b64
-from ._replies import read_prefix_range, read_prefix_watch
+from ._replies import PrefixBatch, read_prefix_range, read_prefix_watch
 
 __all__ = ["EtcdFeed", "prefix_end"]
 
@@ -46,6 +53,13 @@ BACKOFF: Final = 0.05
 BACKOFF_MAX: Final = 2.0
 #: Keys per page of the range read that (re)starts the feed.
 PAGE: Final = 500
+#: How many of its own write revisions a backend remembers (the oldest are dropped first).
+OWN_WRITES_KEPT: Final = 4096
+#: An event's ``mod_revision`` in a raw watch line. Keys and values are base64 and every other
+#: field is a number or a boolean, so a match is always that field, never text inside a value.
+_MOD_REVISION: Final = re.compile(rb'"mod_revision"\s*:\s*"(\d{1,19})"')
+#: Fields of a line that must be decoded: the watch was compacted, canceled or failed.
+_CONTROL: Final = re.compile(rb'"(?:compact_revision|canceled|error|fragment)"')
 
 
 def prefix_end(prefix: bytes) -> bytes:
@@ -59,8 +73,14 @@ def prefix_end(prefix: bytes) -> bytes:
 class EtcdFeed(WatchFeed):
     """One prefix watch for every watched lease of one backend object; see the module."""
 
-    def __init__(self, client: EtcdClient, prefix: str) -> None:
+    def __init__(
+        self, client: EtcdClient, prefix: str, own_writes: dict[int, str] | None = None
+    ) -> None:
         self._client = client
+        #: Revisions of held states the backend wrote → lease name; shared with the backend.
+        self.own_writes: dict[int, str] = {} if own_writes is None else own_writes
+        #: Lines of this process's own writes skipped without decoding.
+        self.own_skipped: int = 0
         #: The backend's key prefix (a lease's key is ``prefix + name``).
         self.prefix: str = prefix
         #: Every change up to this revision has been published; None: read the keys first.
@@ -128,6 +148,7 @@ class EtcdFeed(WatchFeed):
             read=functools.partial(read_prefix_watch, prefix=key),
             subject=self._subject,
             range_end=prefix_end(key),
+            skip=self._own_write,
         )
         async with contextlib.aclosing(lines):
             async for batch in lines:
@@ -143,3 +164,21 @@ class EtcdFeed(WatchFeed):
                     return
                 if batch.ended:
                     return
+
+    def _own_write(self, line: bytes) -> PrefixBatch | None:
+        """The batch of a line whose events are all this process's held-state writes, undecoded.
+
+        None: decode the line (no own write in it, another event with it, or a control field).
+        Skipping withholds only a hint from this process's subscribers (a holder ignores its own
+        writes; a waiter's countdown restarts at its next read instead, the safe side).
+        """
+        own = self.own_writes
+        if not own or _CONTROL.search(line):
+            return None
+        revisions = [int(found) for found in _MOD_REVISION.findall(line)]
+        if not revisions or any(revision not in own for revision in revisions):
+            return None
+        for revision in revisions:
+            del own[revision]
+        self.own_skipped += 1
+        return PrefixBatch([], max(revisions), False, False)
