@@ -20,11 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trio_lease import _http11
 from trio_lease._http import request_head
 from trio_lease._http11 import (
     END,
     MAX_HEAD,
     NEED_DATA,
+    EncodeError,
     Head,
     ReplyError,
     ReplyReader,
@@ -251,6 +253,8 @@ def test_a_damaged_reply_is_refused_or_read_as_h11_reads_it(
         (b"HTTP/1.1 200 OK\r\nX: a\r\n b\r\nContent-Length: 0\r\n\r\n", "header field"),
         (b"HTTP/1.1 200 OK\r\nX : a\r\nContent-Length: 0\r\n\r\n", "header field"),
         (b"HTTP/1.1 200 OK\r\nX: a\x00b\r\nContent-Length: 0\r\n\r\n", "header field"),
+        # A stray CR before the last line's CRLF is part of that line (h11 refuses it too).
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked \r\r\n\r\n0\r\n\r\n", "header field"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n",
          "CRLF"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "chunk size"),
@@ -314,3 +318,55 @@ def test_requests_http_cannot_carry_are_refused_without_quoting_them(
     text = str(caught.value)
     assert "secret" not in text and "Injected" not in text and "caf" not in text
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def _header_by_parts(line: bytes) -> tuple[bytes, bytes] | None:
+    """The earlier rule: split at the first colon and trim, then check name and value apart."""
+    import re
+
+    found = re.fullmatch(rb"([^:\s]+):[ \t]*(.*?)[ \t]*", line)
+    if found is None:
+        return None
+    name, value = found.groups()
+    if _http11._TOKEN.fullmatch(name) is None or _http11._VALUE.fullmatch(value) is None:
+        return None
+    return name.lower(), value
+
+
+@settings(max_examples=3000)
+@given(
+    line=st.one_of(
+        st.binary(max_size=40).filter(lambda b: b"\n" not in b),
+        st.lists(
+            st.sampled_from([b"a", b"X-", b":", b" ", b"\t", b"\x00", b"\x0b", b"\r", b"\xff",
+                             b"v", b"/", b"=", b"\x7f", b"\x1f"]),
+            max_size=12,
+        ).map(b"".join),
+    )
+)
+def test_a_header_line_is_read_in_one_match_as_by_its_parts(line: bytes) -> None:
+    """The one-match header rule accepts and splits exactly the lines the split-then-check rule
+    did (any bytes, and lines built from the characters at the rule's edges)."""
+    assert _http11._header(line) == _header_by_parts(line)
+
+
+def test_encoded_fields_are_remembered_but_never_credentials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A checked header field is kept encoded for the next request (the memory is emptied when
+    full); an Authorization or Cookie field is checked and encoded every time, never kept; a
+    field HTTP cannot carry is refused each time it is sent."""
+    monkeypatch.setattr(_http11, "_FIELDS", {})
+    monkeypatch.setattr(_http11, "_FIELDS_KEPT", 2)
+    token = ("Authorization", "Bearer secret-token")
+    first = encode_request("GET", "/x", [("Accept", "a"), token, ("Cookie", "c=secret")], None)
+    assert list(_http11._FIELDS) == [("Accept", "a")]
+    again = encode_request("GET", "/x", [("Accept", "a"), token, ("Cookie", "c=secret")], None)
+    assert again == first
+    assert b"Authorization: Bearer secret-token\r\n" in again
+    encode_request("GET", "/x", [("B", "b"), ("C", "c")], None)  # full at C: emptied, C kept
+    assert list(_http11._FIELDS) == [("C", "c")]
+    for _ in range(2):
+        with pytest.raises(EncodeError):
+            encode_request("GET", "/x", [("X", "bad\r\nInjected: 1")], None)
+    assert list(_http11._FIELDS) == [("C", "c")]

@@ -41,10 +41,21 @@ _VALUE: Final = re.compile(rb"(?:[^\x00\s](?:[ \t]*[^\x00\s])*)?")
 #: A request target: visible ASCII only (no spaces, no controls).
 _TARGET: Final = re.compile(rb"[\x21-\x7e]+")
 _STATUS_LINE: Final = re.compile(rb"HTTP/1\.([0-9]) ([0-9]{3})(?: (?:[ \t]|[^\x00\s])*)?")
-_HEADER_LINE: Final = re.compile(rb"([^:\s]+):[ \t]*(.*?)[ \t]*")
+#: A header field line: a token, a colon, optional whitespace, a field value, optional
+#: whitespace (one match, not a split then a check per part: every reply has several).
+_HEADER_LINE: Final = re.compile(
+    rb"(" + _TOKEN.pattern + rb"):[ \t]*(" + _VALUE.pattern + rb")[ \t]*"
+)
+#: Header fields already checked and encoded: the same few are sent with every request.
+#: Credentials are never kept here (they are checked and encoded each time).
+_FIELDS: dict[tuple[str, str], bytes] = {}
+_FIELDS_KEPT: Final = 1024
+_SECRET_FIELDS: Final = frozenset({"authorization", "proxy-authorization", "cookie"})
 _CHUNK_SIZE: Final = re.compile(rb"([0-9A-Fa-f]{1,16})(?:;[^\x00\r]*)?[ \t]*")
 _DIGITS: Final = re.compile(rb"[0-9]{1,20}")
-_BLANK_LINE: Final = re.compile(rb"\r?\n\r?\n")
+#: The end of the head: a line's LF, then an empty line. The last line keeps its own CR, so a
+#: stray CR before its CRLF ("chunked \r\r\n") stays in the line and is refused with it.
+_BLANK_LINE: Final = re.compile(rb"\n\r?\n")
 #: Longest chunk-size line, trailer section line, or head accepted (bytes).
 MAX_HEAD: Final = 65536
 
@@ -95,12 +106,20 @@ def encode_request(
         parts = [raw_method, b" ", raw_target, b" HTTP/1.1\r\n"]
         if _TOKEN.fullmatch(raw_method) is None or _TARGET.fullmatch(raw_target) is None:
             raise EncodeError("the method or the target is not valid HTTP")
-        for name, value in headers:
-            raw_name = name.encode("ascii")
-            raw_value = value.encode("ascii")
-            if _TOKEN.fullmatch(raw_name) is None or _VALUE.fullmatch(raw_value) is None:
-                raise EncodeError("a header name or value is not valid HTTP")
-            parts += (raw_name, b": ", raw_value, b"\r\n")
+        for field in headers:
+            line = _FIELDS.get(field)
+            if line is None:
+                name, value = field
+                raw_name = name.encode("ascii")
+                raw_value = value.encode("ascii")
+                if _TOKEN.fullmatch(raw_name) is None or _VALUE.fullmatch(raw_value) is None:
+                    raise EncodeError("a header name or value is not valid HTTP")
+                line = b"%s: %s\r\n" % (raw_name, raw_value)
+                if name.lower() not in _SECRET_FIELDS:
+                    if len(_FIELDS) >= _FIELDS_KEPT:
+                        _FIELDS.clear()
+                    _FIELDS[field] = line
+            parts.append(line)
     except UnicodeEncodeError:
         raise EncodeError("the request has a character outside ASCII") from None
     parts.append(b"\r\n")
@@ -350,6 +369,4 @@ def _header(line: bytes) -> tuple[bytes, bytes] | None:
     if found is None:
         return None
     name, value = found.groups()
-    if _TOKEN.fullmatch(name) is None or _VALUE.fullmatch(value) is None:
-        return None
     return name.lower(), value

@@ -59,3 +59,33 @@ def test_every_key_maps_to_a_valid_stable_name(key: str) -> None:
     assert lease_name_for(key) == name
     if name != key:
         assert len(name) >= 10  # a hash suffix was added
+
+
+def test_the_object_cache_remembers_names_and_still_refuses_invalid_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ObjectCache.object_name maps each key once (then from memory), forgets everything when
+    its memory is full, and refuses an invalid key (map_names off) on every call."""
+    from trio_lease.backends.kubernetes import _cache
+    from trio_lease.backends.kubernetes._models import COORDINATION
+
+    calls: list[str] = []
+
+    def counted(key: str) -> str:
+        calls.append(key)
+        return lease_name_for(key)
+
+    monkeypatch.setattr(_cache, "lease_name_for", counted)
+    monkeypatch.setattr(_cache, "NAMES_KEPT", 3)
+    mapped = _cache.ObjectCache(COORDINATION, map_names=True)
+    assert [mapped.object_name(k) for k in ("My_Lock", "My_Lock", "a", "b")] == [
+        lease_name_for("My_Lock"), lease_name_for("My_Lock"), "a", "b",
+    ]
+    assert calls == ["My_Lock", "a", "b"]
+    mapped.object_name("c")  # the memory was full: forgotten, then "c" kept
+    mapped.object_name("My_Lock")
+    assert calls == ["My_Lock", "a", "b", "c", "My_Lock"]
+    strict = _cache.ObjectCache(COORDINATION, map_names=False)
+    for _ in range(2):
+        with pytest.raises(LeaseConfigError, match="RFC 1123 subdomain"):
+            strict.object_name("My_Lock")

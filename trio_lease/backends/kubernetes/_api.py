@@ -159,11 +159,17 @@ class KubeApi:
         """One request within the budget; 429s retried after Retry-After while it fits."""
         lease = self._lease()
         now = anyio.current_time()
-        deadline = min(now + self.timeout, anyio.current_effective_deadline())
+        bound = anyio.current_effective_deadline()
+        # The caller's own scope ends first (a renewal's bound): it cancels each attempt in
+        # time, so a scope of our own would only cost a timer per request.
+        scoped = bound <= now + self.timeout
+        deadline = bound if scoped else now + self.timeout
         reloaded_ca = False
         while True:
             try:
-                response = await self._send(lease, method, path, body, params, deadline - now)
+                response = await self._send(
+                    lease, method, path, body, params, deadline - now, scoped=scoped
+                )
             except _TRANSPORT_ERRORS as exc:
                 if reloaded_ca or not self._ca_may_have_rotated(exc):
                     raise map_transport_error(exc, ctx) from None
@@ -186,14 +192,15 @@ class KubeApi:
         body: JsonObject | None,
         params: dict[str, str] | None,
         left: float,
+        *,
+        scoped: bool,
     ) -> Answer:
-        """One attempt, bounded by ``left`` seconds (sent to the server as ``timeout``)."""
+        """One attempt, bounded by ``left`` seconds (sent to the server as ``timeout``);
+        ``scoped``: the caller's cancel scope already ends the attempt in time."""
         left = max(left, 0.0)  # -inf when the caller's scope is cancelled
         query = dict(params or {})
         query["timeout"] = f"{max(1, math.floor(left))}s"
-        if anyio.current_effective_deadline() <= anyio.current_time() + left:
-            # The caller's own scope ends first (a renewal's bound): it cancels this request
-            # in time, so a second scope would only cost a timer per request.
+        if scoped:
             return await self._send_in_slot(lease, method, path, query, body)
         with anyio.fail_after(left):
             return await self._send_in_slot(lease, method, path, query, body)

@@ -27,6 +27,8 @@ __all__ = ["OWN_WRITES_KEPT", "ObjectCache"]
 
 #: How many of this process's own write versions are kept for the feed to recognise.
 OWN_WRITES_KEPT = 4096
+#: How many key → object name mappings are remembered (all are forgotten when it fills).
+NAMES_KEPT = 65536
 
 
 class ObjectCache:
@@ -41,10 +43,21 @@ class ObjectCache:
         #: → object name (the oldest dropped past OWN_WRITES_KEPT). The feed skips decoding
         #: their events: a holder does not need its own renewals back.
         self.own_writes: dict[str, str] = {}
+        self._names: dict[str, str] = {}
 
     def object_name(self, key: str) -> str:
-        """The Kubernetes object name that stores the lease ``key``."""
-        return lease_name_for(key) if self.map_names else validate_lease_name(key)
+        """The Kubernetes object name that stores the lease ``key``.
+
+        Remembered per key: every renewal asks, and the shared watch asks for every watched
+        key each time the watched set changes (a thousand holders starting up).
+        """
+        name = self._names.get(key)
+        if name is None:
+            name = lease_name_for(key) if self.map_names else validate_lease_name(key)
+            if len(self._names) >= NAMES_KEPT:
+                self._names.clear()
+            self._names[key] = name
+        return name
 
     def check_key(self, key: str, obj: JsonObject) -> None:
         """Refuse ``obj`` when its key annotation names another lease than ``key``."""
