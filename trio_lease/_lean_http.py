@@ -126,14 +126,7 @@ class LeanClient:
         ``connect_timeout`` overrides the client's for this request, if a new connection is
         needed.
         """
-        if self._closed:
-            raise RuntimeError("this client is closed")
-        all_headers = [*self._headers, *headers]
-        if body is not None:
-            all_headers.append(("Content-Length", str(len(body))))
-        data = request_head(method, self._prefix + target, all_headers)
-        if body:
-            data += body
+        data = self._encode(method, target, headers, body)
         conn = await self._connection(connect_timeout or self._connect_timeout)
         reader = ReplyReader()
         try:
@@ -169,14 +162,7 @@ class LeanClient:
         never put back for reuse, and must be closed (:meth:`LeanStream.aclose`). The caller's
         cancel scope bounds opening it and each read.
         """
-        if self._closed:
-            raise RuntimeError("this client is closed")
-        all_headers = [*self._headers, *headers]
-        if body is not None:
-            all_headers.append(("Content-Length", str(len(body))))
-        data = request_head(method, self._prefix + target, all_headers)
-        if body:
-            data += body
+        data = self._encode(method, target, headers, body)
         conn = await self._connection(connect_timeout or self._connect_timeout, reuse=False)
         reader = ReplyReader()
         what = CappedBody.describe(method, target, self.origin)
@@ -191,6 +177,18 @@ class LeanClient:
         except BaseException:
             await conn.close()
             raise
+
+    def _encode(
+        self, method: str, target: str, headers: Sequence[tuple[str, str]], body: bytes | None
+    ) -> bytes:
+        """The request's bytes: this client's headers, then ``headers``, then ``body``."""
+        if self._closed:
+            raise RuntimeError("this client is closed")
+        all_headers = [*self._headers, *headers]
+        if body is not None:
+            all_headers.append(("Content-Length", str(len(body))))
+        data = request_head(method, self._prefix + target, all_headers)
+        return data + body if body else data
 
     async def _connection(self, connect_timeout: float, *, reuse: bool = True) -> AnyConnection:
         while reuse and self._idle:

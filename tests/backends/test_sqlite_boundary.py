@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -582,3 +583,94 @@ def test_disk_io_error_is_transient(tmp_path: Path, real_time_backend: str) -> N
     assert small == retried == {"ok": True}
     assert failed["type"] == "BackendUnavailable" and not failed["config"], failed
     assert "disk I/O error" in str(failed["message"])
+
+
+class _RefusedSwitch:
+    """A connection whose journal-mode switch is refused ``refusals`` times, as SQLite refuses
+    one of two connections switching at once (no busy handler: it could deadlock)."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.calls = 0
+
+    def execute(self, sql: str) -> _RefusedSwitch:
+        assert sql == "PRAGMA journal_mode=WAL"
+        self.calls += 1
+        if self.calls <= self.refusals:
+            raise sqlite3.OperationalError("database is locked")
+        return self
+
+    def fetchall(self) -> list[tuple[str]]:
+        return [("wal",)]
+
+
+def test_a_refused_switch_to_wal_is_retried_until_busy_timeout() -> None:
+    """The switch is tried again after a refusal; refused past busy_timeout, it is raised (and
+    the backend reports it as a lock held too long, a transient error)."""
+    from trio_lease.backends.sqlite._file import _use_wal
+
+    twice = _RefusedSwitch(2)
+    _use_wal(twice, 5.0)  # type: ignore[arg-type]
+    assert twice.calls == 3
+    always = _RefusedSwitch(10**9)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        _use_wal(always, 0.05)  # type: ignore[arg-type]
+    assert always.calls >= 2
+
+
+_RACE_ROUNDS = 30
+_RACERS = 8
+
+
+def _open_each_round(directory: str, start: Any, done: Any, failures: Any) -> None:
+    """One racing process: open round r's file when every racer is ready, for each round."""
+    from trio_lease.backends.sqlite._file import connect
+
+    for round_ in range(_RACE_ROUNDS):
+        start.wait()
+        try:
+            connect(Path(directory) / f"old-{round_}.db", 5.0).close()
+        except sqlite3.Error as exc:
+            failures.put(f"round {round_}: {type(exc).__name__}: {exc}")
+        done.wait()
+
+
+def test_processes_opening_a_rollback_journal_file_at_once_all_switch_it_to_wal(
+    tmp_path: Path,
+) -> None:
+    """A file left in rollback-journal mode (with our tables), opened by eight processes at the
+    same moment, thirty times over: every open succeeds and the file ends in WAL mode. (Without
+    the retry about one open in twenty was refused with "database is locked".)"""
+    import multiprocessing
+    import queue
+
+    from trio_lease.backends.sqlite._file import connect
+
+    context = multiprocessing.get_context("spawn")
+    start, done = context.Barrier(_RACERS + 1), context.Barrier(_RACERS + 1)
+    failures = context.Queue()
+    racers = [
+        context.Process(target=_open_each_round, args=(str(tmp_path), start, done, failures))
+        for _ in range(_RACERS)
+    ]
+    for racer in racers:
+        racer.start()
+    try:
+        for round_ in range(_RACE_ROUNDS):
+            path = tmp_path / f"old-{round_}.db"
+            connect(path, 5.0).close()
+            with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as plain:
+                assert plain.execute("PRAGMA journal_mode=DELETE").fetchone() == ("delete",)
+            start.wait(timeout=60)
+            done.wait(timeout=60)
+            with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as plain:
+                assert plain.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        for racer in racers:
+            racer.join(timeout=60)
+    refused: list[str] = []
+    with contextlib.suppress(queue.Empty):
+        while True:
+            refused.append(failures.get(timeout=0.5))
+    assert refused == []
+    assert [racer.exitcode for racer in racers] == [0] * _RACERS

@@ -109,6 +109,14 @@ def render(doc: Doc) -> str:
         f"load average at start {m['loadavg_start'][0]:.2f} / end "
         f"{m.get('loadavg_end', [math.nan])[0]:.2f}; run took {m.get('duration_s', 0):.0f} s.",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()) + ".", "",
+    ]
+    for part in doc.get("composed", []):  # sections replaced by a later run (see the README)
+        lines += [
+            f"Re-run: {', '.join(part['sections'])} on {part['date_utc']} (`{part['commit']}`, "
+            f"load {part['loadavg_start']:.2f} / {part['loadavg_end']:.2f}, "
+            f"{part['duration_s']:.0f} s; raw: `{part['raw']}`).", "",
+        ]
+    lines += [
         "| metric | trio_lease | kubernetes_asyncio | ratio (> 1: trio_lease better) |",
         "|---|---:|---:|---:|",
     ]

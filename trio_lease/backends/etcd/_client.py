@@ -44,7 +44,7 @@ from ..._exceptions import BackendProtocolError, BackendUnavailable
 from ..._http import Unary, unary_for
 from ..._lean_http import LeanClient, LeanStream
 from ..._slots import Slots
-from ..._wire import MAX_BODY_BYTES, JsonObject
+from ..._wire import JsonObject
 from ._codec import b64
 from ._errors import MAX_ERROR_BODY, error_body, error_from_status, is_invalid_token
 from ._failures import (
@@ -55,13 +55,12 @@ from ._failures import (
     untrusted_error,
 )
 from ._replies import read_answer, read_token
+from ._stream import MAX_WATCH_LINE, lines, read_capped
 
 __all__ = ["MAX_WATCH_LINE", "EtcdClient"]
 
 T = TypeVar("T")
 API = "/v3"
-#: Longest line of a watch stream read (one ``WatchResponse``; a record's event is < 1 KiB).
-MAX_WATCH_LINE = MAX_BODY_BYTES
 
 
 def make_ssl_context(
@@ -72,35 +71,6 @@ def make_ssl_context(
     if cert_file is not None:
         context.load_cert_chain(cert_file, key_file)
     return context
-
-
-async def _read_capped(response: httpx.Response | LeanStream, cap: int) -> bytes:
-    """At most ``cap`` + 1 bytes of a streamed body (enough to tell it is too long)."""
-    content = bytearray()
-    async for chunk in response.aiter_bytes():
-        content += chunk
-        if len(content) > cap:
-            break
-    return bytes(content[: cap + 1])
-
-
-async def _lines(response: httpx.Response | LeanStream, where: str) -> AsyncIterator[bytes]:
-    """The lines of a streamed body, each at most :data:`MAX_WATCH_LINE` bytes."""
-    buffer = bytearray()
-    async for chunk in response.aiter_bytes():
-        searched = len(buffer)
-        buffer += chunk
-        while (end := buffer.find(b"\n", searched)) >= 0:
-            line = bytes(buffer[:end])
-            del buffer[: end + 1]
-            searched = 0
-            yield line
-        if len(buffer) > MAX_WATCH_LINE:
-            raise BackendProtocolError(
-                f"etcd's answer to {where} has a line longer than {MAX_WATCH_LINE:,} bytes"
-            )
-    if buffer:
-        yield bytes(buffer)
 
 
 #: Unary requests in flight per client. Without a cap, a burst of acquisitions (1,000 leases
@@ -393,7 +363,7 @@ class EtcdClient:
             await self._authorize(endpoint, headers, timeout)
             async with self._stream(endpoint, body, headers, timeout) as response:
                 if response.status_code != 200:
-                    answer = error_body(await _read_capped(response, MAX_ERROR_BODY))
+                    answer = error_body(await read_capped(response, MAX_ERROR_BODY))
                     if is_invalid_token(response.status_code, answer):
                         self._token = None
                     raise error_from_status(
@@ -403,7 +373,7 @@ class EtcdClient:
                         endpoint=endpoint,
                         prefix=self._prefix,
                     )
-                async for line in _lines(response, where):
+                async for line in lines(response, where):
                     skipped = None if skip is None else skip(line)
                     if skipped is not None:
                         yield skipped

@@ -14,6 +14,7 @@ import contextlib
 import errno
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Final
 
@@ -102,7 +103,7 @@ def connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
     try:
         conn.text_factory = decode_text
         ours = _has_our_tables(conn, path)  # before anything, even the journal mode, changes
-        conn.execute("PRAGMA journal_mode=WAL")
+        _use_wal(conn, busy_timeout)
         conn.execute("PRAGMA synchronous=FULL")
         if not ours or conn.execute(_HAS_COUNTER).fetchone() is None:
             conn.execute("BEGIN IMMEDIATE")  # checked again under the lock: racing creators
@@ -121,6 +122,27 @@ def connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _use_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    """Switch the file to WAL mode, waiting up to ``busy_timeout`` for other connections.
+
+    Switching a file from a rollback journal needs its exclusive lock. When two connections
+    switch at once, SQLite refuses one at once ("database is locked") instead of calling its
+    busy handler, which could deadlock; so that refusal is retried here, with a growing pause,
+    until the switch is made (by either) or ``busy_timeout`` has passed (then it is raised).
+    """
+    deadline = time.monotonic() + busy_timeout
+    pause = 0.002
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL").fetchall()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _has_our_tables(conn: sqlite3.Connection, path: Path) -> bool:
