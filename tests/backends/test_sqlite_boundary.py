@@ -605,8 +605,8 @@ class _RefusedSwitch:
 
 
 def test_a_refused_switch_to_wal_is_retried_until_busy_timeout() -> None:
-    """The switch is tried again after a refusal; refused past busy_timeout, it is raised (and
-    the backend reports it as a lock held too long, a transient error)."""
+    """The switch is tried again after a refusal; refused past busy_timeout, SQLite's error is
+    raised as it is (the backend's one translation point makes it a typed error)."""
     from trio_lease.backends.sqlite._file import _use_wal
 
     twice = _RefusedSwitch(2)

@@ -1,0 +1,25 @@
+"""The recorded tables: results/full.md is render() of results/full.json, re-run parts listed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tools.benchmarks._report import render
+
+RESULTS = Path(__file__).resolve().parents[2] / "tools" / "benchmarks" / "results"
+
+
+def test_the_recorded_tables_are_rendered_from_the_json_with_each_rerun_named() -> None:
+    """full.md is exactly what render() makes of full.json, and every section replaced by a
+    later run is named with its date, commit and raw results (so no table passes for the
+    first run's)."""
+    doc = json.loads((RESULTS / "full.json").read_text())
+    text = render(doc)
+    assert (RESULTS / "full.md").read_text() == text
+    assert doc["composed"], "full.json lists the sections re-run after it"
+    for part in doc["composed"]:
+        line = next(row for row in text.splitlines() if row.startswith("Re-run: "
+                    + ", ".join(part["sections"])))
+        assert part["date_utc"] in line and part["raw"] in line
+        assert (RESULTS / part["raw"].removeprefix("results/") / "full.json").exists()
