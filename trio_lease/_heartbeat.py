@@ -27,12 +27,14 @@ trying, and its deadline ends the grant if the record stays unreadable.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Callable, Hashable
 from datetime import datetime
 
 import anyio
+import sniffio
 
 from . import _algorithm as algo
 from ._abc import LeaseBackend, LeaseRecord
@@ -98,7 +100,9 @@ class Holding:
         self.renewals: int = 0
         self._backend: LeaseBackend = backend
         self._settings: LeaseSettings = settings
-        self._clock: Callable[[], float] = clock
+        #: Whether the holder's clock is the event loop's (anyio's, the default).
+        self._loop_clock: bool = clock is anyio.current_time
+        self._clock: Callable[[], float] = loop_clock() if self._loop_clock else clock
         self._wall_clock: Callable[[], datetime] = wall_clock
         self._needs_read: bool = False
         self._last_error: str | None = None
@@ -126,7 +130,7 @@ class Holding:
 
     def loop_deadline(self) -> float:
         """The deadline on the event loop's clock (the holder's clock may be an injected one)."""
-        if self._clock is anyio.current_time:
+        if self._loop_clock:
             return self.deadline
         return anyio.current_time() + (self.deadline - self._clock())
 
@@ -376,6 +380,14 @@ class Holding:
         self.note_handover(current)
         self._needs_read = False
         return True
+
+
+def loop_clock() -> Callable[[], float]:
+    """:func:`anyio.current_time` of the running event loop, bound once: a holder reads it
+    several times per renewal, and anyio looks the event loop up on every call."""
+    if sniffio.current_async_library() == "asyncio":
+        return asyncio.get_running_loop().time  # what anyio.current_time() returns there
+    return anyio.current_time
 
 
 def infinite_or(value: float | None) -> float:

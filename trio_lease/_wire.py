@@ -101,6 +101,12 @@ def _parse_float(text: str) -> float:
     return value
 
 
+#: The decoder of every reply: NaN/Infinity, over-long integers and out-of-range numbers refused.
+_DECODER: Final = json.JSONDecoder(
+    parse_constant=_refuse_constant, parse_int=_parse_int, parse_float=_parse_float
+)
+
+
 def _depth_exceeds(content: bytes, limit: int) -> bool:
     """Whether objects/arrays in ``content`` nest deeper than ``limit`` (strings skipped)."""
     # Fast path: fewer opening brackets than the limit cannot nest deeper than it (a Lease
@@ -154,12 +160,8 @@ def load_json(
             f"{what} nests deeper than {max_depth} levels; the outcome is unknown"
         )
     try:
-        return json.loads(
-            data,
-            parse_constant=_refuse_constant,
-            parse_int=_parse_int,
-            parse_float=_parse_float,
-        )
+        # What json.loads(data, **hooks) does, with one decoder for every reply.
+        return _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
         if isinstance(exc, json.JSONDecodeError):
             reason = "is not valid JSON"

@@ -72,6 +72,27 @@ __all__ = ["USER_AGENT", "ClientLease", "acquire_client", "read_capped"]
 
 USER_AGENT = f"trio-lease/{__version__} (python; httpx)"
 
+#: Request bodies as compact UTF-8 JSON (one encoder for every request, not one per call).
+_encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+#: Query strings already encoded, by their parameters: a renewal's is one of a few
+#: (``timeout=1s`` … ``timeout=5s``), so encoding it each time cost more than the lookup.
+_QUERIES: dict[tuple[tuple[str, str], ...], str] = {}
+_QUERIES_KEPT = 1024
+
+
+def _target(path: str, query: dict[str, str]) -> str:
+    """``path`` with ``query`` encoded after it (none: the path alone)."""
+    if not query:
+        return path
+    key = tuple(query.items())
+    encoded = _QUERIES.get(key)
+    if encoded is None:
+        encoded = urlencode(query)
+        if len(_QUERIES) >= _QUERIES_KEPT:
+            _QUERIES.clear()
+        _QUERIES[key] = encoded
+    return f"{path}?{encoded}"
+
 
 #: Requests in flight per pooled client (its slots) and idle connections kept alive. A
 #: renewal holds a connection for about a millisecond, so a few connections carry thousands of
@@ -214,12 +235,12 @@ class ClientLease:
         ``extensions`` is not used: the seam takes the TLS server name from the config.
         """
         del extensions
-        target = f"{path}?{urlencode(query)}" if query else path
+        target = _target(path, query)
         data = None
         auth = self._entry.auth
         headers = [*_HEADERS, *await auth.headers()]
         if body is not None:
-            data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+            data = _encode_json(body).encode()
             headers.append(("Content-Type", "application/json"))
         unary = self._entry.unary
         reply = await unary.request(method, target, headers=headers, body=data)
@@ -242,7 +263,7 @@ class ClientLease:
         lean = self._entry.lean
         if lean is None:
             return None
-        target = f"{path}?{urlencode(query)}" if query else path
+        target = _target(path, query)
         auth = self._entry.auth
         headers = [*_HEADERS, *await auth.headers()]
         stream = await lean.open_stream("GET", target, headers=headers)
