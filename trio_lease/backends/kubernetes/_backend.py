@@ -203,6 +203,7 @@ class KubernetesBackend(LeaseBackend):
         self._refuse_renewal(object_name, base, record, ctx)
         body = _put_body(self.kind.apply(base, record), base, object_name, expected_version)
         sent_uid = body["metadata"].get("uid")
+        objects.writing += 1
         try:
             response = await api.request("PUT", api.item_path(object_name), ctx, body=body)
             if response.status_code == 200:
@@ -222,6 +223,8 @@ class KubernetesBackend(LeaseBackend):
         except BaseException:
             objects.forget(object_name)  # unknown outcome: re-read before the next write
             raise
+        finally:
+            objects.writing -= 1
         objects.forget(object_name)
         if response.status_code == 201:
             raise ConflictError(

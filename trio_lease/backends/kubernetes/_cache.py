@@ -43,6 +43,8 @@ class ObjectCache:
         #: → object name (the oldest dropped past OWN_WRITES_KEPT). The feed skips decoding
         #: their events: a holder does not need its own renewals back.
         self.own_writes: dict[str, str] = {}
+        #: Updates sent whose replies are not read yet (the feed waits a pass for them).
+        self.writing: int = 0
         self._names: dict[str, str] = {}
 
     def object_name(self, key: str) -> str:
@@ -78,7 +80,7 @@ class ObjectCache:
         # List items of built-in kinds come without these; a PUT needs them.
         obj.setdefault("apiVersion", self.kind.api_version)
         obj.setdefault("kind", self.kind.kind)
-        self._objects[self.object_name(key)] = obj
+        self._objects[self.object_name(key)] = _kept(obj)
         return self.kind.to_record(key, obj)
 
     def peek(self, key: str, obj: JsonObject) -> LeaseRecord:
@@ -110,7 +112,7 @@ class ObjectCache:
 
     def keep(self, object_name: str, obj: JsonObject) -> None:
         """Keep ``obj`` (read to learn its uid and version) for the next PUT."""
-        self._objects[object_name] = obj
+        self._objects[object_name] = _kept(obj)
 
     def forget(self, object_name: str) -> None:
         """Drop the object: it is gone, or what the server holds is unknown."""
@@ -118,3 +120,13 @@ class ObjectCache:
 
     def clear(self) -> None:
         self._objects.clear()
+
+
+def _kept(obj: JsonObject) -> JsonObject:
+    """``obj`` without ``metadata.managedFields``, to keep: a PUT never sends them (the server
+    keeps the live object's, see ``_backend._put_body``), and they are most of a Lease's dicts,
+    which the garbage collector would walk for every lease held."""
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("managedFields", None)
+    return obj

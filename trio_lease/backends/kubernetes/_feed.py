@@ -247,6 +247,12 @@ class KubernetesFeed(WatchFeed):
             async for line in _lines(r, ctx):
                 if self._own_write(line):
                     continue
+                if self.api.objects.writing:
+                    # A write's event can be read before its reply (both arrived at once): let
+                    # the writers read theirs first, then look again (one pass of the loop).
+                    await anyio.lowlevel.checkpoint()
+                    if self._own_write(line):
+                        continue
                 kind, obj = _event(line, ctx)
                 if kind in ("ERROR", "BOOKMARK"):
                     _control(kind, obj, cursor, ctx)

@@ -161,6 +161,26 @@ def read_record(key: str, obj: JsonObject, *, coordination: bool) -> KubernetesL
 
 
 def _coordination_fields(reader: _Reader, spec: JsonObject | None) -> _Fields:
+    if spec is not None:
+        # The common case, a well-typed spec, without a closure per field; anything else takes
+        # the field-by-field reading below, which notes each problem.
+        holder = spec.get("holderIdentity")
+        duration = spec.get("leaseDurationSeconds")
+        token = spec.get("leaseTransitions")
+        if (
+            (holder is None or type(holder) is str)
+            and (duration is None or (type(duration) is int and 0 <= duration <= INT32_MAX))
+            and (token is None or (type(token) is int and 0 <= token <= INT32_MAX))
+        ):
+            return _Fields(
+                holder=holder or "",
+                duration=float(duration or 0),
+                token=token or 0,
+                acquired=parse_time(spec.get("acquireTime")),
+                renewed=parse_time(spec.get("renewTime")),
+                preferred=_advisory(spec.get("preferredHolder")),
+                strategy=_advisory(spec.get("strategy")),
+            )
     fields = spec if spec is not None else {}
     holder = reader.read(
         lambda: _wire.string(fields.get("holderIdentity"), "spec.holderIdentity"), ""
