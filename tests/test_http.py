@@ -555,3 +555,35 @@ async def test_a_streamed_failure_is_read_within_its_cap() -> None:
         await client.aclose()
     assert (answer.status_code, answer.content) == (403, body)
     assert server.connections == 2
+
+
+def test_the_screen_sees_arrivals_only_while_the_reader_waits_with_nothing_buffered() -> None:
+    """``Reader.screen`` (a watch's own events taken as they arrive): it is offered bytes only
+    while the reading task waits and nothing is buffered; bytes it takes wake no one, bytes it
+    refuses are buffered and wake the reader as usual."""
+    import asyncio
+
+    from trio_lease._lean_io import Reader
+
+    async def main() -> None:
+        reader = Reader()
+        offered: list[bytes] = []
+
+        def screen(data: bytes) -> bool:
+            offered.append(data)
+            return data.startswith(b"own")
+
+        reader.screen = screen
+        reader.data_received(b"early")  # no one waits: buffered, not offered
+        assert offered == [] and list(reader.chunks) == [b"early"]
+        reader.chunks.clear()
+        waiter = reader.waiter = asyncio.get_running_loop().create_future()
+        reader.data_received(b"own 1")  # taken: the waiter is not woken
+        assert offered == [b"own 1"] and not reader.chunks and not waiter.done()
+        reader.data_received(b"foreign")  # refused: buffered, the waiter woken
+        assert list(reader.chunks) == [b"foreign"] and waiter.done()
+        reader.data_received(b"own 2")  # something buffered already: in order, not offered
+        assert offered == [b"own 1", b"foreign"]
+        assert list(reader.chunks) == [b"foreign", b"own 2"]
+
+    asyncio.run(main())

@@ -165,6 +165,10 @@ class ReplyReader:
         """Bytes received after the end of the reply."""
         return bytes(self._buffer) if self._state == _DONE else b""
 
+    def at_chunk_boundary(self) -> bool:
+        """A chunked body is being read, nothing is buffered, and the next byte starts a chunk."""
+        return self._state == _CHUNK_HEADER and not self._buffer
+
     def next_event(self) -> Head | bytes | _Sentinel:
         """The next piece of the reply (see the class docstring); :class:`ReplyError`."""
         while True:

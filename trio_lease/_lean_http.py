@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import anyio
 import anyio.abc
@@ -278,6 +278,28 @@ class LeanStream:
     @property
     def headers(self) -> Headers:
         return Headers(self.raw_headers)
+
+    def screen(self, consume: Callable[[bytes], bool] | None) -> bool:
+        """Offer ``consume`` the body's bytes as they arrive, before the reader wakes.
+
+        While the reader waits at a chunk boundary with nothing buffered, each arrival is
+        given to ``consume`` first; when it returns True, it has taken the bytes (whole chunks:
+        the reader's framing is left as it was) and the reader is not woken. None removes it.
+        Only on asyncio's native connection (False elsewhere: nothing is offered).
+        """
+        conn = self._conn
+        if not isinstance(conn, NativeConnection):
+            return False
+        if consume is None:
+            conn.reader.screen = None
+            return True
+        reader = self._reader
+
+        def screen(data: bytes) -> bool:
+            return reader.at_chunk_boundary() and consume(data)
+
+        conn.reader.screen = screen
+        return True
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body's pieces as they arrive, until the reply's end."""

@@ -15,6 +15,7 @@ import asyncio
 import collections
 import select
 import ssl
+from collections.abc import Callable
 
 import anyio
 import anyio.abc
@@ -82,12 +83,19 @@ class Reader(asyncio.Protocol):
         self.ended = False
         self.paused = False
         self.waiter: asyncio.Future[None] | None = None
+        #: Called with bytes that arrive while the reading task waits and nothing is buffered;
+        #: True: they were consumed there and the task is not woken (a watch's own events).
+        self.screen: Callable[[bytes], bool] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        screen, waiter = self.screen, self.waiter
+        waiting = waiter is not None and not waiter.done() and not self.chunks
+        if screen is not None and waiting and screen(data):
+            return  # taken by the screen: the waiting reader has nothing new to read
         self.chunks.append(data)
         self.buffered += len(data)
         if self.buffered > _BUFFER_LIMIT and self.transport is not None and not self.paused:

@@ -85,3 +85,34 @@ async def test_waiters_share_one_stream_and_a_takeover_ends_the_holder() -> None
             puts = [r.path for r in emulator.requests[requests:] if r.method == "PUT"]
             assert puts and all("mine" not in path for path in puts)  # lost before any renewal
             tg.cancel_scope.cancel()
+
+
+async def test_own_renewal_events_are_taken_as_they_arrive_and_a_takeover_still_ends_the_grant(
+    anyio_backend: str,
+) -> None:
+    """Over a real socket, the label stream's events of this process's renewals are skipped as
+    they arrive (asyncio: by the connection's screen, the stream's reader not woken; trio: by
+    the reader, undecoded); a foreign write in the same stream is still seen and ends the grant.
+    """
+    from trio_lease._shared_watch import _feeds
+    from trio_lease.backends.kubernetes._feed import KubernetesFeed
+
+    fast = LeaseSettings(heartbeat_timeout=30, heartbeat_interval=0.1, lease_operation_timeout=0.1)
+    emulator = KubeEmulator()
+    async with emulator.serve(tls=False) as server, _backend(server.url) as backend:
+        lease = Lease("mine", "h", backend, fast)
+        with pytest.raises(LeaseLost, match=r"intruder.*seen on the watch"):
+            async with lease.held() as grant:
+                await _until(lambda: grant._holding.renewals >= 20)
+                feed = _feeds[backend]
+                assert isinstance(feed, KubernetesFeed)
+                await _until(lambda: feed.own_skipped >= 15)
+                if anyio_backend == "asyncio":
+                    assert feed.screened >= 10  # most arrive while the reader waits
+                else:
+                    assert feed.screened == 0  # no screen on anyio's streams
+                mine = emulator.get_lease("mine")
+                assert mine is not None
+                mine["spec"].update(holderIdentity="intruder", leaseTransitions=99)
+                emulator.apply(mine)
+                await anyio.sleep(30)  # ended by the watch long before

@@ -52,6 +52,7 @@ import httpx
 from ... import _wire
 from ..._abc import LeaseRecord, Publish, Watched, WatchFeed
 from ..._exceptions import BackendProtocolError, BackendUnavailable, LeaseConfigError
+from ..._lean_http import LeanStream
 from ..._wire import JsonObject
 from ._api import KubeApi
 from ._errors import RequestContext, error_from
@@ -69,6 +70,7 @@ from ._watch import (
     _Resync,
     list_page,
     watch_lease,
+    whole_lines,
 )
 
 __all__ = ["FORBIDDEN_RETRY", "PAGE_SIZE", "KubernetesFeed"]
@@ -104,6 +106,8 @@ class KubernetesFeed(WatchFeed):
         self.streams: int = 0
         #: Events of this process's own writes skipped without decoding (for tests).
         self.own_skipped: int = 0
+        #: Of those, how many were skipped as they arrived, the stream's reader not woken.
+        self.screened: int = 0
         #: The keys that have their own watch now (not shown by the label stream).
         self.individual: set[str] = set()
         self._wake: anyio.Event = anyio.Event()
@@ -244,7 +248,14 @@ class KubernetesFeed(WatchFeed):
             if self.forbidden:  # allowed again: the label stream covers its leases
                 self.forbidden = False
                 self._poke()
-            async for line in _lines(r, ctx):
+            partial = bytearray()  # the start of a line _lines has not finished
+
+            def screen(data: bytes) -> bool:
+                return not partial and self._screen(data)
+
+            if isinstance(r, LeanStream):
+                r.screen(screen)
+            async for line in _lines(r, ctx, partial):
                 if self._own_write(line):
                     continue
                 if self.api.objects.writing:
@@ -273,20 +284,48 @@ class KubernetesFeed(WatchFeed):
         subscribers (a holder ignores its own writes; a waiter's countdown restarts at its next
         read instead, later, which is the safe side); the resume point still moves.
         """
+        own = self._own(line)
+        if own is None:
+            return False
+        self._skip(*own)
+        return True
+
+    def _screen(self, data: bytes) -> bool:
+        """Skip bytes that arrived on the stream if they are only own-write events (whole
+        chunks of one line each, see :meth:`_own_write`), before the stream's reader wakes."""
+        lines = whole_lines(data)
+        if lines is None:
+            return False
+        picked: list[tuple[str, str]] = []
+        for line in lines:
+            own = self._own(line)
+            if own is None:
+                return False  # anything else: the reader takes all of it, in order
+            picked.append(own)
+        for version, name in picked:
+            self._skip(version, name)
+        self.screened += len(picked)
+        return True
+
+    def _own(self, line: bytes) -> tuple[str, str] | None:
+        """(version, object name) if ``line`` is the event of a held state this process wrote."""
         own = self.api.objects.own_writes
         if not own:
-            return False
+            return None
         found = _FIRST_VERSION.search(line)
         if found is None:
-            return False
+            return None
         version = found.group(1).decode("ascii", "replace")
-        name = own.pop(version, None)
+        name = own.get(version)
         if name is None or name not in self.labelled:
-            return False
+            return None
+        return version, name
+
+    def _skip(self, version: str, name: str) -> None:
+        del self.api.objects.own_writes[version]
         self.labelled[name] = version
         self.cursor.version = version
         self.own_skipped += 1
-        return True
 
     def _apply(
         self, kind: str, name: str, obj: JsonObject, watched: Watched, publish: Publish

@@ -44,6 +44,7 @@ an open HTTP stream between items.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Final
@@ -312,9 +313,14 @@ async def _check_opened(api: KubeApi, response: Streamed, ctx: RequestContext) -
     raise BackendUnavailable(f"watch of {ctx.target} failed with {status.code}")
 
 
-async def _lines(response: Streamed, ctx: RequestContext) -> AsyncIterator[bytes]:
-    """The non-empty lines of a watch stream; a line over MAX_LINE_BYTES is a protocol error."""
-    buffer = bytearray()
+async def _lines(
+    response: Streamed, ctx: RequestContext, buffer: bytearray | None = None
+) -> AsyncIterator[bytes]:
+    """The non-empty lines of a watch stream; a line over MAX_LINE_BYTES is a protocol error.
+
+    ``buffer`` holds the start of a line not yet complete (the caller's, to see it is empty).
+    """
+    buffer = bytearray() if buffer is None else buffer
     async for chunk in response.aiter_bytes():
         start = len(buffer)
         buffer += chunk
@@ -332,6 +338,30 @@ async def _lines(response: Streamed, ctx: RequestContext) -> AsyncIterator[bytes
             )
     if buffer.strip():
         yield bytes(buffer)
+
+
+_CHUNK_HEAD: Final = re.compile(rb"([0-9a-fA-F]{1,7})\r\n")
+
+
+def whole_lines(data: bytes) -> list[bytes] | None:
+    """The lines in ``data`` if it is whole chunks of a chunked body, each one whole line (as
+    the API server writes watch events); None for anything else (the reader then takes it)."""
+    lines: list[bytes] = []
+    at, end = 0, len(data)
+    while at < end:
+        head = _CHUNK_HEAD.match(data, at)
+        if head is None:
+            return None
+        size = int(head.group(1), 16)
+        start = head.end()
+        stop = start + size
+        if not 0 < size <= MAX_LINE_BYTES or data[stop : stop + 2] != b"\r\n":
+            return None
+        if data.find(b"\n", start, stop) != stop - 1:
+            return None  # not exactly one line ending the chunk
+        lines.append(data[start : stop - 1])
+        at = stop + 2
+    return lines or None
 
 
 def _event(line: bytes, ctx: RequestContext) -> tuple[str, JsonObject]:
