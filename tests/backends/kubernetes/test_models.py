@@ -23,6 +23,23 @@ def test_micro_time_always_has_six_digits_and_z() -> None:
     assert format_micro_time(offset) == "2026-03-01T10:00:00.000005Z"
 
 
+def test_micro_time_has_a_four_digit_year_and_reads_back_as_written() -> None:
+    """RFC 3339 years have four digits (strftime's %Y drops the zeros on glibc); a time this
+    process wrote reads back as the same aware datetime, remembered or parsed."""
+    from trio_lease.backends.kubernetes import _times
+
+    early = datetime(5, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    assert format_micro_time(early) == "0005-01-02T03:04:05.000006Z"
+    for value in (early, T0.replace(microsecond=999999)):
+        text = format_micro_time(value)
+        remembered = parse_time(text)
+        _times._FORMATTED.clear()
+        parsed = parse_time(text)
+        assert remembered == parsed == value
+        assert remembered is not None and parsed is not None
+        assert remembered.tzinfo is parsed.tzinfo is UTC
+
+
 def test_micro_time_refuses_naive_datetimes() -> None:
     """A naive datetime cannot be written (its zone is unknown)."""
     with pytest.raises(ValueError, match="aware"):
