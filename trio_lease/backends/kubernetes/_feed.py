@@ -47,6 +47,7 @@ from contextlib import aclosing
 from typing import Final
 
 import anyio
+import anyio.lowlevel
 import httpx
 
 from ... import _wire
