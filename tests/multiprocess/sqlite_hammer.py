@@ -32,9 +32,18 @@ async def main(path: str) -> None:
                     record.version,
                 )
             except (ConflictError, BackendUnavailable):
-                current = await backend.get("job")
-                assert current is not None
-                record = current
+                record = await _read(backend)
+
+
+async def _read(backend: SqliteBackend) -> LeaseRecord:
+    """The record, read again until a read succeeds (a busy file is retried, not fatal)."""
+    while True:
+        try:
+            current = await backend.get("job")
+        except BackendUnavailable:
+            continue
+        assert current is not None
+        return current
 
 
 if __name__ == "__main__":

@@ -104,6 +104,24 @@ def test_kill_9_of_holder_fails_over_after_the_timeout(tmp_path: Path, backend: 
                 proc.wait()
 
 
+def _wait_for_writes(db: Path, past: int, limit: float = 30.0) -> None:
+    """Wait until the writers have taken the token past ``past`` (a loaded machine may need
+    more than a fixed pause), reading the file as any reader would."""
+    import sqlite3
+
+    give_up = time.monotonic() + limit
+    while True:
+        try:
+            with sqlite3.connect(db, timeout=5) as conn:
+                row = conn.execute("SELECT fencing_token FROM leases WHERE name = 'job'").fetchone()
+        except sqlite3.OperationalError:  # busy past the timeout: look again
+            row = None
+        if row is not None and row[0] > past:
+            return
+        assert time.monotonic() < give_up, f"no writes past token {past} in {limit} s"
+        time.sleep(0.05)
+
+
 def test_sqlite_survives_writers_killed_mid_write(tmp_path: Path) -> None:
     """kill -9 of processes in the middle of a stream of writes leaves a consistent file whose
     token never went backwards, and the lease is usable at once."""
@@ -125,7 +143,8 @@ def test_sqlite_survives_writers_killed_mid_write(tmp_path: Path) -> None:
             for hammer in hammers:
                 assert hammer.stdout is not None
                 assert hammer.stdout.readline().strip() == "writing"
-            time.sleep(0.5)
+            _wait_for_writes(db, past=last_token + 20)  # killed in the middle of a stream
+            assert all(hammer.poll() is None for hammer in hammers), "a writer died on its own"
         finally:
             for hammer in hammers:
                 hammer.kill()
