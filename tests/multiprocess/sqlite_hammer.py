@@ -23,7 +23,7 @@ async def main(path: str) -> None:
                     LeaseRecord(name="job", holder="hammer", fencing_token=1)
                 )
             except (ConflictError, BackendUnavailable):
-                continue
+                await anyio.sleep(0.01)  # another hammer is creating it, or the file is busy
         print("writing", flush=True)
         while True:
             try:
@@ -41,6 +41,7 @@ async def _read(backend: SqliteBackend) -> LeaseRecord:
         try:
             current = await backend.get("job")
         except BackendUnavailable:
+            await anyio.sleep(0.01)  # the file stayed busy past busy_timeout: look again soon
             continue
         assert current is not None
         return current
