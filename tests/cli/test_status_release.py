@@ -12,7 +12,10 @@ def test_status_shows_holder_token_and_expiry_as_table_and_json(cli: Cli) -> Non
     """status lists every lease (or the named ones) with holder, token, duration and expiry;
     a name without a record says so; a released lease shows as free."""
     log, child = cli.child("holder")
-    holder = cli.start("run", "job", "--owner", "alpha", *FAST, "--", *child)
+    # T = 0.5 s (the largest R allows): the release on SIGTERM is bounded by T, and 0.25 s of a
+    # SQLite write was not always enough on a loaded CI machine (the lease then stays held).
+    slower_release = [*FAST, "--lease-operation-timeout", "0.5s"]
+    holder = cli.start("run", "job", "--owner", "alpha", *slower_release, "--", *child)
     identity = wait_for_event(log, "start", holder)["owner"]
     assert identity.startswith("alpha_")
 
