@@ -157,8 +157,11 @@ async def _serve_connection(emulator: Cluster, stream: ByteStream) -> None:
                     head = h11.Response(
                         status_code=response.status, headers=headers, reason=_phrase(response)
                     )
-                    await _send(conn, stream, head)
-                    await _send(conn, stream, h11.Data(data=response.body))
+                    # One write, as the API server's net/http does for a reply that fits its
+                    # buffers (head and body flushed together when the handler returns), so a
+                    # client is not woken once for the head and again for the body.
+                    events = (head, h11.Data(data=response.body), h11.EndOfMessage())
+                    await stream.send(b"".join(conn.send(event) or b"" for event in events))
                 else:
                     headers.append((b"Transfer-Encoding", b"chunked"))
                     head = h11.Response(
@@ -172,7 +175,7 @@ async def _serve_connection(emulator: Cluster, stream: ByteStream) -> None:
                         return
                     finally:
                         await response.stream.aclose()
-                await _send(conn, stream, h11.EndOfMessage())
+                    await _send(conn, stream, h11.EndOfMessage())
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     return
                 conn.start_next_cycle()
