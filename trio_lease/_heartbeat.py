@@ -48,9 +48,6 @@ __all__ = ["Holding", "registry"]
 
 logger = logging.getLogger("trio_lease")
 
-#: Renewals fall due on a grid of the interval divided by this (see :func:`on_tick`).
-RENEWAL_TICKS = 32
-
 #: Longest pause after a watch event that a read showed to be no loss, before the next read.
 CONFIRM_PAUSE = 0.25
 
@@ -278,8 +275,7 @@ class Holding:
     async def _renew_loop(self) -> None:
         settings = self._settings
         retry_gap = max(settings.lease_operation_timeout / 4, 0.001)
-        tick = settings.heartbeat_interval / RENEWAL_TICKS
-        next_at = on_tick(self.last_send + settings.heartbeat_interval, tick)
+        next_at = self.last_send + settings.heartbeat_interval
         while self.is_active():
             delay = next_at - self._clock()
             if delay > 0:
@@ -288,7 +284,7 @@ class Holding:
                 return
             started = self._clock()
             if await self._renew_once():
-                next_at = on_tick(self.last_send + settings.heartbeat_interval, tick)
+                next_at = self.last_send + settings.heartbeat_interval
                 if self.observers or everywhere():
                     now = self._clock()
                     self.tell("renewed", latency=now - started, valid_for=self.deadline - now)
@@ -384,19 +380,6 @@ class Holding:
         self.note_handover(current)
         self._needs_read = False
         return True
-
-
-def on_tick(at: float, tick: float) -> float:
-    """``at`` rounded down to a multiple of ``tick``: never later, at most ``tick`` earlier.
-
-    Every holder with the same interval renews on the same grid, so one wake-up of the event
-    loop starts many renewals and their replies and watch events arrive together, instead of
-    each renewal waking the process on its own (about a fifth of the CPU per renewal at 1,000
-    leases, tools/benchmarks/README.md). Renewing early is always safe: the deadline counts
-    from the send. After one renewal on the grid, the next natural time is on it too (the
-    interval is a whole number of ticks), so a holder renews every R, not more often.
-    """
-    return math.floor(at / tick) * tick
 
 
 def loop_clock() -> Callable[[], float]:

@@ -13,7 +13,8 @@ watch), so what is measured is the machine, the event loop and the emulator's pa
 - ``paced``: ``leases`` tasks, each sending one request every ``interval`` seconds, spread
   evenly (the steady row's rhythm: 1,000 leases renewed every 1.5 s);
 - ``paced on a grid``: as ``paced``, each due time rounded down to a multiple of
-  ``interval / 32`` (the holder's renewal grid, ``trio_lease._heartbeat.on_tick``).
+  ``interval / 32``, so one wake-up starts about 30 requests (tools/benchmarks/README.md,
+  "Issue 15, session 11", says why the holder does not renew on such a grid yet).
 
 The difference between ``back-to-back`` and ``paced`` is what the process pays for waking up
 between requests, on this machine, before any client does any work of its own.
@@ -35,12 +36,14 @@ from typing import Any
 import anyio
 
 from trio_lease import LeaseRecord
-from trio_lease._heartbeat import RENEWAL_TICKS
 from trio_lease._http import request_head
 from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
 
 from ._layers import _Bare
 from ._procs import Emulator, Proc
+
+#: The grid rhythm's tick: the interval divided by this.
+GRID = 32
 
 RHYTHMS = ("back-to-back", "paced", "paced on a grid")
 CONNECTIONS = 4
@@ -68,7 +71,7 @@ async def _worker(kubeconfig: str, rhythm: str, leases: int, interval: float,
     sent = 0
     tasks = 20 if rhythm == "back-to-back" else leases
     pace = 0.0 if rhythm == "back-to-back" else interval
-    tick = interval / RENEWAL_TICKS if rhythm == "paced on a grid" else 0.0
+    tick = interval / GRID if rhythm == "paced on a grid" else 0.0
 
     async def one(i: int) -> None:
         nonlocal sent
