@@ -26,11 +26,8 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -40,7 +37,7 @@ from trio_lease._http import request_head
 from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
 
 from ._layers import _Bare
-from ._procs import Emulator, Proc
+from ._procs import rounds_of_workers
 
 #: The grid rhythm's tick: the interval divided by this.
 GRID = 32
@@ -109,26 +106,11 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=1.5)
     parser.add_argument("--window", type=float, default=15.0)
     args = parser.parse_args()
-    results: dict[str, list[float]] = {rhythm: [] for rhythm in RHYTHMS}
-    with tempfile.TemporaryDirectory() as tmp:
-        emulator = Emulator(Path(tmp) / "kubeconfig")
-        try:
-            for _ in range(args.rounds):
-                for rhythm in RHYTHMS:
-                    proc = Proc(
-                        "tools.benchmarks._floor", "worker", str(emulator.kubeconfig), rhythm,
-                        str(args.leases), str(args.interval), str(args.window),
-                    )
-                    try:
-                        line = json.loads(proc.readline(args.window + args.interval + 60))
-                    finally:
-                        proc.stop()
-                    results[rhythm].append(line["us_per_request"])
-        finally:
-            emulator.stop()
-    for rhythm, values in results.items():
-        runs = ", ".join(f"{v:.0f}" for v in values)
-        print(f"{rhythm}: median {statistics.median(values):.0f} µs per request ({runs})")
+    rounds_of_workers(
+        "tools.benchmarks._floor", RHYTHMS, args.rounds,
+        (str(args.leases), str(args.interval), str(args.window)),
+        args.window + args.interval + 60,
+    )
 
 
 if __name__ == "__main__":

@@ -23,11 +23,8 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -36,7 +33,7 @@ from trio_lease import LeaseRecord
 from trio_lease._http import request_head
 from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
 
-from ._procs import Emulator, Proc
+from ._procs import rounds_of_workers
 
 LAYERS = ("floor", "lean", "update")
 
@@ -119,26 +116,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--count", type=int, default=300)
     args = parser.parse_args()
-    results: dict[str, list[float]] = {layer: [] for layer in LAYERS}
-    with tempfile.TemporaryDirectory() as tmp:
-        emulator = Emulator(Path(tmp) / "kubeconfig")
-        try:
-            for _ in range(args.rounds):
-                for layer in LAYERS:
-                    proc = Proc(
-                        "tools.benchmarks._layers", "worker", str(emulator.kubeconfig), layer,
-                        str(args.concurrency), str(args.count),
-                    )
-                    try:
-                        line = json.loads(proc.readline(300))
-                    finally:
-                        proc.stop()
-                    results[layer].append(line["us_per_request"])
-        finally:
-            emulator.stop()
-    for layer, values in results.items():
-        runs = ", ".join(f"{v:.0f}" for v in values)
-        print(f"{layer}: median {statistics.median(values):.0f} µs per request ({runs})")
+    rounds_of_workers(
+        "tools.benchmarks._layers", LAYERS, args.rounds,
+        (str(args.concurrency), str(args.count)), 300,
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Emulator", "Proc"]
+__all__ = ["Emulator", "Proc", "rounds_of_workers"]
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository root (tools/<tool>/this file)
 
@@ -110,3 +110,31 @@ class Emulator:
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self.proc.stop()
+
+
+def rounds_of_workers(
+    module: str, kinds: tuple[str, ...], rounds: int, args: tuple[str, ...], timeout: float
+) -> None:
+    """Against one emulator, ``rounds`` times: each kind in a fresh ``python -m module worker
+    KUBECONFIG KIND *args``, which prints one JSON line with ``us_per_request``; then print
+    each kind's median and runs (the layer and floor tools of this package)."""
+    import statistics
+    import tempfile
+
+    results: dict[str, list[float]] = {kind: [] for kind in kinds}
+    with tempfile.TemporaryDirectory() as tmp:
+        emulator = Emulator(Path(tmp) / "kubeconfig")
+        try:
+            for _ in range(rounds):
+                for kind in kinds:
+                    proc = Proc(module, "worker", str(emulator.kubeconfig), kind, *args)
+                    try:
+                        line = json.loads(proc.readline(timeout))
+                    finally:
+                        proc.stop()
+                    results[kind].append(line["us_per_request"])
+        finally:
+            emulator.stop()
+    for kind, values in results.items():
+        runs = ", ".join(f"{v:.0f}" for v in values)
+        print(f"{kind}: median {statistics.median(values):.0f} µs per request ({runs})")
