@@ -92,6 +92,8 @@ async def _worker(kubeconfig: str, rhythm: str, leases: int, interval: float,
     cpu, count = time.process_time() - cpu, sent - count
     for task in running:
         task.cancel()
+    if count == 0:
+        raise SystemExit(f"no reply in {window:g} s: the emulator did not answer ({rhythm})")
     print(json.dumps({"rhythm": rhythm, "requests": count, "us_per_request": cpu / count * 1e6}))
 
 

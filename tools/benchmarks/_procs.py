@@ -7,8 +7,10 @@ import json
 import os
 import selectors
 import signal
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -118,9 +120,6 @@ def rounds_of_workers(
     """Against one emulator, ``rounds`` times: each kind in a fresh ``python -m module worker
     KUBECONFIG KIND *args``, which prints one JSON line with ``us_per_request``; then print
     each kind's median and runs (the layer and floor tools of this package)."""
-    import statistics
-    import tempfile
-
     results: dict[str, list[float]] = {kind: [] for kind in kinds}
     with tempfile.TemporaryDirectory() as tmp:
         emulator = Emulator(Path(tmp) / "kubeconfig")

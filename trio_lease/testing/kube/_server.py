@@ -159,7 +159,8 @@ async def _serve_connection(emulator: Cluster, stream: ByteStream) -> None:
                     )
                     # One write, as the API server's net/http does for a reply that fits its
                     # buffers (head and body flushed together when the handler returns), so a
-                    # client is not woken once for the head and again for the body.
+                    # client is not woken once for the head and again for the body. A larger
+                    # reply the real server writes in pieces; clients read either way.
                     events = (head, h11.Data(data=response.body), h11.EndOfMessage())
                     await stream.send(b"".join(conn.send(event) or b"" for event in events))
                 else:
