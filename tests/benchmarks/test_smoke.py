@@ -139,3 +139,41 @@ def test_smoke_renewal_cpu_comes_with_a_profile(smoke: dict[str, Any]) -> None:
     assert profile["busy_samples"] + profile["idle_samples"] > 0
     assert all(0 <= share <= 100 for _, share in profile["self_pct_by_module"])
     assert "requests per hour" in smoke["_markdown"]
+
+
+def _tool_lines(module: str, *args: str) -> dict[str, float]:
+    """Run ``python -m module *args`` (a layer or floor tool); its medians by kind."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    medians: dict[str, float] = {}
+    for line in done.stdout.splitlines():
+        kind, _, rest = line.partition(": median ")
+        if rest:
+            medians[kind] = float(rest.split(" µs", 1)[0])
+    return medians
+
+
+def test_layers_tool_prints_a_positive_median_for_every_layer() -> None:
+    """``tools.benchmarks._layers`` runs each layer against the emulator, smoke size."""
+    from tools.benchmarks._layers import LAYERS
+
+    medians = _tool_lines(
+        "tools.benchmarks._layers", "--rounds", "1", "--concurrency", "2", "--count", "10"
+    )
+    assert set(medians) == set(LAYERS)
+    assert all(value > 0 for value in medians.values()), medians
+
+
+def test_floor_tool_prints_a_positive_median_for_every_rhythm() -> None:
+    """``tools.benchmarks._floor`` runs each rhythm (timers only included), smoke size."""
+    from tools.benchmarks._floor import RHYTHMS
+
+    medians = _tool_lines(
+        "tools.benchmarks._floor", "--rounds", "1", "--leases", "20", "--interval", "0.2",
+        "--window", "1",
+    )
+    assert set(medians) == set(RHYTHMS)
+    assert all(value > 0 for value in medians.values()), medians

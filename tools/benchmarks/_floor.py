@@ -14,10 +14,14 @@ watch), so what is measured is the machine, the event loop and the emulator's pa
   evenly (the steady row's rhythm: 1,000 leases renewed every 1.5 s);
 - ``paced on a grid``: as ``paced``, each due time rounded down to a multiple of
   ``interval / 32``, so one wake-up starts about 30 requests (tools/benchmarks/README.md,
-  "Issue 15, session 11", says why the holder does not renew on such a grid yet).
+  "Issue 15, session 11", says why the holder does not renew on such a grid yet);
+- ``timers only``: as ``paced`` with no request at all: each task only wakes up every
+  ``interval`` seconds (CPU per wake-up, no I/O: the machine and the event loop alone).
 
 The difference between ``back-to-back`` and ``paced`` is what the process pays for waking up
-between requests, on this machine, before any client does any work of its own.
+between requests, on this machine, before any client does any work of its own; ``timers only``
+shows that cost without the emulator (on the benchmark VM, about as much per wake-up as a
+whole back-to-back request: tools/benchmarks/README.md, "Issue 15, session 12").
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from ._procs import rounds_of_workers
 #: The grid rhythm's tick: the interval divided by this.
 GRID = 32
 
-RHYTHMS = ("back-to-back", "paced", "paced on a grid")
+RHYTHMS = ("back-to-back", "paced", "paced on a grid", "timers only")
 CONNECTIONS = 4
 
 
@@ -78,6 +82,9 @@ async def _worker(kubeconfig: str, rhythm: str, leases: int, interval: float,
             due += pace
             at = (due // tick) * tick if tick else due
             await asyncio.sleep(max(0.0, at - loop.time()))
+            if rhythm == "timers only":
+                sent += 1
+                continue
             transport, bare = await idle.get()
             bare.done = loop.create_future()
             transport.write(data)
@@ -94,6 +101,7 @@ async def _worker(kubeconfig: str, rhythm: str, leases: int, interval: float,
         task.cancel()
     if count == 0:
         raise SystemExit(f"no reply in {window:g} s: the emulator did not answer ({rhythm})")
+    # "requests" counts wake-ups in the timers-only rhythm.
     print(json.dumps({"rhythm": rhythm, "requests": count, "us_per_request": cpu / count * 1e6}))
 
 
