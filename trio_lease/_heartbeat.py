@@ -275,7 +275,7 @@ class Holding:
     async def _renew_loop(self) -> None:
         settings = self._settings
         retry_gap = max(settings.lease_operation_timeout / 4, 0.001)
-        next_at = self.last_send + settings.heartbeat_interval
+        next_at = algo.next_renewal(self.last_send, settings)
         while self.is_active():
             delay = next_at - self._clock()
             if delay > 0:
@@ -284,7 +284,7 @@ class Holding:
                 return
             started = self._clock()
             if await self._renew_once():
-                next_at = self.last_send + settings.heartbeat_interval
+                next_at = algo.next_renewal(self.last_send, settings)
                 if self.observers or everywhere():
                     now = self._clock()
                     self.tell("renewed", latency=now - started, valid_for=self.deadline - now)

@@ -118,3 +118,44 @@ def test_deadline_and_request_bound() -> None:
     assert algo.request_bound(0.0, 100.0, S) == S.lease_operation_timeout
     assert algo.request_bound(99.8, 100.0, S) == pytest.approx(0.2)
     assert algo.request_bound(101.0, 100.0, S) < 0
+
+
+def _every(interval: float) -> LeaseSettings:
+    return LeaseSettings(
+        heartbeat_timeout=10 * interval, heartbeat_interval=interval,
+        lease_operation_timeout=interval / 10,
+    )
+
+
+@pytest.mark.parametrize("last_send", [0.0, 0.01, 1.2345, 46.875, 1e5 + 0.3, 123456.789])
+@pytest.mark.parametrize("interval", [0.3, 1.5, 3.0, 12.0])
+def test_next_renewal_is_on_the_grid_never_late_at_most_a_tick_early(
+    last_send: float, interval: float
+) -> None:
+    """The next renewal falls on a multiple of R/32, in (last_send + R − R/32, last_send + R]."""
+    settings = _every(interval)
+    tick = interval / algo.RENEWAL_TICKS
+    due = algo.next_renewal(last_send, settings)
+    natural = last_send + interval
+    assert natural - tick < due <= natural + 1e-6 * tick
+    assert due / tick == pytest.approx(round(due / tick), abs=1e-6)
+
+
+@pytest.mark.parametrize("interval", [0.3, 1.5, 2.2, 3.0, 12.0])
+def test_renewals_sent_on_the_grid_keep_the_interval(interval: float) -> None:
+    """A renewal sent exactly on the grid (as on a virtual clock) is followed by the next one R
+    later, not R − R/32: ``k * tick + R`` divided by the tick may come out a hair below
+    ``k + 32`` (for R = 2.2 s, k = 114,668 among others), and must still count as on it."""
+    settings = _every(interval)
+    tick = interval / algo.RENEWAL_TICKS
+    for k in range(100_000, 120_000, 7):
+        send = k * tick
+        assert algo.next_renewal(send, settings) - send == pytest.approx(interval, rel=1e-9)
+
+
+def test_holders_with_different_phases_renew_at_the_same_instants() -> None:
+    """Two grants taken a fraction of a tick apart fall due at the same time: one wake-up."""
+    tick = S.heartbeat_interval / algo.RENEWAL_TICKS
+    first = algo.next_renewal(3200.1 * tick, S)
+    second = algo.next_renewal(3200.9 * tick, S)
+    assert first == second == pytest.approx(3232 * tick)
