@@ -14,7 +14,7 @@ watch), so what is measured is the machine, the event loop and the emulator's pa
   evenly (the steady row's rhythm: 1,000 leases renewed every 1.5 s);
 - ``paced on a grid``: as ``paced``, each due time rounded down to a multiple of
   ``interval / 32``, so one wake-up starts about 30 requests (tools/benchmarks/README.md,
-  "Issue 15, session 11", says why the holder does not renew on such a grid yet);
+  "Issue 15, session 12": holders renew on this grid, ``trio_lease._algorithm.next_renewal``);
 - ``timers only``: as ``paced`` with no request at all: each task only wakes up every
   ``interval`` seconds (CPU per wake-up, no I/O: the machine and the event loop alone).
 
@@ -37,14 +37,15 @@ from typing import Any
 import anyio
 
 from trio_lease import LeaseRecord
+from trio_lease._algorithm import RENEWAL_TICKS
 from trio_lease._http import request_head
 from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
 
 from ._layers import _Bare
 from ._procs import rounds_of_workers
 
-#: The grid rhythm's tick: the interval divided by this.
-GRID = 32
+#: The grid rhythm's tick: the interval divided by this (the holders' own grid).
+GRID = RENEWAL_TICKS
 
 RHYTHMS = ("back-to-back", "paced", "paced on a grid", "timers only")
 CONNECTIONS = 4
