@@ -24,7 +24,7 @@ import anyio.lowlevel
 import pytest
 
 from tests.conftest import World
-from trio_lease import Lease, LeaseLost, LeaseRecord
+from trio_lease import Lease, LeaseInfo, LeaseLost, LeaseObserver, LeaseRecord
 from trio_lease._identity import incarnation
 from trio_lease.testing import FaultyBackend
 
@@ -46,6 +46,16 @@ def _about(world: World, expected: float) -> object:
     if world.tolerance:
         return pytest.approx(expected, rel=0, abs=world.tolerance)
     return pytest.approx(expected)
+
+
+class _Releases(LeaseObserver):
+    """Records each release's ``written`` (False: attempted, not written within T)."""
+
+    def __init__(self) -> None:
+        self.written: list[bool] = []
+
+    def released(self, lease: LeaseInfo, *, fencing_token: int, held: float, written: bool) -> None:
+        self.written.append(written)
 
 
 async def _plant(world: World, record: LeaseRecord) -> LeaseRecord:
@@ -371,11 +381,24 @@ async def test_g4_release_is_shielded_and_bounded(world: World) -> None:
     """§4.4: an outer cancel still releases; a hanging store delays the exit by at most T."""
     T = world.settings.lease_operation_timeout
     backend = world.backend()
-    with anyio.move_on_after(2 * T):  # 1 s
-        async with world.lease("a", backend=backend).held():
-            await anyio.sleep_forever()
-    record = await backend.get("job")
-    assert record is not None and record.holder == ""
+    # A real store on a loaded machine can answer the release's read and write later than T:
+    # the release then gives up at T and the lease expires after L, as documented. There, up
+    # to three tries (each on its own lease); every try that leaves the lease held must have
+    # attempted its release and reported it unwritten, and one try must release.
+    for attempt in range(3 if world.tolerance else 1):
+        releases = _Releases()
+        name = f"job-{attempt}"
+        with anyio.move_on_after(2 * T):  # 1 s
+            async with world.lease("a", backend=backend, name=name, observers=[releases]).held():
+                await anyio.sleep_forever()
+        record = await backend.get(name)
+        assert record is not None
+        if record.holder == "":
+            assert releases.written == [True]
+            break
+        assert world.tolerance and releases.written == [False], (record, releases.written)
+    else:
+        pytest.fail("no release was written in three tries on a real store")
 
     hanging = world.faulty()
     lease = world.lease("c", backend=hanging, name="other")
