@@ -24,7 +24,7 @@ import anyio.lowlevel
 import pytest
 
 from tests.conftest import World
-from trio_lease import Lease, LeaseInfo, LeaseLost, LeaseObserver, LeaseRecord
+from trio_lease import BackendUnavailable, Lease, LeaseInfo, LeaseLost, LeaseObserver, LeaseRecord
 from trio_lease._identity import incarnation
 from trio_lease.testing import FaultyBackend
 
@@ -524,14 +524,26 @@ async def test_g6_same_owner_reenters_and_shares_the_grant(world: World) -> None
 async def test_g6_other_owner_never_acquires_a_live_lease(world: World) -> None:
     """§4.6: acquire() by another owner returns False while the lease is live."""
     s = world.settings
+    tries = round(2 * s.heartbeat_timeout / s.heartbeat_interval)  # 20, over 2L
+    unanswered = 0
     a, b = world.lease("a"), world.lease("b")
     async with a, b:
         assert await a.acquire()
         assert await a.acquire()  # reentrant
-        for _ in range(round(2 * s.heartbeat_timeout / s.heartbeat_interval)):  # 20, over 2L
-            assert not await b.acquire()
+        for _ in range(tries):
+            try:
+                assert not await b.acquire()
+            except BackendUnavailable:
+                # A real store under load may not answer b's read within T (etcd's own
+                # DEADLINE_EXCEEDED at T = 0.2 s was seen in CI): acquire() then raises, as
+                # documented, which does not acquire either. Never on virtual time.
+                if not world.tolerance:
+                    raise
+                unanswered += 1
             await anyio.sleep(s.heartbeat_interval)
         assert a.check_lease() and not b.check_lease()
+    # Most tries must have been answered, or the test would show nothing about a live lease.
+    assert unanswered <= tries // 4, f"{unanswered} of {tries} acquire() calls got no answer"
 
 
 # -- §4.7 owner identity --------------------------------------------------------------------------
