@@ -71,6 +71,32 @@ def anyio_backend(request: pytest.FixtureRequest) -> str | tuple[str, dict[str, 
     return name, specs[name]
 
 
+def _have_uvloop() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+#: Real-time event loops for tests on real sockets: asyncio, asyncio on uvloop's event loop
+#: (what uvicorn runs by default; its transports are not asyncio's classes) and trio. Modules
+#: whose tests go through the lean HTTP client or an etcd stream take these as ``anyio_backend``
+#: params; ``anyio_backend_name`` is "asyncio" on both asyncio loops.
+REAL_LOOPS = [
+    pytest.param("asyncio", id="asyncio"),
+    pytest.param(
+        ("asyncio", {"use_uvloop": True}),
+        id="uvloop",
+        marks=pytest.mark.skipif(
+            not _have_uvloop(),
+            reason="uvloop is not installed (pip install uvloop; not on Windows)",
+        ),
+    ),
+    pytest.param("trio", id="trio"),
+]
+
+
 @pytest.fixture(params=["asyncio", "trio"])
 def real_time_backend(request: pytest.FixtureRequest) -> str:
     """Both anyio backends on real time, for tests with threads, sockets or processes."""

@@ -12,21 +12,23 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import anyio.abc
 import httpx
 import pytest
 
+from tests.conftest import REAL_LOOPS
 from trio_lease import BackendProtocolError, _lean_io
 from trio_lease._http import HttpxUnary, Unary
 from trio_lease._lean_http import LeanClient
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Real time on both loops: these tests use real sockets."""
-    backend: str = request.param
+@pytest.fixture(params=REAL_LOOPS)
+def anyio_backend(request: pytest.FixtureRequest) -> str | tuple[str, dict[str, Any]]:
+    """Real time (real sockets) on asyncio, asyncio on uvloop, and trio."""
+    backend: str | tuple[str, dict[str, Any]] = request.param
     return backend
 
 
@@ -158,16 +160,21 @@ async def test_a_chunked_reply_written_one_byte_at_a_time_is_read_whole() -> Non
 
 
 @pytest.mark.anyio
-async def test_asyncio_uses_its_own_transport_and_trio_an_anyio_stream(anyio_backend: str) -> None:
+async def test_asyncio_uses_its_own_transport_and_trio_an_anyio_stream(
+    anyio_backend_name: str,
+) -> None:
     """On asyncio the connection is asyncio's transport with reading left on (anyio's streams
     switch reading on and off around each receive: two epoll_ctl calls per read); on trio it
-    is an anyio stream. Both kinds run every test in this file."""
+    is an anyio stream. Both kinds run every test in this file, the native one on asyncio's
+    own event loop and on uvloop's (whose transports are not asyncio.Transport subclasses)."""
     async with scripted(echo) as server:
         client = LeanClient(server.url)
         await client.request("GET", "/")
         kinds = [type(conn).__name__ for conn in client._idle]
         await client.aclose()
-    assert kinds == ["NativeConnection" if anyio_backend == "asyncio" else "StreamConnection"]
+    assert kinds == [
+        "NativeConnection" if anyio_backend_name == "asyncio" else "StreamConnection"
+    ]
 
 
 @pytest.mark.anyio

@@ -230,7 +230,7 @@ class LeanClient:
             ssl=self._ssl,
             server_hostname=self._tls_hostname if self._ssl is not None else None,
         )
-        assert isinstance(transport, asyncio.Transport)
+        # No isinstance check on the transport: uvloop's do not derive from asyncio.Transport.
         return NativeConnection(transport, reader)
 
     async def _receive(self, conn: AnyConnection, reader: ReplyReader, what: str) -> Reply:

@@ -16,6 +16,7 @@ import collections
 import select
 import ssl
 from collections.abc import Callable
+from typing import cast
 
 import anyio
 import anyio.abc
@@ -88,8 +89,9 @@ class Reader(asyncio.Protocol):
         self.screen: Callable[[bytes], bool] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport by construction (create_connection). Not an isinstance check:
+        # other event loops' transports (uvloop's) do not derive from asyncio.Transport.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         screen, waiter = self.screen, self.waiter

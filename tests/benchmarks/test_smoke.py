@@ -177,3 +177,17 @@ def test_floor_tool_prints_a_positive_median_for_every_rhythm() -> None:
     )
     assert set(medians) == set(RHYTHMS)
     assert all(value > 0 for value in medians.values()), medians
+
+
+def test_smoke_run_measures_uvloop_or_says_why_not(smoke: dict[str, Any]) -> None:
+    """With uvloop installed the steady step also runs on its event loop, every lease held and
+    renewed; without it the run records the reason."""
+    import importlib.util
+
+    if importlib.util.find_spec("uvloop") is None:
+        assert "uvloop is not installed" in smoke["uvloop_skipped"]
+        return
+    step = smoke["results"]["steady"]["ours-uvloop"]
+    assert step["params"]["uvloop"] is True
+    assert step["held"] == step["params"]["n"] and step["renewals"] > 0
+    assert "trio_lease (asyncio on uvloop)" in smoke["_markdown"]

@@ -1,12 +1,17 @@
-"""Helpers shared by the benchmark workers and the runner: events on stdout, percentiles."""
+"""Helpers shared by the benchmark workers and the runner: events on stdout, percentiles, and
+the machine a run was made on."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import platform
 import sys
 import time
 from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -51,4 +56,33 @@ def summary(values: Sequence[float]) -> dict[str, float]:
         "p99": percentile(values, 99),
         "max": max(values) if values else math.nan,
         "mean": sum(values) / len(values) if values else math.nan,
+    }
+
+
+def machine(mode: str) -> dict[str, Any]:
+    """Where and when: CPU, Python, versions, load."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {}
+    for dist in ("trio_lease", "anyio", "trio", "httpx", "httpcore", "h11",
+                 "kubernetes_asyncio", "aiohttp", "uvloop"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "missing"
+    return {
+        "mode": mode,
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "versions": versions,
+        "loadavg_start": list(os.getloadavg()),
     }

@@ -311,7 +311,11 @@ SCENARIOS = {
 def main() -> None:
     """Run one scenario: ``python -m tools.benchmarks._ours SCENARIO PARAMS_JSON``."""
     scenario, params = sys.argv[1], json.loads(sys.argv[2])
-    anyio.run(SCENARIOS[scenario], params, backend=params.get("anyio_backend", "asyncio"))
+    backend = params.get("anyio_backend", "asyncio")
+    # "uvloop": asyncio on uvloop's event loop (anyio's use_uvloop), for the row that shows
+    # what a user who chose that loop pays.
+    options = {"use_uvloop": True} if params.get("uvloop") else {}
+    anyio.run(SCENARIOS[scenario], params, backend=backend, backend_options=options)
 
 
 if __name__ == "__main__":

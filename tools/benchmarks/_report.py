@@ -11,6 +11,7 @@ __all__ = ["render"]
 
 Doc = dict[str, Any]
 NAMES = {"ours": "trio_lease (asyncio)", "ours-trio": "trio_lease (trio)",
+         "ours-uvloop": "trio_lease (asyncio on uvloop)",
          "theirs": "kubernetes_asyncio", "ours-sqlite": "trio_lease SQLite",
          "sqlite": "trio_lease SQLite", "ours-etcd": "trio_lease etcd",
          "etcd": "trio_lease etcd"}

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
-import platform
 import random
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from . import _one_watch
-from ._common import now, summary
+from ._common import machine, now, summary
 from ._procs import Emulator, Proc
 from ._report import render
 
@@ -149,6 +148,8 @@ class Runner:
         else:
             params.update(backend="kube", kubeconfig=str(self.emulator.kubeconfig))
         params["anyio_backend"] = "trio" if lib == "ours-trio" else "asyncio"
+        if lib == "ours-uvloop":
+            params["uvloop"] = True  # asyncio on uvloop's event loop (tools.benchmarks._ours)
         return params
 
     def steady(self, lib: str, n: int, window: float, timings: Params, module: str | None = None,
@@ -205,6 +206,7 @@ ETCD_MISSING = (
     "etcd binary not found: install it (Debian/Ubuntu: `apt-get install etcd-server`) or set "
     "TRIO_LEASE_ETCD_BINARY"
 )
+UVLOOP_MISSING = "uvloop is not installed (it comes with the test extras: pip install -e '.[test]')"
 
 
 @contextlib.contextmanager
@@ -261,35 +263,6 @@ def derive_steady(raw: Params, params: Params) -> Params:
     return out
 
 
-def machine(mode: str) -> Params:
-    """Where and when: CPU, Python, versions, load."""
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    versions = {}
-    for dist in ("trio_lease", "anyio", "trio", "httpx", "httpcore", "h11",
-                 "kubernetes_asyncio", "aiohttp"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = "missing"
-    return {
-        "mode": mode,
-        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "versions": versions,
-        "loadavg_start": list(os.getloadavg()),
-    }
-
-
 def run(mode: str, out: Path, only: set[str] | None = None) -> Params:
     """Every benchmark of ``mode``; returns (and writes) the results document."""
     plan = FULL if mode == "full" else SMOKE
@@ -318,6 +291,13 @@ def run(mode: str, out: Path, only: set[str] | None = None) -> Params:
                 res["steady"]["ours-trio"] = runner.steady(
                     "ours-trio", plan["trio_n"], plan["steady_side_window"], steady
                 )
+                if importlib.util.find_spec("uvloop") is not None:
+                    res["steady"]["ours-uvloop"] = runner.steady(
+                        "ours-uvloop", steady["n"], plan["steady_side_window"], steady
+                    )
+                else:
+                    results["uvloop_skipped"] = UVLOOP_MISSING
+                    print(f"uvloop row skipped: {UVLOOP_MISSING}", file=sys.stderr)
                 for lib in side:
                     res["steady"][f"ours-{lib}"] = runner.steady(
                         lib, plan[f"{lib}_n"], plan["steady_side_window"], steady

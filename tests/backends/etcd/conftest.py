@@ -3,7 +3,7 @@
 The single member shared by the whole session (``etcd_server``) and ``require_etcd`` live in
 tests/conftest.py, so one member serves every etcd test of a run.
 
-Tests here run on real time (etcd's clock is real), on asyncio and trio. Without an etcd
+Tests here run on real time (etcd's clock is real), on asyncio, uvloop and trio. Without an etcd
 binary they skip with the reason printed in the summary, unless ``TRIO_LEASE_REQUIRE_ETCD`` is
 set (CI sets it), in which case they fail: CI must never skip them silently.
 """
@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
-from tests.conftest import require_etcd
+from tests.conftest import REAL_LOOPS, require_etcd
 from tests.etcd_server import EtcdCluster, etcd_cluster
 from trio_lease.backends.etcd import EtcdBackend
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Both anyio backends on real time: a real server does not follow a virtual clock."""
-    backend: str = request.param
+@pytest.fixture(params=REAL_LOOPS)
+def anyio_backend(request: pytest.FixtureRequest) -> str | tuple[str, dict[str, Any]]:
+    """Real time (a real server does not follow a virtual clock) on asyncio, asyncio on uvloop,
+    and trio."""
+    backend: str | tuple[str, dict[str, Any]] = request.param
     return backend
 
 

@@ -24,7 +24,7 @@ FAST = LeaseSettings(heartbeat_timeout=4, heartbeat_interval=0.5, lease_operatio
 
 
 async def test_kill_9_of_the_holder_process_hands_over_after_the_timeout(
-    etcd_server: EtcdCluster, etcd_prefix: str, anyio_backend: str
+    etcd_server: EtcdCluster, etcd_prefix: str, anyio_backend_name: str
 ) -> None:
     """After kill -9 of the holding process, another process acquires it, but only after L."""
     L, R, T = FAST.heartbeat_timeout, FAST.heartbeat_interval, FAST.lease_operation_timeout
@@ -38,7 +38,7 @@ async def test_kill_9_of_the_holder_process_hands_over_after_the_timeout(
         str(L),
         str(R),
         str(T),
-        anyio_backend,
+        anyio_backend_name,
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     async with await anyio.open_process(

@@ -7,10 +7,12 @@ before the holder's first renewal (R = 10 s) is shown by the absence of its PUT.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import pytest
 
+from tests.conftest import REAL_LOOPS
 from trio_lease import Lease, LeaseLost, LeaseRecord, LeaseSettings
 from trio_lease.backends.kubernetes import ClusterConfig, Credentials, KubernetesBackend
 from trio_lease.testing.kube import KubeEmulator
@@ -21,10 +23,10 @@ pytestmark = pytest.mark.anyio
 SETTINGS = LeaseSettings(heartbeat_timeout=30, heartbeat_interval=10, lease_operation_timeout=2)
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Real time: real sockets."""
-    backend: str = request.param
+@pytest.fixture(params=REAL_LOOPS)
+def anyio_backend(request: pytest.FixtureRequest) -> str | tuple[str, dict[str, Any]]:
+    """Real time (real sockets) on asyncio, asyncio on uvloop, and trio."""
+    backend: str | tuple[str, dict[str, Any]] = request.param
     return backend
 
 
@@ -88,7 +90,7 @@ async def test_waiters_share_one_stream_and_a_takeover_ends_the_holder() -> None
 
 
 async def test_own_renewal_events_are_taken_as_they_arrive_and_a_takeover_still_ends_the_grant(
-    anyio_backend: str,
+    anyio_backend_name: str,
 ) -> None:
     """Over a real socket, the label stream's events of this process's renewals are skipped as
     they arrive (asyncio: by the connection's screen, the stream's reader not woken; trio: by
@@ -107,7 +109,7 @@ async def test_own_renewal_events_are_taken_as_they_arrive_and_a_takeover_still_
                 feed = _feeds[backend]
                 assert isinstance(feed, KubernetesFeed)
                 await _until(lambda: feed.own_skipped >= 15)
-                if anyio_backend == "asyncio":
+                if anyio_backend_name == "asyncio":  # asyncio's loop or uvloop's
                     assert feed.screened >= 10  # most arrive while the reader waits
                 else:
                     assert feed.screened == 0  # no screen on anyio's streams

@@ -8,11 +8,13 @@ import json
 import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 import trustme
 
+from tests.conftest import REAL_LOOPS
 from trio_lease import BackendAuthError, LeaseConfigError, LeaseRecord
 from trio_lease.backends.kubernetes import (
     ClusterConfig,
@@ -38,10 +40,10 @@ print(json.dumps({"apiVersion": info["apiVersion"], "kind": "ExecCredential",
 """
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Real time: real sockets and subprocesses."""
-    backend: str = request.param
+@pytest.fixture(params=REAL_LOOPS)
+def anyio_backend(request: pytest.FixtureRequest) -> str | tuple[str, dict[str, Any]]:
+    """Real time (real sockets) on asyncio, asyncio on uvloop, and trio."""
+    backend: str | tuple[str, dict[str, Any]] = request.param
     return backend
 
 
