@@ -15,8 +15,11 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+
+from tests.conftest import REAL_LOOPS
 
 from ._checks import Tally
 
@@ -47,10 +50,11 @@ def tally(hostile_seed: int) -> Iterator[Tally]:
     SESSION.merge(own)
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Both anyio backends on real time: real sockets do not follow a virtual clock."""
-    backend: str = request.param
+@pytest.fixture(params=REAL_LOOPS)
+def anyio_backend(request: pytest.FixtureRequest) -> str | tuple[str, dict[str, Any]]:
+    """Real time (real sockets do not follow a virtual clock) on asyncio, asyncio on uvloop
+    (whose transports report a hostile server's tricks their own way) and trio."""
+    backend: str | tuple[str, dict[str, Any]] = request.param
     return backend
 
 

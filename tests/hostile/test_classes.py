@@ -23,6 +23,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from tests.conftest import REAL_LOOPS
 from trio_lease import (
     AcquireTimeout,
     BackendAuthError,
@@ -525,7 +526,7 @@ def _dead_port() -> int:
     return port  # closed again: connecting is refused
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("anyio_backend", REAL_LOOPS)
 @pytest.mark.parametrize("backend_name", ["kubernetes", "etcd"])
 async def test_waiting_on_a_dead_port_says_why(
     backend_name: str, caplog: pytest.LogCaptureFixture
@@ -595,7 +596,7 @@ def test_a_kubeconfig_yaml_error_on_the_token_line_does_not_quote_the_token(
 # -- found by the generated suite (the same classes, pinned one reply at a time) ---------------
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("anyio_backend", REAL_LOOPS)
 async def test_a_response_nobody_asked_for_is_never_read_as_the_next_answer() -> None:
     """A GET answered twice on a kept-open connection: the next request on the lean HTTP path
     (the PUT) must not take the unasked copy as its answer (class 2: a write's answer the server
