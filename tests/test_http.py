@@ -8,6 +8,7 @@ request cancelled while its reply is still on the way.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -161,7 +162,7 @@ async def test_a_chunked_reply_written_one_byte_at_a_time_is_read_whole() -> Non
 
 @pytest.mark.anyio
 async def test_asyncio_uses_its_own_transport_and_trio_an_anyio_stream(
-    anyio_backend_name: str,
+    anyio_backend: str | tuple[str, dict[str, Any]], anyio_backend_name: str
 ) -> None:
     """On asyncio the connection is asyncio's transport with reading left on (anyio's streams
     switch reading on and off around each receive: two epoll_ctl calls per read); on trio it
@@ -171,10 +172,19 @@ async def test_asyncio_uses_its_own_transport_and_trio_an_anyio_stream(
         client = LeanClient(server.url)
         await client.request("GET", "/")
         kinds = [type(conn).__name__ for conn in client._idle]
+        native = [conn for conn in client._idle if isinstance(conn, _lean_io.NativeConnection)]
+        transports = [type(conn.transport) for conn in native]
         await client.aclose()
     assert kinds == [
         "NativeConnection" if anyio_backend_name == "asyncio" else "StreamConnection"
     ]
+    if anyio_backend_name == "asyncio":
+        # The "uvloop" run really is on uvloop, with a transport that is not asyncio's class
+        # (the lean client once asserted it was, and failed every request there).
+        on_uvloop = isinstance(anyio_backend, tuple) and anyio_backend[1].get("use_uvloop")
+        loop = asyncio.get_running_loop()
+        assert type(loop).__module__.startswith("uvloop") == bool(on_uvloop)
+        assert issubclass(transports[0], asyncio.Transport) != bool(on_uvloop), transports
 
 
 @pytest.mark.anyio
