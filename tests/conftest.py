@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -71,25 +72,19 @@ def anyio_backend(request: pytest.FixtureRequest) -> str | tuple[str, dict[str, 
     return name, specs[name]
 
 
-def _have_uvloop() -> bool:
-    try:
-        import uvloop  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 #: Real-time event loops for tests on real sockets: asyncio, asyncio on uvloop's event loop
-#: (what uvicorn runs by default; its transports are not asyncio's classes) and trio. Modules
-#: whose tests go through the lean HTTP client or an etcd stream take these as ``anyio_backend``
-#: params; ``anyio_backend_name`` is "asyncio" on both asyncio loops.
+#: (what uvicorn runs by default; its transports are not asyncio's classes) and trio. The lean
+#: HTTP client's tests, the Kubernetes backend's real-socket and shared-watch socket tests,
+#: every etcd test and the hostile servers' socket tests take these as ``anyio_backend``
+#: params; other real-socket modules (the emulator's own tests, interop, multiprocess) run on
+#: asyncio and trio. ``anyio_backend_name`` is "asyncio" on both asyncio loops.
 REAL_LOOPS = [
     pytest.param("asyncio", id="asyncio"),
     pytest.param(
         ("asyncio", {"use_uvloop": True}),
         id="uvloop",
         marks=pytest.mark.skipif(
-            not _have_uvloop(),
+            importlib.util.find_spec("uvloop") is None,
             reason="uvloop is not installed (pip install uvloop; not on Windows)",
         ),
     ),
