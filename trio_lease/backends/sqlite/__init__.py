@@ -18,7 +18,9 @@ SQLite lets any column hold any type. :func:`._rows.record_from_row` is the one 
 becomes a record (a row whose version cannot be read raises
 :class:`~trio_lease.BackendProtocolError`, one whose content cannot be read comes back with
 ``unreadable`` set), a file without our tables is refused with
-:class:`~trio_lease.LeaseConfigError` before anything is written to it (:mod:`._file`), and
+:class:`~trio_lease.LeaseConfigError` before anything is written to it (:mod:`._file`), a
+change of a row made outside the backend gets a new version from triggers kept in the file, so
+compare-and-swap and the watch see it (:mod:`._file`), and
 :func:`._errors.translate` is the one place SQLite's errors become ours: errors that retrying
 cannot fix (a path that cannot be opened, a file that is not a database, a read-only file) are
 :class:`~trio_lease.LeaseConfigError` naming the path and the fix, the rest (a lock held past

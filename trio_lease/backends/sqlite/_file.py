@@ -6,6 +6,12 @@ A connection is opened on a file (never an in-memory database) in WAL mode with
 without tables gets ours, created under SQLite's write lock so that racing creators agree. A
 missing version counter restarts above every version in use, so no version is issued twice.
 A file made by an earlier version gets the columns added since (``handover_to``) on open.
+
+Every write of ours takes its version from the counter. Triggers (:data:`TRIGGERS`) give any
+other change of a row (another program's, a hand edit in the ``sqlite3`` shell) the counter's
+next value instead of the version it kept or chose, and move the counter when a row is deleted,
+so compare-and-swap and the watch's delta read (:mod:`._feed`) see the change: a holder's next
+write fails and re-reads instead of overwriting the edit. Files without them get them on open.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Final
 from ..._exceptions import BackendUnavailable, LeaseConfigError
 from ._rows import ADDED_COLUMNS, LEASE_COLUMNS, decode_text
 
-__all__ = ["connect", "default_path", "rollback"]
+__all__ = ["TRIGGERS", "connect", "default_path", "rollback"]
 
 _CREATE_TABLES: Final = (
     """CREATE TABLE leases (
@@ -42,6 +48,35 @@ _RESTORE_COUNTER: Final = (
     "coalesce(max(CASE WHEN typeof(version) = 'integer' THEN version END), 0) FROM leases"
 )
 _HAS_COUNTER: Final = "SELECT 1 FROM version_counter WHERE id = 1"
+# A change of a row that did not take its version from the counter (a version kept, reused or
+# chosen by hand) gets the counter's next value. Ours never fire: each write (of every version
+# so far) sets the counter first, then writes the row at that new value. So an edit that sets
+# a row's version to the counter's current value passes for ours and keeps it. Text or missing
+# versions and counters are left as they are, for the row checks (._rows) to report.
+_EDITED: Final = """
+    typeof(NEW.version) = 'integer'
+    AND (SELECT typeof(value) FROM version_counter WHERE id = 1) = 'integer'
+    AND ({kept}NEW.version <> (SELECT value FROM version_counter WHERE id = 1))"""
+_RENUMBER: Final = """
+    BEGIN
+        UPDATE version_counter SET value = value + 1 WHERE id = 1;
+        UPDATE leases SET version = (SELECT value FROM version_counter WHERE id = 1)
+            WHERE name = NEW.name;
+    END"""
+#: The triggers that give every change made outside this backend a new version, by name.
+TRIGGERS: Final = {
+    "trio_lease_edited_row": "CREATE TRIGGER IF NOT EXISTS trio_lease_edited_row "
+    "AFTER UPDATE ON leases WHEN"
+    + _EDITED.format(kept="NEW.version = OLD.version OR ")
+    + _RENUMBER,
+    "trio_lease_inserted_row": "CREATE TRIGGER IF NOT EXISTS trio_lease_inserted_row "
+    "AFTER INSERT ON leases WHEN" + _EDITED.format(kept="") + _RENUMBER,
+    # We never delete rows. Moving the counter on a deletion makes a row put back by hand at
+    # its old version (delete, then insert) a reused version, renumbered above.
+    "trio_lease_deleted_row": "CREATE TRIGGER IF NOT EXISTS trio_lease_deleted_row "
+    "AFTER DELETE ON leases WHEN (SELECT typeof(value) FROM version_counter WHERE id = 1) "
+    "= 'integer' BEGIN UPDATE version_counter SET value = value + 1 WHERE id = 1; END",
+}
 # errno values of a failed mkdir that can pass on their own (space freed, descriptors closed).
 _TRANSIENT_ERRNOS: Final = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EMFILE, errno.ENFILE, errno.ENOMEM}
@@ -118,6 +153,8 @@ def connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
                 raise
         if _missing_columns(conn):
             _add_columns(conn)
+        if _missing_triggers(conn):
+            _add_triggers(conn)
     except BaseException:
         conn.close()
         raise
@@ -191,6 +228,25 @@ def _add_columns(conn: sqlite3.Connection) -> None:
             except sqlite3.OperationalError as exc:
                 if "duplicate column name" not in str(exc):
                     raise
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback(conn)
+        raise
+
+
+def _missing_triggers(conn: sqlite3.Connection) -> list[str]:
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+    present = {row[0] for row in rows}
+    return [name for name in TRIGGERS if name not in present]
+
+
+def _add_triggers(conn: sqlite3.Connection) -> None:
+    """Create the missing :data:`TRIGGERS` under the write lock (``IF NOT EXISTS``: racing
+    openers of the same file agree)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for name in _missing_triggers(conn):
+            conn.execute(TRIGGERS[name])
         conn.execute("COMMIT")
     except BaseException:
         rollback(conn)

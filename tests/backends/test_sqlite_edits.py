@@ -1,0 +1,242 @@
+"""Changes made outside the backend (another program, the ``sqlite3`` shell) get a new version.
+
+Every write of ours takes its version from the file's counter; the triggers in
+``trio_lease/backends/sqlite/_file.py`` (``TRIGGERS``) give any other change of a row the
+counter's next value and move the counter on a deletion. So a holder's compare-and-swap fails
+instead of overwriting a hand edit, and the watch's delta read (``version > counter``) sees it.
+Without them, an edit that kept the row's version was overwritten by the holder's next renewal
+and never reached a waiter or a holder through the watch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from trio_lease import (
+    BackendProtocolError,
+    ConflictError,
+    Lease,
+    LeaseLost,
+    LeaseRecord,
+    LeaseSettings,
+)
+from trio_lease.backends.sqlite import SqliteBackend
+from trio_lease.backends.sqlite._file import TRIGGERS
+
+pytestmark = pytest.mark.anyio
+
+#: Renewals a minute apart: within a test only the watch can tell the holder of an edit.
+SLOW = LeaseSettings(heartbeat_timeout=180, heartbeat_interval=60, lease_operation_timeout=2)
+#: Renewals five times a second: the next renewal meets an edit within a fraction of a second.
+FAST = LeaseSettings(heartbeat_timeout=6, heartbeat_interval=0.2, lease_operation_timeout=0.2)
+
+
+@pytest.fixture
+def anyio_backend(real_time_backend: str) -> str:
+    """SQLite uses worker threads: real time on both backends."""
+    return real_time_backend
+
+
+@contextlib.contextmanager
+def shell(path: Path) -> Iterator[sqlite3.Connection]:
+    """Another program's connection to the file, committing each statement."""
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        yield conn
+
+
+def stored(path: Path, name: str = "job") -> tuple[str, object, object]:
+    """(holder, version, counter) as the file has them."""
+    with shell(path) as conn:
+        holder, version = conn.execute(
+            "SELECT holder, version FROM leases WHERE name = ?", (name,)
+        ).fetchone()
+        (counter,) = conn.execute("SELECT value FROM version_counter WHERE id = 1").fetchone()
+    return holder, version, counter
+
+
+def triggers(path: Path) -> set[str]:
+    with shell(path) as conn:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        return {row[0] for row in rows}
+
+
+async def written_twice(path: Path) -> LeaseRecord:
+    """``job`` created and renewed by alice through the backend: version 2, counter 2."""
+    async with SqliteBackend(path) as backend:
+        made = await backend.create(LeaseRecord("job", "alice", 180.0, 1))
+        return await backend.update(made, made.version)
+
+
+async def test_our_writes_take_the_counters_versions_and_fire_no_trigger(tmp_path: Path) -> None:
+    """Versions 1, 2, 3, 4 for a create and three updates: a trigger firing on our own writes
+    would skip versions."""
+    path = tmp_path / "leases.sqlite3"
+    async with SqliteBackend(path) as backend:
+        record = await backend.create(LeaseRecord("job", "alice", 5.0, 1))
+        versions = [record.version]
+        for _ in range(3):
+            record = await backend.update(record, record.version)
+            versions.append(record.version)
+    assert versions == ["1", "2", "3", "4"]
+    assert stored(path) == ("alice", 4, 4)
+    assert triggers(path) == set(TRIGGERS)
+
+
+async def test_an_edit_that_keeps_the_version_gets_the_next_one(tmp_path: Path) -> None:
+    """A hand edit of the holder, version untouched: the row gets version 3, and the renewal
+    that expected version 2 fails instead of overwriting the edit."""
+    path = tmp_path / "leases.sqlite3"
+    mine = await written_twice(path)
+    with shell(path) as conn:
+        conn.execute("UPDATE leases SET holder = 'mallory' WHERE name = 'job'")
+    assert stored(path) == ("mallory", 3, 3)
+    async with SqliteBackend(path) as backend:
+        with pytest.raises(ConflictError, match="not at version 2"):
+            await backend.update(mine, mine.version)
+        got = await backend.get("job")
+    assert got is not None and (got.holder, got.version) == ("mallory", "3")
+
+
+@pytest.mark.parametrize("version", [1, 2, 99], ids=["reused", "kept", "invented"])
+async def test_an_edit_that_chooses_a_version_gets_the_next_one(
+    tmp_path: Path, version: int
+) -> None:
+    """A version set by hand that is not the counter's: an old one, the same, one far above."""
+    path = tmp_path / "leases.sqlite3"
+    await written_twice(path)
+    with shell(path) as conn:
+        conn.execute("UPDATE leases SET holder = 'mallory', version = ?", (version,))
+    assert stored(path) == ("mallory", 3, 3)
+
+
+async def test_a_row_deleted_and_put_back_at_its_version_gets_a_new_one(tmp_path: Path) -> None:
+    """Delete, then insert another holder at the old version (an ABA by hand): the deletion
+    moved the counter, so the old version is a reused one and the row gets the next."""
+    path = tmp_path / "leases.sqlite3"
+    mine = await written_twice(path)
+    with shell(path) as conn:
+        conn.execute("DELETE FROM leases WHERE name = 'job'")
+        assert conn.execute("SELECT value FROM version_counter").fetchone() == (3,)
+        conn.execute("INSERT INTO leases VALUES ('job', 'eve', 180.0, 1, NULL, NULL, 2, '')")
+    assert stored(path) == ("eve", 4, 4)
+    async with SqliteBackend(path) as backend:
+        with pytest.raises(ConflictError):
+            await backend.update(mine, mine.version)
+
+
+async def test_a_version_set_to_the_counters_value_passes_for_ours(tmp_path: Path) -> None:
+    """The one edit the triggers cannot tell from ours (each of our writes sets the counter,
+    then the row at that value): it keeps the version it set. docs/backends.md says so."""
+    path = tmp_path / "leases.sqlite3"
+    async with SqliteBackend(path) as backend:
+        await backend.create(LeaseRecord("job", "alice", 5.0, 1))
+        await backend.create(LeaseRecord("other", "alice", 5.0, 1))
+    with shell(path) as conn:
+        conn.execute("UPDATE leases SET holder = 'mallory', version = 2 WHERE name = 'job'")
+    assert stored(path) == ("mallory", 2, 2)
+
+
+async def test_unreadable_versions_and_counters_are_left_to_the_row_checks(tmp_path: Path) -> None:
+    """A text version is not renumbered (reads report it); with a text counter an edit keeps
+    its version rather than failing in the other program."""
+    path = tmp_path / "leases.sqlite3"
+    await written_twice(path)
+    with shell(path) as conn:
+        conn.execute("UPDATE leases SET version = 'abc'")
+    async with SqliteBackend(path) as backend:
+        with pytest.raises(BackendProtocolError, match="unreadable version"):
+            await backend.get("job")
+    with shell(path) as conn:
+        conn.execute("UPDATE version_counter SET value = 'x'")
+        conn.execute("UPDATE leases SET version = 7, holder = 'mallory'")
+        conn.execute("DELETE FROM leases")
+        conn.execute("INSERT INTO leases VALUES ('job', 'eve', 180.0, 1, NULL, NULL, 5, '')")
+    assert stored(path) == ("eve", 5, "x")
+
+
+async def test_a_holder_on_the_watch_loses_to_an_edit_that_keeps_the_version(
+    tmp_path: Path,
+) -> None:
+    """Renewals a minute apart: only the watch's delta read can show the holder the edit; it
+    does, and the body is cancelled with LeaseLost."""
+    path = tmp_path / "leases.sqlite3"
+    lease = Lease("job", "alice", SqliteBackend(path, watch_interval=0.01), SLOW)
+    with anyio.fail_after(10):
+        with pytest.raises(LeaseLost):
+            async with lease.held():
+                await anyio.sleep(0.3)  # the watch has read the row: later polls read deltas
+                with shell(path) as conn:
+                    conn.execute("UPDATE leases SET holder = 'mallory' WHERE name = 'job'")
+                await anyio.sleep_forever()
+    assert stored(path)[0] == "mallory"
+
+
+async def test_a_renewing_holder_loses_instead_of_overwriting_the_edit(tmp_path: Path) -> None:
+    """A watch that polls once an hour: the next renewal meets the edit, fails its
+    compare-and-swap, re-reads, and the holder loses; the edit stays."""
+    path = tmp_path / "leases.sqlite3"
+    lease = Lease("job", "alice", SqliteBackend(path, watch_interval=3600), FAST)
+    with anyio.fail_after(10):
+        with pytest.raises(LeaseLost, match="mallory"):
+            async with lease.held() as grant:
+                await anyio.sleep(0.5)  # renewing
+                renewed = grant._holding.renewals
+                assert renewed > 0
+                with shell(path) as conn:
+                    conn.execute("UPDATE leases SET holder = 'mallory' WHERE name = 'job'")
+                await anyio.sleep_forever()
+    assert stored(path)[0] == "mallory"
+
+
+async def test_a_waiter_takes_a_lease_released_by_hand(tmp_path: Path) -> None:
+    """A lease held for three minutes, released by hand (holder emptied, version untouched): a
+    waiter sees it on the watch and takes the lease at once, not when it would have expired."""
+    path = tmp_path / "leases.sqlite3"
+    await written_twice(path)
+    waiter = Lease("job", "bob", SqliteBackend(path, watch_interval=0.01), SLOW)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+
+            async def release_by_hand() -> None:
+                await anyio.sleep(0.3)  # the waiter is waiting on its watch
+                with shell(path) as conn:
+                    conn.execute("UPDATE leases SET holder = '' WHERE name = 'job'")
+
+            tg.start_soon(release_by_hand)
+            async with waiter.held() as grant:
+                assert grant.fencing_token == 2
+    assert stored(path)[0] == ""  # bob released on leaving held()
+
+
+async def test_files_without_the_triggers_get_them_on_open(tmp_path: Path) -> None:
+    """A file of an earlier version (our tables, no triggers), or one whose triggers another
+    program dropped, has them all after an open; an open that finds them changes nothing."""
+    path = tmp_path / "leases.sqlite3"
+    record = await written_twice(path)
+    with shell(path) as conn:
+        for name in TRIGGERS:
+            conn.execute(f"DROP TRIGGER {name}")
+        conn.execute("UPDATE leases SET holder = 'mallory'")  # no trigger: the version stays
+    assert triggers(path) == set()
+    assert stored(path) == ("mallory", 2, 2)
+    async with SqliteBackend(path) as backend:
+        assert await backend.get("job") == dataclasses.replace(record, holder="mallory")
+    assert triggers(path) == set(TRIGGERS)
+    with shell(path) as conn:
+        conn.execute("DROP TRIGGER trio_lease_deleted_row")
+        schema = conn.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall()
+    async with SqliteBackend(path) as backend:
+        await backend.get("job")
+    assert triggers(path) == set(TRIGGERS)
+    async with SqliteBackend(path) as backend:
+        await backend.get("job")
+    with shell(path) as conn:
+        again = conn.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall()
+    assert len(again) == len(schema) + 1
