@@ -116,6 +116,21 @@ async def test_an_edit_that_chooses_a_version_gets_the_next_one(
     assert stored(path) == ("mallory", 3, 3)
 
 
+async def test_every_row_of_an_edit_gets_its_own_version(tmp_path: Path) -> None:
+    """One statement over three rows, in a program that turned recursive triggers on: each row
+    gets the next value once (the renumbering does not fire the trigger again)."""
+    path = tmp_path / "leases.sqlite3"
+    async with SqliteBackend(path) as backend:
+        for name in ("a", "b", "c"):
+            await backend.create(LeaseRecord(name, "alice", 5.0, 1))
+    with shell(path) as conn:
+        conn.execute("PRAGMA recursive_triggers = ON")
+        conn.execute("UPDATE leases SET holder = ''")
+        rows = conn.execute("SELECT name, holder, version FROM leases ORDER BY name").fetchall()
+    assert rows == [("a", "", 4), ("b", "", 5), ("c", "", 6)]
+    assert stored(path, "c")[2] == 6
+
+
 async def test_a_row_deleted_and_put_back_at_its_version_gets_a_new_one(tmp_path: Path) -> None:
     """Delete, then insert another holder at the old version (an ABA by hand): the deletion
     moved the counter, so the old version is a reused one and the row gets the next."""
