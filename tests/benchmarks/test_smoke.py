@@ -136,7 +136,7 @@ def test_smoke_renewal_cpu_comes_with_a_profile(smoke: dict[str, Any]) -> None:
     cpu = smoke["results"]["renewal_cpu"]
     assert cpu["ours"]["renewals"] > 0
     profile = cpu["ours-profiled"]["raw"]["profile"]
-    assert profile["busy_samples"] + profile["idle_samples"] > 0
+    assert profile["busy_samples"] + profile["idle_samples"] > 0, profile.get("stderr")
     assert all(0 <= share <= 100 for _, share in profile["self_pct_by_module"])
     assert "requests per hour" in smoke["_markdown"]
 

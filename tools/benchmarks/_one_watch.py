@@ -70,7 +70,8 @@ SMOKE: Params = {
         "theirs": {"L": 2, "R": 1.0, "RD": 1.5},
         "official": {"L": 2, "R": 1.0, "RD": 1.5},
     },
-    "renewal_cpu": {"L": 2, "R": 0.5, "T": 0.15, "n": 10, "window": 1.0, "profile_window": 1.0},
+    # py-spy keeps only busy samples, ~5 a second here: the profiled window is longer.
+    "renewal_cpu": {"L": 2, "R": 0.5, "T": 0.15, "n": 10, "window": 1.0, "profile_window": 4.0},
 }
 
 
@@ -81,7 +82,7 @@ def source() -> Params:
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
                               check=False)
-        return done.stdout.strip()
+        return done.stdout.rstrip("\n")  # porcelain lines start with a space (" M path")
 
     return {"head": git("log", "-1", "--format=%h %s")[:120],
             "changed": git("status", "--porcelain", "--untracked-files=no").splitlines()}
@@ -151,10 +152,10 @@ def render(doc: Params) -> str:
     res = doc.get("results", {})
     lines: list[str] = []
     if "source" in res:
-        changed = res["source"]["changed"]
+        changed = [c.split(maxsplit=1)[-1] for c in res["source"]["changed"]]  # "M path"
         lines += ["", f"Source: `{res['source']['head']}`"
                   + (f" plus uncommitted changes to {len(changed)} files "
-                     f"({', '.join(c[3:] for c in changed)})." if changed else ".")]
+                     f"({', '.join(changed)})." if changed else ".")]
     if "takeover" in res:
         lines += ["", "Takeover by an outside writer → guarded body cancelled (ms; the official "
                   "elector: onstopped_leading):", "",

@@ -219,11 +219,12 @@ class _PySpy:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [self.binary, "record", "--pid", str(os.getpid()), "-d", str(int(self.window)),
-             "-r", str(self.rate), "-f", "raw", "-o", str(self.out), "--nonblocking"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
+        with self.out.with_name("stderr.txt").open("wb") as errors:  # kept for the report
+            self.proc = subprocess.Popen(
+                [self.binary, "record", "--pid", str(os.getpid()), "-d", str(int(self.window)),
+                 "-r", str(self.rate), "-f", "raw", "-o", str(self.out), "--nonblocking"],
+                stdout=subprocess.DEVNULL, stderr=errors,
+            )
 
     def report(self, top: int = 15) -> dict[str, Any]:
         if self.proc is not None:
@@ -243,8 +244,10 @@ class _PySpy:
         def share(counter: collections.Counter[str]) -> list[tuple[str, float]]:
             return [(k, round(100 * v / busy, 1)) for k, v in counter.most_common(top)]
 
+        errors = self.out.with_name("stderr.txt")
         return {
             "tool": "py-spy", "busy_samples": sum(leaf.values()), "idle_samples": 0,
+            "stderr": errors.read_text(errors="replace")[-500:] if errors.exists() else "",
             "rate_hz": self.rate, "self_pct_by_module": share(module),
             "self_pct_by_function": share(leaf), "inclusive_pct": share(inclusive),
         }
