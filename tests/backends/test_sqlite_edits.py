@@ -62,9 +62,12 @@ def stored(path: Path, name: str = "job") -> tuple[str, object, object]:
 
 
 def triggers(path: Path) -> set[str]:
+    """The names of the file's triggers (each checked to be ours, SQL and all)."""
     with shell(path) as conn:
-        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-        return {row[0] for row in rows}
+        rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")
+        found = dict(rows.fetchall())
+    assert all(sql == TRIGGERS.get(name) for name, sql in found.items()), found
+    return set(found)
 
 
 async def written_twice(path: Path) -> LeaseRecord:
@@ -201,9 +204,8 @@ async def test_a_renewing_holder_loses_instead_of_overwriting_the_edit(tmp_path:
     with anyio.fail_after(10):
         with pytest.raises(LeaseLost, match="mallory"):
             async with lease.held() as grant:
-                await anyio.sleep(0.5)  # renewing
-                renewed = grant._holding.renewals
-                assert renewed > 0
+                while grant._holding.renewals == 0:  # renewing (bounded by fail_after)
+                    await anyio.sleep(0.01)
                 with shell(path) as conn:
                     conn.execute("UPDATE leases SET holder = 'mallory' WHERE name = 'job'")
                 await anyio.sleep_forever()
@@ -255,3 +257,31 @@ async def test_files_without_the_triggers_get_them_on_open(tmp_path: Path) -> No
     with shell(path) as conn:
         again = conn.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall()
     assert len(again) == len(schema) + 1
+
+
+async def test_a_trigger_of_our_name_with_other_sql_is_replaced_on_open(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another program (or a hand edit) put a trigger that does nothing under one of our names:
+    recognised by its SQL, not its name, it is replaced on open, with a warning, and an edit
+    that keeps the version is renumbered again."""
+    path = tmp_path / "leases.sqlite3"
+    mine = await written_twice(path)
+    with shell(path) as conn:
+        conn.execute("DROP TRIGGER trio_lease_edited_row")
+        conn.execute(
+            "CREATE TRIGGER trio_lease_edited_row AFTER UPDATE ON leases BEGIN SELECT 1; END"
+        )
+        conn.execute("UPDATE leases SET holder = 'mallory'")  # the impostor: the version stays
+    assert stored(path) == ("mallory", 2, 2)
+    with shell(path) as conn:
+        conn.execute("UPDATE leases SET holder = 'alice'")  # put back, still version 2
+    async with SqliteBackend(path) as backend:
+        assert await backend.get("job") == mine
+        assert triggers(path) == set(TRIGGERS)  # ours again, SQL and all
+        with shell(path) as conn:
+            conn.execute("UPDATE leases SET holder = 'mallory' WHERE name = 'job'")
+        assert stored(path) == ("mallory", 3, 3)
+        with pytest.raises(ConflictError):
+            await backend.update(dataclasses.replace(mine, holder="alice"), mine.version)
+    assert "trigger trio_lease_edited_row was not ours; replacing it" in caplog.text

@@ -13,6 +13,7 @@ import pytest
 
 from trio_lease import Lease, LeaseRecord, LeaseSettings
 from trio_lease.backends.sqlite import SqliteBackend
+from trio_lease.backends.sqlite._file import TRIGGERS
 
 pytestmark = pytest.mark.anyio
 
@@ -135,6 +136,9 @@ async def test_connections_opening_an_old_file_at_once_all_work(tmp_path: Path) 
         thread.join()
     assert errors == []
     assert columns(path).count("handover_to") == 1
+    with contextlib.closing(sqlite3.connect(path)) as conn:  # and the triggers, once each
+        rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")
+        assert sorted(rows) == sorted(TRIGGERS.items())
 
 
 @pytest.mark.parametrize(

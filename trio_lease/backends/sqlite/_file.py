@@ -11,13 +11,16 @@ Every write of ours takes its version from the counter. Triggers (:data:`TRIGGER
 other change of a row (another program's, a hand edit in the ``sqlite3`` shell) the counter's
 next value instead of the version it kept or chose, and move the counter when a row is deleted,
 so compare-and-swap and the watch's delta read (:mod:`._feed`) see the change: a holder's next
-write fails and re-reads instead of overwriting the edit. Files without them get them on open.
+write fails and re-reads instead of overwriting the edit. On open, a missing trigger is created
+and one of our names whose SQL is not ours (changed by another program or by hand) is replaced,
+in the same transaction as the added columns (:func:`_upgrade`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import sqlite3
 import time
@@ -28,6 +31,8 @@ from ..._exceptions import BackendUnavailable, LeaseConfigError
 from ._rows import ADDED_COLUMNS, LEASE_COLUMNS, decode_text
 
 __all__ = ["TRIGGERS", "connect", "default_path", "rollback"]
+
+logger = logging.getLogger("trio_lease")
 
 _CREATE_TABLES: Final = (
     """CREATE TABLE leases (
@@ -63,17 +68,18 @@ _RENUMBER: Final = """
         UPDATE leases SET version = (SELECT value FROM version_counter WHERE id = 1)
             WHERE name = NEW.name;
     END"""
-#: The triggers that give every change made outside this backend a new version, by name.
+#: The triggers that give every change made outside this backend a new version, by name (each
+#: as SQLite keeps it in ``sqlite_master.sql``, which is how an open recognises them).
 TRIGGERS: Final = {
-    "trio_lease_edited_row": "CREATE TRIGGER IF NOT EXISTS trio_lease_edited_row "
+    "trio_lease_edited_row": "CREATE TRIGGER trio_lease_edited_row "
     "AFTER UPDATE ON leases WHEN"
     + _EDITED.format(kept="NEW.version = OLD.version OR ")
     + _RENUMBER,
-    "trio_lease_inserted_row": "CREATE TRIGGER IF NOT EXISTS trio_lease_inserted_row "
+    "trio_lease_inserted_row": "CREATE TRIGGER trio_lease_inserted_row "
     "AFTER INSERT ON leases WHEN" + _EDITED.format(kept="") + _RENUMBER,
     # We never delete rows. Moving the counter on a deletion makes a row put back by hand at
     # its old version (delete, then insert) a reused version, renumbered above.
-    "trio_lease_deleted_row": "CREATE TRIGGER IF NOT EXISTS trio_lease_deleted_row "
+    "trio_lease_deleted_row": "CREATE TRIGGER trio_lease_deleted_row "
     "AFTER DELETE ON leases WHEN (SELECT typeof(value) FROM version_counter WHERE id = 1) "
     "= 'integer' BEGIN UPDATE version_counter SET value = value + 1 WHERE id = 1; END",
 }
@@ -151,10 +157,8 @@ def connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
             except BaseException:
                 rollback(conn)
                 raise
-        if _missing_columns(conn):
-            _add_columns(conn)
-        if _missing_triggers(conn):
-            _add_triggers(conn)
+        if _outdated(conn):
+            _upgrade(conn)
     except BaseException:
         conn.close()
         raise
@@ -213,12 +217,27 @@ def _missing_columns(conn: sqlite3.Connection) -> list[str]:
     return [column for column in ADDED_COLUMNS if column not in present]
 
 
-def _add_columns(conn: sqlite3.Connection) -> None:
-    """Add the missing columns to a file an earlier version made, under the write lock.
+def _wrong_triggers(conn: sqlite3.Connection) -> dict[str, bool]:
+    """The :data:`TRIGGERS` missing (False) or present with other SQL (True), by name."""
+    rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")
+    present = dict(rows.fetchall())
+    return {
+        name: name in present for name, sql in TRIGGERS.items() if present.get(name) != sql
+    }
 
-    Checked again under the lock, so of two processes opening the same old file at once one adds
-    them and the other sees them; "duplicate column name" (a writer that skipped the lock) counts
-    as done. Rows that were there read the column's default, as if written without a request.
+
+def _outdated(conn: sqlite3.Connection) -> bool:
+    return bool(_missing_columns(conn) or _wrong_triggers(conn))
+
+
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """Add the missing columns and triggers, and replace triggers not ours, in one transaction.
+
+    Checked again under the write lock, so of two processes opening the same old file at once
+    one upgrades it and the other finds it done; "duplicate column name" (a writer that skipped
+    the lock) counts as done. Rows that were there read an added column's default, as if
+    written without a request. A trigger of ours whose SQL differs (another program or a hand
+    edit replaced it) is dropped and created again: only ours keep every outside change visible.
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -228,24 +247,10 @@ def _add_columns(conn: sqlite3.Connection) -> None:
             except sqlite3.OperationalError as exc:
                 if "duplicate column name" not in str(exc):
                     raise
-        conn.execute("COMMIT")
-    except BaseException:
-        rollback(conn)
-        raise
-
-
-def _missing_triggers(conn: sqlite3.Connection) -> list[str]:
-    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-    present = {row[0] for row in rows}
-    return [name for name in TRIGGERS if name not in present]
-
-
-def _add_triggers(conn: sqlite3.Connection) -> None:
-    """Create the missing :data:`TRIGGERS` under the write lock (``IF NOT EXISTS``: racing
-    openers of the same file agree)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for name in _missing_triggers(conn):
+        for name, foreign in _wrong_triggers(conn).items():
+            if foreign:
+                logger.warning("SQLite lease file: trigger %s was not ours; replacing it", name)
+                conn.execute(f"DROP TRIGGER {name}")
             conn.execute(TRIGGERS[name])
         conn.execute("COMMIT")
     except BaseException:
