@@ -1,9 +1,9 @@
 """The least client CPU any asyncio client pays per request in the steady row's rhythm.
 
 ``python -m tools.benchmarks._floor [--rounds 3] [--leases 1000] [--interval 1.5]
-[--window 15]`` starts the emulator (:mod:`._emulator`, its own process), then, ``rounds``
-times, runs each rhythm in a fresh worker process and prints the worker's CPU time
-(``time.process_time``) per request. Every rhythm sends the same bytes the same way as the
+[--window 15] [--only RHYTHM ...]`` starts the emulator (:mod:`._emulator`, its own process),
+then, ``rounds`` times, runs each rhythm in a fresh worker process and prints the worker's CPU
+time (``time.process_time``) per request. The first four send the same bytes the same way as the
 ``floor`` layer of :mod:`._layers`: a bare ``asyncio.Protocol`` on one of four connections sends a
 GET of one Lease and waits for the reply's last byte (no parsing, no checks, no cancel scopes, no
 watch), so what is measured is the machine, the event loop and the emulator's pace:
@@ -16,7 +16,14 @@ watch), so what is measured is the machine, the event loop and the emulator's pa
   ``interval / 32``, so one wake-up starts about 30 requests (tools/benchmarks/README.md,
   "Issue 15, session 12": holders renew on this grid, ``trio_lease._algorithm.next_renewal``);
 - ``timers only``: as ``paced`` with no request at all: each task only wakes up every
-  ``interval`` seconds (CPU per wake-up, no I/O: the machine and the event loop alone).
+  ``interval`` seconds (CPU per wake-up, no I/O: the machine and the event loop alone);
+- ``renewals paced`` and ``renewals on a grid``: the least a *renewal* costs any client in the
+  steady row's rhythm: ``leases`` tasks, each with a Lease of its own, each sending a PUT of its
+  object every ``interval`` seconds (new ``renewTime``, the ``resourceVersion`` of its last
+  reply taken from the reply's bytes by one regular expression, the body by ``json.dumps``), with
+  one watch of the namespace open whose events are read and dropped (the steady row follows
+  every lease on one watch, and each write comes back on it). Nothing is parsed or checked
+  beyond that: the difference to the steady row is what the library itself does per renewal.
 
 The difference between ``back-to-back`` and ``paced`` is what the process pays for waking up
 between requests, on this machine, before any client does any work of its own; ``timers only``
@@ -30,8 +37,10 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -39,7 +48,9 @@ import anyio
 from trio_lease import LeaseRecord
 from trio_lease._algorithm import RENEWAL_TICKS
 from trio_lease._http import request_head
+from trio_lease._http11 import encode_request
 from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
+from trio_lease.backends.kubernetes._times import format_micro_time
 
 from ._layers import _Bare
 from ._procs import rounds_of_workers
@@ -47,7 +58,10 @@ from ._procs import rounds_of_workers
 #: The grid rhythm's tick: the interval divided by this (the holders' own grid).
 GRID = RENEWAL_TICKS
 
-RHYTHMS = ("back-to-back", "paced", "paced on a grid", "timers only")
+RHYTHMS = (
+    "back-to-back", "paced", "paced on a grid", "timers only", "renewals paced",
+    "renewals on a grid",
+)
 CONNECTIONS = 4
 
 
@@ -59,6 +73,9 @@ async def _worker(kubeconfig: str, rhythm: str, leases: int, interval: float,
     api = backend._api
     unary: Any = api._lease()._entry.unary
     loop = asyncio.get_running_loop()
+    if rhythm.startswith("renewals"):
+        await _renewals(backend, unary, rhythm, leases, interval, window)
+        return
     data = request_head(
         "GET", unary._prefix + api.item_path(name) + "?timeout=5s",
         [*unary._headers, ("Accept", "application/json")],
@@ -106,6 +123,87 @@ async def _worker(kubeconfig: str, rhythm: str, leases: int, interval: float,
     print(json.dumps({"rhythm": rhythm, "requests": count, "us_per_request": cpu / count * 1e6}))
 
 
+class _Drain(asyncio.Protocol):
+    """A watch stream's bytes, dropped as they come."""
+
+    def data_received(self, data: bytes) -> None:
+        pass
+
+
+_VERSION = re.compile(rb'"resourceVersion":"([0-9]+)"')
+
+
+async def _renewals(backend: KubernetesBackend, unary: Any, rhythm: str, leases: int,
+                    interval: float, window: float) -> None:
+    """The ``renewals`` rhythms: a PUT of each task's own Lease, one watch open, no checks."""
+    api = backend._api
+    loop = asyncio.get_running_loop()
+    ssl: Any = {"ssl": unary._ssl, "server_hostname": unary._tls_hostname} if unary._ssl else {}
+    prefix = f"floor-{os.getpid()}"
+    objects = []
+    for i in range(leases):
+        await backend.create(LeaseRecord(name=f"{prefix}-{i}", holder="me", lease_duration=30.0))
+        reply = await unary.request(
+            "GET", api.item_path(f"{prefix}-{i}"), headers=[("Accept", "application/json")]
+        )
+        objects.append(json.loads(reply.content))
+    watch, _ = await loop.create_connection(_Drain, unary._host, unary._port, **ssl)
+    watch.write(request_head(
+        "GET", unary._prefix + api.collection_path() + "?watch=1&timeoutSeconds=3600",
+        [*unary._headers, ("Accept", "application/json")],
+    ))
+    idle: asyncio.Queue[tuple[asyncio.Transport, _Bare]] = asyncio.Queue()
+    for _ in range(CONNECTIONS):
+        transport, bare = await loop.create_connection(_Bare, unary._host, unary._port, **ssl)
+        idle.put_nowait((transport, bare))
+    sent = 0
+    tick = interval / GRID if rhythm == "renewals on a grid" else 0.0
+    headers = [*unary._headers, ("Accept", "application/json"),
+               ("Content-Type", "application/json")]
+
+    async def one(i: int) -> None:
+        nonlocal sent
+        obj = objects[i]
+        target = unary._prefix + api.item_path(obj["metadata"]["name"]) + "?timeout=5s"
+        await asyncio.sleep(i * interval / leases)
+        due = loop.time()
+        while True:
+            due += interval
+            at = (due // tick) * tick if tick else due
+            await asyncio.sleep(max(0.0, at - loop.time()))
+            obj["spec"]["renewTime"] = format_micro_time(datetime.now(UTC))
+            body = json.dumps(obj, separators=(",", ":")).encode()
+            data = encode_request(
+                "PUT", target, [*headers, ("Content-Length", str(len(body)))], body
+            )
+            transport, bare = await idle.get()
+            bare.done = loop.create_future()
+            transport.write(data)
+            await bare.done
+            reply = bare.last
+            idle.put_nowait((transport, bare))
+            found = _VERSION.search(reply)
+            if found is None or not reply.startswith(b"HTTP/1.1 200"):
+                raise SystemExit(f"a renewal was refused: {reply[:200]!r}")
+            obj["metadata"]["resourceVersion"] = found.group(1).decode()
+            sent += 1
+
+    running = [asyncio.ensure_future(one(i)) for i in range(leases)]
+    await asyncio.sleep(interval + 2.0)  # every task in its rhythm
+    cpu, count = time.process_time(), sent
+    await asyncio.sleep(window)
+    cpu, count = time.process_time() - cpu, sent - count
+    failed = [task for task in running if task.done()]
+    for task in running:
+        task.cancel()
+    watch.close()
+    if failed:
+        failed[0].result()  # its error
+    if count == 0:
+        raise SystemExit(f"no reply in {window:g} s: the emulator did not answer ({rhythm})")
+    print(json.dumps({"rhythm": rhythm, "requests": count, "us_per_request": cpu / count * 1e6}))
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         kubeconfig, rhythm, leases, interval, window = sys.argv[2:7]
@@ -116,9 +214,10 @@ def main() -> None:
     parser.add_argument("--leases", type=int, default=1000)
     parser.add_argument("--interval", type=float, default=1.5)
     parser.add_argument("--window", type=float, default=15.0)
+    parser.add_argument("--only", action="append", choices=RHYTHMS, help="these rhythms only")
     args = parser.parse_args()
     rounds_of_workers(
-        "tools.benchmarks._floor", RHYTHMS, args.rounds,
+        "tools.benchmarks._floor", tuple(args.only or RHYTHMS), args.rounds,
         (str(args.leases), str(args.interval), str(args.window)),
         args.window + args.interval + 60,
     )

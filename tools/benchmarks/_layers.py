@@ -77,6 +77,7 @@ class _Bare(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.buffer = b""
+        self.last = b""  # the last whole reply
         self.done: asyncio.Future[None] | None = None
 
     def data_received(self, data: bytes) -> None:
@@ -86,7 +87,7 @@ class _Bare(asyncio.Protocol):
             return
         length = int(self.buffer.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
         if len(self.buffer) >= head_end + 4 + length and self.done is not None:
-            self.buffer = b""
+            self.last, self.buffer = self.buffer, b""
             self.done.set_result(None)
 
 
