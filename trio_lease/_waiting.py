@@ -2,7 +2,10 @@
 
 Between attempts it waits until the holder's record may have expired, or a poll interval
 (jittered, so contenders spread out), or a change the backend's watch reports, whichever comes
-first. The watch opens only once there is something to wait for. A backend that keeps failing
+first. The watch opens only once there is something to wait for. The watch is a hint: a wake-up
+it caused whose read shows the record unchanged (a replayed, lagging or invented event) makes the
+next wake-up by the watch wait a short pause first, so a watch cannot drive reads back to back.
+A backend that keeps failing
 (:class:`BackendUnavailable`) is retried with backoff and reported at WARNING once it has failed
 for a while (then at most every :data:`WARN_EVERY` seconds), and its recovery likewise; errors
 retrying cannot fix end the wait at once. :attr:`LeaseWaiting.failing_since` and
@@ -21,7 +24,7 @@ from anyio.abc import TaskGroup
 
 from ._abc import LeaseRecord
 from ._exceptions import AcquireTimeout, BackendError, BackendUnavailable
-from ._heartbeat import Holding, infinite_or
+from ._heartbeat import CONFIRM_PAUSE, Holding, infinite_or
 from ._observer import everywhere, notify
 from ._shared_watch import FeedFailure, shared_watch
 from ._writing import LeaseWriting
@@ -111,6 +114,11 @@ class LeaseWaiting(LeaseWriting):
         wakeup = _Wakeup()
         watching = False
         failures = 0
+        woken = False  # the last wait was ended by the watch
+        read_version: str | None = None  # the version the last attempt read
+        # After a wake-up by the watch that the read did not bear out, the next one waits this
+        # long first (as a holder pauses after a watch event its read showed to be no loss).
+        pause = min(self.settings.wait_interval / 10, CONFIRM_PAUSE)
         while True:
             until_expiry = False
             expires_in: float | None = None
@@ -120,7 +128,9 @@ class LeaseWaiting(LeaseWriting):
             except BackendUnavailable as exc:
                 failures += 1
                 self._note_failure(exc, started, failures)
-                delay = min(self.settings.wait_interval, 0.1 * 2**failures)
+                # (The exponent is capped: 2**1024 overflows a float, after ~35 min down.)
+                delay = min(self.settings.wait_interval, 0.1 * 2 ** min(failures, 30))
+                unfounded = woken
             else:
                 failures = 0
                 self._note_recovery()
@@ -128,6 +138,9 @@ class LeaseWaiting(LeaseWriting):
                     box.append(attempt)
                     return
                 expires_in = attempt.expires_in
+                read = self._last_record  # what this attempt read (._reading._read)
+                before, read_version = read_version, None if read is None else read.version
+                unfounded = woken and read_version == before
                 if self._observers or everywhere():
                     notify(
                         self._observers,
@@ -157,7 +170,7 @@ class LeaseWaiting(LeaseWriting):
                 # A polling wait must not overshoot the expiry either: it would
                 # delay a crash failover by up to 20 % of the poll period.
                 jitter = min(jitter, max(expires_in - delay, 0.0) + EXPIRY_JITTER)
-            await wakeup.wait(delay + jitter + 1e-3)
+            woken = await wakeup.wait(delay + jitter + 1e-3, quiet=pause if unfounded else 0.0)
 
     def _note_failure(self, exc: BackendUnavailable, started: float, failures: int) -> None:
         """Remember a failed attempt; say so at WARNING once it lasts (then every WARN_EVERY)."""
@@ -266,7 +279,16 @@ class _Wakeup:
     def set(self) -> None:
         self._event.set()
 
-    async def wait(self, timeout: float) -> None:
-        with anyio.move_on_after(timeout):
+    async def wait(self, timeout: float, *, quiet: float = 0.0) -> bool:
+        """Wait up to ``timeout``; True if a watch event ended the wait.
+
+        ``quiet``: seconds at the start during which an event does not end the wait (it is
+        kept, and ends it right after).
+        """
+        if quiet > 0:
+            await anyio.sleep(min(quiet, timeout))
+        with anyio.move_on_after(timeout - quiet):
             await self._event.wait()
+        woken = self._event.is_set()
         self._event = anyio.Event()
+        return woken

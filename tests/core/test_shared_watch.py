@@ -951,3 +951,39 @@ async def test_a_waiter_is_not_woken_by_the_holders_renewals() -> None:
         assert waiter_backend.gets <= 2 + 59 // 15 + 1
         assert not got
     assert got and got[0] == pytest.approx(60, abs=0.05)  # the holder released at t = 60
+
+
+async def test_invented_holder_changes_cost_a_waiter_bounded_reads() -> None:
+    """A feed inventing holder changes at new versions every 10 ms, while every read shows the
+    real holder unchanged: the waiter reads at most once per CONFIRM_PAUSE (a watch wake-up
+    its read did not bear out makes the next one wait), not once per event; and it still takes
+    the lease at once when the holder really releases."""
+    from trio_lease._heartbeat import CONFIRM_PAUSE
+
+    store = MemoryStore()
+    backend = ScriptedBackend(store, ScriptedFeed(store, mode="drop"))  # no real events
+    holder = Lease("job", "holder", MemoryBackend(store), SETTINGS)
+    waiter = Lease("job", "waiter", backend, SETTINGS)
+    flood = 10.0
+    got: list[float] = []
+    holding = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_hold_then_release, holder, holding, 15.0)
+        await holding.wait()
+
+        async def wait() -> None:
+            async with waiter.held():
+                got.append(anyio.current_time())
+
+        tg.start_soon(wait)
+        await anyio.sleep(1)  # waiting, subscribed
+        gets_before = backend.gets
+        for i in range(int(flood / 0.01)):
+            ghost = dataclasses.replace(_record("job", f"ghost{i % 2}"), version=str(10_000 + i))
+            backend.feed.inject("job", ghost)
+            await anyio.sleep(0.01)
+        reads = backend.gets - gets_before
+        released_at = anyio.current_time() + 4  # the holder leaves at 15 s
+        backend.feed.mode = "forward"
+    assert 1 <= reads <= flood / CONFIRM_PAUSE + 2, reads
+    assert got and 0 <= got[0] - released_at < CONFIRM_PAUSE + AT_ONCE

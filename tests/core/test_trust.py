@@ -504,6 +504,24 @@ async def test_wait_reports_recovery_and_then_acquires(warnings_seen: _Timed) ->
     assert any("answers again" in r.getMessage() for _, r in warnings_seen.seen)
 
 
+
+async def test_a_wait_outlasts_a_backend_down_for_hours(warnings_seen: _Timed) -> None:
+    """Two hours of an unreachable backend (thousands of failed attempts, each backing off up
+    to the poll interval) end in AcquireTimeout, not an OverflowError from the backoff (it
+    doubled without bound: 2**1024 overflowed a float after ~35 minutes); warnings stay
+    rate-limited."""
+    backend = Scripted()
+    backend.get_error = BackendUnavailable("connection refused")
+    lease = Lease("job", "me", backend, SETTINGS)
+    with pytest.raises(AcquireTimeout) as info:
+        async with lease.held(timeout=2 * 3600):
+            pytest.fail("granted")
+    assert info.value.last_error is backend.get_error
+    failing = [r for _, r in warnings_seen.seen if "cannot use the backend" in r.getMessage()]
+    # Every WARN_EVERY (30 s), at the first attempt after it (attempts come every R + jitter).
+    assert 2 * 3600 / (30 + 2 * SETTINGS.wait_interval) <= len(failing) <= 2 * 3600 / 30 + 1
+
+
 class _BadWatch(MemoryBackend):
     """A memory store whose watch yields ``item`` after the first state, or raises ``error``."""
 
