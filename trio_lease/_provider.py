@@ -90,13 +90,26 @@ def load_backend_class(lease_class: str, where: str = "lease-class") -> type[Lea
 
 
 def build_backend(cls: type[LeaseBackend], config: Mapping[str, Any], where: str) -> LeaseBackend:
-    """Construct a backend from a section's backend keys (:meth:`LeaseBackend.from_config`)."""
+    """Construct a backend from a section's backend keys (:meth:`LeaseBackend.from_config`).
+
+    A TypeError or ValueError is quoted (it names a keyword or a setting), except a
+    UnicodeError: its text quotes the offending byte or character and its position, which may
+    be part of a secret (a password or token file that is not UTF-8), so only its kind is named.
+    """
+    undecodable = ""
     try:
         backend: object = cls.from_config(config)
     except LeaseConfigError as exc:
         raise LeaseConfigError(f"{where}: {exc}") from None
+    except UnicodeError as exc:
+        undecodable = type(exc).__name__  # raised below: not chained to the quoting error
     except (TypeError, ValueError) as exc:
         raise LeaseConfigError(f"{where}: cannot build {cls.__name__}: {exc}") from None
+    if undecodable:
+        raise LeaseConfigError(
+            f"{where}: cannot build {cls.__name__}: a setting or a file it names is not valid "
+            f"text ({undecodable}; the details are left out, they may quote a secret)"
+        )
     if not isinstance(backend, LeaseBackend):
         raise LeaseConfigError(f"{where}: {cls.__name__}.from_config did not return a backend")
     return backend

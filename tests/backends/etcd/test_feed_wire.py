@@ -1,24 +1,28 @@
 """The etcd shared watch against scripted gateway answers, on virtual time (no etcd needed).
 
 Each watch request gets the next scripted stream body (then the last one again); a body's lines
-end, so the stream ends after them and the feed opens the next one.
+end, so the stream ends after them and the feed opens the next one. The pages of the range read
+that (re)starts the feed are checked to move forward (no tight request loop).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import json
+import re
 from typing import Any
 
 import anyio
 import httpx
 import pytest
 
-from trio_lease import BackendAuthError, LeaseRecord
+from trio_lease import BackendAuthError, BackendProtocolError, LeaseRecord
 from trio_lease._abc import Watched
 from trio_lease.backends.etcd import EtcdBackend
 from trio_lease.backends.etcd._codec import encode_record
 from trio_lease.backends.etcd._feed import EtcdFeed
+from trio_lease.backends.etcd._replies import PrefixPage, read_answer, read_prefix_range
 from trio_lease.testing import virtual_time_backends
 
 pytestmark = pytest.mark.anyio
@@ -210,3 +214,71 @@ async def test_the_backend_remembers_its_held_writes_but_not_a_release() -> None
         held = await backend.update(LeaseRecord(name="job", holder="me"), "20")
         await backend.update(LeaseRecord(name="job", holder=""), held.version)
     assert feed.own_writes == {21: "job"}
+
+
+def range_page(*keys: bytes, more: bool) -> dict[str, Any]:
+    """A kv/range answer at revision 10 holding lease records under ``keys``, in that order."""
+    kvs = []
+    for key in keys:
+        kv = put("x", 5)["result"]["events"][0]["kv"]
+        kvs.append({**kv, "key": b64(key)})
+    return {"header": {"revision": "10"}, "kvs": kvs, "more": more}
+
+
+def read_page(answer: dict[str, Any], start: bytes) -> PrefixPage:
+    reader = functools.partial(read_prefix_range, prefix=PREFIX.encode(), start=start)
+    return read_answer(json.dumps(answer).encode(), "kv/range", reader, write=False)
+
+
+UNADVANCING_PAGES = {
+    "the same page again": (b"leases/a\0", [b"leases/a"], "kvs[0].key"),
+    "a page from before the start": (b"leases/m", [b"leases/b", b"leases/z"], "kvs[0].key"),
+    "keys out of order": (b"leases/", [b"leases/b", b"leases/a"], "kvs[1].key"),
+    "a key twice": (b"leases/", [b"leases/a", b"leases/a"], "kvs[1].key"),
+}
+
+
+@pytest.mark.parametrize(
+    ("start", "keys", "field"), UNADVANCING_PAGES.values(), ids=UNADVANCING_PAGES.keys()
+)
+def test_a_range_page_that_would_not_advance_the_read_is_a_protocol_error(
+    start: bytes, keys: list[bytes], field: str
+) -> None:
+    """A page whose keys go back before the key it was asked from, or not forward, is refused."""
+    with pytest.raises(BackendProtocolError, match=re.escape(field)):
+        read_page(range_page(*keys, more=True), start)
+
+
+def test_range_pages_that_advance_are_read() -> None:
+    """Keys in order from the start key on (inclusive) read; the last one is where to go on."""
+    page = read_page(range_page(b"leases/a", b"leases/b", more=True), b"leases/")
+    assert ([name for name, _ in page.states], page.last_key) == (["a", "b"], b"leases/b")
+    assert read_page(range_page(b"leases/a", more=True), b"leases/a").last_key == b"leases/a"
+    assert read_page(range_page(more=False), b"leases/a\0").states == []
+
+
+async def test_a_repeated_range_page_is_asked_again_only_after_a_pause() -> None:
+    """A gateway answering every page with the same last key and more=true: the feed backs off
+    between reads instead of asking for the same page again at once (no tight request loop)."""
+    asked: list[tuple[float, bytes]] = []
+
+    def gateway(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v3/kv/range", "watched before the read completed"
+        asked.append((anyio.current_time(), base64.b64decode(json.loads(request.content)["key"])))
+        if len(asked) >= 400:  # without the check the loop never sleeps: end it here
+            return httpx.Response(503, json={"code": 14, "message": "enough"})
+        return httpx.Response(200, json=range_page(b"leases/a", more=True))
+
+    backend = EtcdBackend(
+        ["http://etcd.invalid:2379"], prefix=PREFIX, transport=httpx.MockTransport(gateway)
+    )
+    async with backend:
+        feed = backend.watch_feed()
+        published = await follow(feed, 60, "a")
+    # Each read asks from the prefix, then once after "a"; that page is refused, and the next
+    # read waits the backoff (0.05 s doubling to 2 s, jittered): about 40 reads in 60 s.
+    assert [key for _, key in asked[:4]] == [b"leases/", b"leases/a\0"] * 2
+    assert asked[1][0] == asked[0][0] < asked[2][0]
+    assert [key for _, key in asked] == [b"leases/", b"leases/a\0"] * feed.reads
+    assert 10 <= feed.reads <= 70
+    assert ("a", None) not in published  # a read that failed says nothing of absent keys

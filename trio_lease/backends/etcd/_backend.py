@@ -54,6 +54,28 @@ WATCH_BACKOFF = 0.05
 WATCH_BACKOFF_MAX = 2.0
 
 
+def _read_password_file(path: str) -> str:
+    """The password in the file at ``path`` (UTF-8, surrounding whitespace stripped).
+
+    Raises :class:`LeaseConfigError` when the file cannot be read or is not UTF-8 text. The
+    decoding error is neither quoted nor chained: its text names a byte of the password and its
+    position, and the error object holds the file's bytes.
+    """
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise LeaseConfigError(f"etcd `password-file` could not be read ({exc.strerror})") from None
+    try:
+        text: str | None = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None  # raised below, outside this handler, so the error has no __context__
+    if text is None:
+        raise LeaseConfigError(
+            "etcd `password-file` is not UTF-8 text; save the password in it as UTF-8"
+        )
+    return text.strip()
+
+
 class EtcdBackend(LeaseBackend):
     """Stores lease records in etcd v3 through its JSON gateway (etcd 3.4 or later).
 
@@ -166,12 +188,7 @@ class EtcdBackend(LeaseBackend):
                     raise LeaseConfigError("etcd `password-file` must be a path string")
                 if "password" in config:
                     raise LeaseConfigError("etcd: give `password` or `password-file`, not both")
-                try:
-                    value = Path(value).read_text().strip()
-                except OSError as exc:
-                    raise LeaseConfigError(
-                        f"etcd `password-file` could not be read ({exc.strerror})"
-                    ) from None
+                value = _read_password_file(value)
                 key = "password"
             elif key in ("connect-timeout", "request-timeout"):
                 if isinstance(value, bool) or not isinstance(value, int | float):

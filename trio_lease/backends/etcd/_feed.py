@@ -112,14 +112,23 @@ class EtcdFeed(WatchFeed):
             self._backoff = min(self._backoff * 2, BACKOFF_MAX)
 
     async def _read(self, key: bytes, watched: Watched, publish: Publish) -> int:
-        """Publish every watched lease's state as of now; return the revision read at."""
+        """Publish every watched lease's state as of now; return the revision read at.
+
+        Each page is asked from the key after the previous page's last one, and
+        :func:`read_prefix_range` refuses a page that does not reach the key it was asked from,
+        so every request starts strictly later than the one before: a gateway repeating a page
+        gets a protocol error (and the backoff of :meth:`run`), never the same request again at
+        once. There is no cap on the number of pages: each one is a round trip for keys not yet
+        read, paced by the server like the events of a watch, and a real prefix ends.
+        """
         self.reads += 1
         body: dict[str, Any] = {"key": b64(key), "range_end": b64(prefix_end(key))}
         body["limit"] = str(PAGE)
-        read = functools.partial(read_prefix_range, prefix=key)
+        start = key
         revision = 0
         seen: set[str] = set()
         while True:
+            read = functools.partial(read_prefix_range, prefix=key, start=start)
             page = await self._client.call(
                 "kv/range", body, write=False, read=read, subject=self._subject
             )
@@ -132,7 +141,8 @@ class EtcdFeed(WatchFeed):
                     publish(name, state)
             if not page.more:
                 break
-            body["key"] = b64(page.last_key + b"\0")
+            start = page.last_key + b"\0"
+            body["key"] = b64(start)
         for name in watched:
             if name not in seen:
                 publish(name, None)

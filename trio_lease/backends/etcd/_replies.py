@@ -243,8 +243,15 @@ class PrefixPage:
     last_key: bytes
 
 
-def read_prefix_range(answer: JsonObject, *, prefix: bytes) -> PrefixPage:
-    """One page of a range over ``prefix`` (every entry's key must be under it)."""
+def read_prefix_range(answer: JsonObject, *, prefix: bytes, start: bytes) -> PrefixPage:
+    """One page of a range over ``prefix`` asked from the key ``start`` (inclusive).
+
+    Every entry's key must be under ``prefix``, at or after ``start``, and after the previous
+    entry's: etcd sorts a range by key, and the next page is asked from ``last_key + b"\\0"``.
+    So a page that says ``more`` always ends at or past ``start`` and the next request starts
+    strictly later; a page that would send the reader back to a key it already asked from
+    (a broken or hostile gateway repeating a page) is malformed, never requested again at once.
+    """
     header = obj(answer.get("header"), "header")
     revision = _int64(header.get("revision"), "header.revision", low=1, required=True)
     more = _boolean(answer["more"], "more") if "more" in answer else False
@@ -255,7 +262,12 @@ def read_prefix_range(answer: JsonObject, *, prefix: bytes) -> PrefixPage:
     for i, item in enumerate(_optional_list(answer, "kvs")):
         path = f"kvs[{i}]"
         named = _prefixed(item, path, prefix=prefix, deleted=False)
-        last_key = _bytes(obj(item, path).get("key"), f"{path}.key")
+        key = _bytes(obj(item, path).get("key"), f"{path}.key")
+        if i == 0 and key < start:
+            raise Malformed(f"{path}.key", "comes before the key the page was asked from")
+        if i > 0 and key <= last_key:
+            raise Malformed(f"{path}.key", f"does not come after kvs[{i - 1}].key (keys sort)")
+        last_key = key
         if named is not None:
             states.append(named)
     if more and not last_key:

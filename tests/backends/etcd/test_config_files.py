@@ -1,0 +1,77 @@
+"""Files the etcd configuration names: errors about them are typed and quote none of their content.
+
+No server and no event loop: ``from_config`` and the provider's ``build_backend`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Self
+
+import pytest
+
+from trio_lease import LeaseConfigError
+from trio_lease._provider import build_backend
+from trio_lease.backends.etcd import EtcdBackend
+
+#: A Latin-1 password: byte 1 (0xe4) is not UTF-8.
+SECRET = "zäqxjvk".encode("latin-1")
+#: What a UnicodeDecodeError's text would give away of SECRET (a byte, its position, the text).
+GIVEAWAYS = ("0xe4", "\\xe4", "position", "ä", "qxjvk")
+
+
+def leaks(error: BaseException) -> list[str]:
+    """The giveaways in ``error``'s text and in every error chained to it."""
+    found: list[str] = []
+    current: BaseException | None = error
+    while current is not None:
+        found += [giveaway for giveaway in GIVEAWAYS if giveaway in str(current)]
+        current = current.__cause__ or current.__context__
+    return found
+
+
+@pytest.fixture
+def latin1_password_file(tmp_path: Path) -> dict[str, Any]:
+    """An etcd section whose ``password-file`` holds a password that is not UTF-8."""
+    secret = tmp_path / "etcd-password"
+    secret.write_bytes(SECRET)
+    return {"endpoints": ["http://127.0.0.1:2379"], "username": "u", "password-file": str(secret)}
+
+
+def test_a_password_file_that_is_not_utf8_is_a_config_error_quoting_nothing(
+    latin1_password_file: dict[str, Any],
+) -> None:
+    """A password-file that is not UTF-8: LeaseConfigError naming the key, no byte, no chain."""
+    with pytest.raises(LeaseConfigError, match=r"`password-file` is not UTF-8 text") as caught:
+        EtcdBackend.from_config(latin1_password_file)
+    assert leaks(caught.value) == []
+    assert caught.value.__context__ is None  # the decoding error holds the file's bytes
+
+
+def test_the_provider_names_the_etcd_password_file_without_quoting_it(
+    latin1_password_file: dict[str, Any],
+) -> None:
+    """Through the provider, the error names the section and the key, and quotes no byte."""
+    with pytest.raises(LeaseConfigError) as caught:
+        build_backend(EtcdBackend, latin1_password_file, "leases.x")
+    assert str(caught.value).startswith("leases.x: etcd `password-file` is not UTF-8 text")
+    assert leaks(caught.value) == []
+
+
+class _Undecodable(EtcdBackend):
+    """A backend whose from_config lets a decoding error of a secret file escape."""
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Self:
+        raise UnicodeDecodeError("utf-8", SECRET, 1, 2, "invalid continuation byte")
+
+
+def test_the_provider_never_quotes_a_unicode_error_of_a_backend() -> None:
+    """Any backend's UnicodeError is named by kind only: its text quotes a byte of the file."""
+    with pytest.raises(LeaseConfigError, match=r"^w: cannot build _Undecodable: .*not valid text"):
+        build_backend(_Undecodable, {}, "w")
+    with pytest.raises(LeaseConfigError) as caught:
+        build_backend(_Undecodable, {}, "w")
+    assert "UnicodeDecodeError" in str(caught.value)
+    assert leaks(caught.value) == []
