@@ -115,6 +115,31 @@ def build_backend(cls: type[LeaseBackend], config: Mapping[str, Any], where: str
     return backend
 
 
+def load_toml(path: Path) -> dict[str, Any]:
+    """The lease configuration file at ``path``, parsed; :class:`LeaseConfigError` saying what
+    is wrong with it otherwise (missing, unreadable, not UTF-8, not TOML). Nothing of the file's
+    text is quoted: it may hold a secret."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise LeaseConfigError(f"lease configuration file {path} does not exist") from None
+    except OSError as exc:
+        raise LeaseConfigError(
+            f"cannot read the lease configuration file {path}: {exc.strerror or exc}"
+        ) from None
+    try:
+        text: str | None = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        text = None  # raised below, not chained: the error holds the file's bytes
+    if text is None:
+        raise LeaseConfigError(f"{path} is not UTF-8 text (line {line}); TOML files are UTF-8")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise LeaseConfigError(f"{path} is not valid TOML: {exc}") from None
+
+
 class LeaseProvider:
     """Loads and caches leases from a TOML configuration (a file path or a parsed mapping)."""
 
@@ -132,13 +157,7 @@ class LeaseProvider:
         else:
             path = Path(config)
             self._source = str(path)
-            try:
-                with path.open("rb") as file:
-                    self._config = tomllib.load(file)
-            except FileNotFoundError:
-                raise LeaseConfigError(f"lease configuration file {path} does not exist") from None
-            except tomllib.TOMLDecodeError as exc:
-                raise LeaseConfigError(f"{path} is not valid TOML: {exc}") from None
+            self._config = load_toml(path)
         self._leases: dict[tuple[str, str, str], Lease] = {}
         self._backends: dict[str, tuple[LeaseBackend, LeaseSettings]] = {}
         self._stack: AsyncExitStack | None = None

@@ -110,6 +110,26 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         LeaseProvider(tmp_path / "nope.toml")
 
 
+
+def test_a_directory_is_a_config_error(tmp_path: Path) -> None:
+    """A directory given as the configuration file is a LeaseConfigError naming it (it raised
+    IsADirectoryError)."""
+    with pytest.raises(LeaseConfigError, match="cannot read the lease configuration file") as info:
+        LeaseProvider(tmp_path)
+    assert str(tmp_path) in str(info.value)
+
+
+def test_a_file_not_utf8_is_a_config_error_quoting_none_of_it(tmp_path: Path) -> None:
+    """A configuration file that is not UTF-8 is a LeaseConfigError giving the line, quoting
+    none of its bytes (it raised UnicodeDecodeError, whose text quotes the byte)."""
+    path = tmp_path / "leases.toml"
+    path.write_bytes(b'[a]\nlease-class = "etcd"\npassword = "p\xe4ss"\n')
+    with pytest.raises(LeaseConfigError, match=r"is not UTF-8 text \(line 3\)") as info:
+        LeaseProvider(path)
+    assert "xe4" not in str(info.value) and "p" + "\u00e4" not in str(info.value)
+    assert info.value.__cause__ is None and info.value.__context__ is None
+
+
 async def test_provider_hosts_acquire_heartbeats() -> None:
     """`async with provider:` hosts acquire(); leaving it releases and closes backends."""
     provider = LeaseProvider(
