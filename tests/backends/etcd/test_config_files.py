@@ -75,3 +75,30 @@ def test_the_provider_never_quotes_a_unicode_error_of_a_backend() -> None:
         build_backend(_Undecodable, {}, "w")
     assert "UnicodeDecodeError" in str(caught.value)
     assert leaks(caught.value) == []
+
+
+def test_an_encrypted_key_file_is_a_config_error_without_prompting(tmp_path: Path) -> None:
+    """An encrypted `key-file` is a LeaseConfigError at once: OpenSSL is never left to ask for
+    a passphrase on the terminal (it blocked loading the configuration there, and failed with
+    "Invalid argument" without one)."""
+    import trustme
+    from cryptography.hazmat.primitives import serialization
+
+    cert = trustme.CA().issue_cert("leaser@example.test")
+    key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), None)
+    encrypted = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"s3cr3t-words"),
+    )
+    cert_file, key_file = tmp_path / "client.crt", tmp_path / "client.key"
+    cert_file.write_bytes(cert.cert_chain_pems[0].bytes())
+    key_file.write_bytes(encrypted)
+    config = {
+        "endpoints": ["https://127.0.0.1:2379"],
+        "cert-file": str(cert_file),
+        "key-file": str(key_file),
+    }
+    with pytest.raises(LeaseConfigError, match=r"encrypted .* passphrase") as info:
+        EtcdBackend.from_config(config)
+    assert "s3cr3t" not in str(info.value)

@@ -41,7 +41,7 @@ from ..._abc import LeaseBackend, LeaseRecord
 from ..._exceptions import BackendAuthError, BackendError, ConflictError, LeaseConfigError
 from ..._settings import SECTION_KEYS
 from ..._wire import INT64_MAX
-from ._client import EtcdClient, make_ssl_context
+from ._client import EncryptedKey, EtcdClient, make_ssl_context
 from ._codec import b64, encode_record
 from ._feed import OWN_WRITES_KEPT, EtcdFeed
 from ._replies import RangeState, read_range, read_txn, read_watch_result
@@ -137,6 +137,8 @@ class EtcdBackend(LeaseBackend):
         tls = ca_file is not None or cert_file is not None
         try:
             ssl_context = make_ssl_context(ca_file, cert_file, key_file) if tls else None
+        except EncryptedKey as exc:
+            raise LeaseConfigError(f"etcd TLS: {exc}") from None
         except (OSError, ValueError) as exc:
             raise LeaseConfigError(
                 f"etcd TLS files could not be loaded ({type(exc).__name__}: {exc}); check "
