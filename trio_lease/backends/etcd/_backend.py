@@ -41,10 +41,11 @@ from ..._abc import LeaseBackend, LeaseRecord
 from ..._exceptions import BackendAuthError, BackendError, ConflictError, LeaseConfigError
 from ..._settings import SECTION_KEYS
 from ..._wire import INT64_MAX
-from ._client import EncryptedKey, EtcdClient, make_ssl_context
+from ._client import EtcdClient
 from ._codec import b64, encode_record
 from ._feed import OWN_WRITES_KEPT, EtcdFeed
 from ._replies import RangeState, read_range, read_txn, read_watch_result
+from ._tls import EncryptedKey, make_ssl_context
 
 __all__ = ["EtcdBackend"]
 
