@@ -5,7 +5,8 @@ Every write of ours takes its version from the file's counter; the triggers in
 counter's next value and move the counter on a deletion. So a holder's compare-and-swap fails
 instead of overwriting a hand edit, and the watch's delta read (``version > counter``) sees it.
 Without them, an edit that kept the row's version was overwritten by the holder's next renewal
-and never reached a waiter or a holder through the watch.
+and never reached a waiter or a holder through the watch. A trigger of another name on our
+tables (another program's, which runs inside our writes) is refused on open.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from trio_lease import (
     BackendProtocolError,
     ConflictError,
     Lease,
+    LeaseConfigError,
     LeaseLost,
     LeaseRecord,
     LeaseSettings,
@@ -285,3 +287,52 @@ async def test_a_trigger_of_our_name_with_other_sql_is_replaced_on_open(
         with pytest.raises(ConflictError):
             await backend.update(dataclasses.replace(mine, holder="alice"), mine.version)
     assert "trigger trio_lease_edited_row was not ours; replacing it" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "trigger",
+    [
+        "CREATE TRIGGER cleanup AFTER INSERT ON leases "
+        "BEGIN DELETE FROM leases WHERE name = NEW.name; END",
+        "CREATE TRIGGER steal AFTER UPDATE ON Leases WHEN NEW.holder = 'alice' "
+        "BEGIN UPDATE leases SET holder = 'mallory' WHERE name = NEW.name; END",
+        "CREATE TRIGGER audit BEFORE UPDATE ON version_counter BEGIN SELECT 1; END",
+    ],
+    ids=["deletes-our-insert", "rewrites-our-update", "on-the-counter"],
+)
+async def test_a_trigger_not_ours_on_our_tables_is_refused_on_open(
+    tmp_path: Path, trigger: str
+) -> None:
+    """Another program's trigger runs inside our writes (one deleting the row we insert made
+    create() report a grant the file did not have): the file is refused before any write."""
+    path = tmp_path / "leases.sqlite3"
+    await written_twice(path)
+    with shell(path) as conn:
+        conn.execute(trigger)
+    name, table = trigger.split()[2], "version_counter" if "counter" in trigger else "leases"
+    async with SqliteBackend(path) as backend:
+        for _ in range(2):
+            with pytest.raises(LeaseConfigError) as caught:
+                await backend.create(LeaseRecord("other", "alice", 5.0, 1))
+            said = str(caught.value)
+            assert f"has trigger {name!r} on table {table}, which is not trio_lease's" in said
+            assert str(path) in said and "give the backend a file of its own" in said
+    assert stored(path) == ("alice", 2, 2)
+
+
+async def test_a_trigger_added_while_in_use_is_met_by_the_next_compare_and_swap(
+    tmp_path: Path,
+) -> None:
+    """A trigger added under a connected backend is not seen on open: like any outside edit,
+    the holder's next compare-and-swap finds the row changed and fails (docs/backends.md)."""
+    path = tmp_path / "leases.sqlite3"
+    async with SqliteBackend(path) as backend:
+        await backend.names()
+        with shell(path) as conn:
+            conn.execute(
+                "CREATE TRIGGER cleanup AFTER INSERT ON leases "
+                "BEGIN DELETE FROM leases WHERE name = NEW.name; END"
+            )
+        granted = await backend.create(LeaseRecord("job", "alice", 5.0, 1))
+        with pytest.raises(ConflictError):
+            await backend.update(granted, granted.version)

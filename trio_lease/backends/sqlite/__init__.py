@@ -17,10 +17,13 @@ The file is input: another program, an older version or a hand edit may have wri
 SQLite lets any column hold any type. :func:`._rows.record_from_row` is the one place a row
 becomes a record (a row whose version cannot be read raises
 :class:`~trio_lease.BackendProtocolError`, one whose content cannot be read comes back with
-``unreadable`` set), a file without our tables is refused with
-:class:`~trio_lease.LeaseConfigError` before anything is written to it (:mod:`._file`), a
-change of a row made outside the backend gets a new version from triggers kept in the file, so
-compare-and-swap and the watch see it (:mod:`._file`), and
+``unreadable`` set), a file without our tables, or with another program's trigger on them, is
+refused with :class:`~trio_lease.LeaseConfigError` before anything is written to it
+(:mod:`._file`), a change of a row made outside the backend gets a new version from triggers
+kept in the file, so compare-and-swap and the watch see it, and more triggers keep the version
+counter from going down (:mod:`._file`), a backend object uses only the file it first opened and
+refuses one removed, emptied or replaced while in use, checked with one ``stat`` per call
+(:mod:`._identity`), and
 :func:`._errors.translate` is the one place SQLite's errors become ours: errors that retrying
 cannot fix (a path that cannot be opened, a file that is not a database, a read-only file) are
 :class:`~trio_lease.LeaseConfigError` naming the path and the fix, the rest (a lock held past
@@ -30,8 +33,8 @@ The default path (used by the CLI) is per user: ``$TRIO_LEASE_SQLITE_PATH``, els
 ``$XDG_STATE_HOME/trio-lease/leases.sqlite3``, else ``~/.local/state/trio-lease/leases.sqlite3``.
 
 Modules: :mod:`._backend` (the SPI on one connection), :mod:`._file` (the database file: its
-path, directory, tables), :mod:`._rows` (rows and records), :mod:`._errors` (SQLite's errors),
-:mod:`._feed` (the shared watch).
+path, directory, tables), :mod:`._identity` (which file a backend object uses), :mod:`._rows`
+(rows and records), :mod:`._errors` (SQLite's errors), :mod:`._feed` (the shared watch).
 """
 
 from ... import _public

@@ -1,12 +1,16 @@
 """SqliteBackend: the SPI on one SQLite connection, used from worker threads.
 
-The connection is opened on first use (:func:`._file.connect`) and shared by every call under a
-lock; an error that needs a fix closes it, so the next call reopens the file and sees the fix (a
-restored file, new permissions). Each write is one ``BEGIN IMMEDIATE`` transaction that bumps
-the version counter and compares the version (:meth:`SqliteBackend._write`). A watch has a
-connection of its own and polls ``PRAGMA data_version``. See the package docstring for the
-design; rows and errors are translated in :mod:`._rows` and :mod:`._errors`; the shared watch
-(one poller for every watched lease) is :mod:`._feed`.
+The connection is opened on first use (:class:`._identity.DatabaseFile`) and shared by every
+call under a lock; an error that needs a fix closes it, so the next call reopens the file and
+sees the fix (new permissions). Before each call one ``stat`` checks that the path still names
+the file the connection has open; when it does not (the file was replaced or removed), the
+connection is closed and the path opened again, which refuses any file but the one this backend
+object first opened. Each write is one ``BEGIN IMMEDIATE`` transaction that bumps the version
+counter and compares the version (:meth:`SqliteBackend._write`); a counter below the version
+compared against, or below the row's, means the file was changed by hand, and nothing is
+written. A watch has a connection of its own and polls ``PRAGMA data_version``. See the
+package docstring for the design; rows and errors are translated in :mod:`._rows` and
+:mod:`._errors`; the shared watch (one poller for every watched lease) is :mod:`._feed`.
 """
 
 from __future__ import annotations
@@ -37,12 +41,19 @@ from ..._settings import parse_duration
 from ..._wire import Malformed
 from ._errors import translate
 from ._feed import SqliteFeed
-from ._file import connect, default_path, rollback
+from ._file import default_path, rollback
+from ._identity import DatabaseFile
 from ._rows import COLUMNS, issued, lease_name, record_from_row, storable
 
 __all__ = ["SqliteBackend"]
 
 T = TypeVar("T")
+
+# The counter and the row's version, in the write's transaction (None for a missing one).
+_COUNTER_AND_ROW = (
+    "SELECT (SELECT value FROM version_counter WHERE id = 1), "
+    "(SELECT version FROM leases WHERE name = ?)"
+)
 
 
 class SqliteBackend(LeaseBackend):
@@ -67,6 +78,7 @@ class SqliteBackend(LeaseBackend):
         self.busy_timeout: float = busy_timeout
         #: Seconds between two polls of a watch.
         self.watch_interval: float = watch_interval
+        self._file = DatabaseFile(self.path, busy_timeout)
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -109,23 +121,28 @@ class SqliteBackend(LeaseBackend):
         return translate(exc, self.path, self.busy_timeout)
 
     def _connect(self) -> sqlite3.Connection:
-        return connect(self.path, self.busy_timeout)
+        return self._file.open()
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
 
     def _with_conn(self, action: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:
             if self._closed:
                 raise BackendUnavailable(f"the SQLite backend for {self.path} is closed")
             try:
+                if self._conn is not None and not self._file.current():
+                    self._drop()  # the path names another file or none: the reopen decides
                 if self._conn is None:
                     self._conn = self._connect()
                 return action(self._conn)
             except sqlite3.Error as exc:
                 error = self._translate(exc)
-                if isinstance(error, LeaseConfigError) and self._conn is not None:
-                    # Reopen next time: the fix (a restored file, new permissions) then shows.
-                    with contextlib.suppress(sqlite3.Error):
-                        self._conn.close()
-                    self._conn = None
+                if isinstance(error, LeaseConfigError):
+                    self._drop()  # reopen next time: the fix (new permissions) then shows
                 raise error from exc
 
     def _guarded(self, action: Callable[[], T]) -> T:
@@ -177,18 +194,24 @@ class SqliteBackend(LeaseBackend):
             raise ConflictError(f"version {expected!r} was never issued")
         conn.execute("BEGIN IMMEDIATE")
         try:
-            counter = conn.execute("SELECT value FROM version_counter WHERE id = 1").fetchone()
+            counter, stored = conn.execute(_COUNTER_AND_ROW, (name,)).fetchone()
             try:
                 version = 1 + _wire.integer(
-                    None if counter is None else counter[0],
-                    "version_counter.value",
-                    high=_wire.INT64_MAX - 1,
+                    counter, "version_counter.value", high=_wire.INT64_MAX - 1
                 )
             except Malformed as exc:
                 raise BackendProtocolError(
                     f"SQLite at {self.path}: the version counter is missing or unreadable "
                     f"({exc}); the file was changed by another program or by hand"
                 ) from None
+            if version <= max(expected_number or 0, stored if type(stored) is int else 0):
+                # Versions would be issued again (ABA): a stale compare-and-swap could match.
+                raise BackendProtocolError(
+                    f"SQLite at {self.path}: the version counter is below the version of lease "
+                    f"{name!r}; the file was changed by another program or by hand (a counter "
+                    "lowered, or a table restored from an older copy); nothing was written: "
+                    "restore the whole file from one backup, or stop its users and start anew"
+                )
             conn.execute("UPDATE version_counter SET value = ? WHERE id = 1", (version,))
             if expected is None:
                 try:
@@ -219,6 +242,7 @@ class SqliteBackend(LeaseBackend):
             self.path,
             watch_interval=self.watch_interval,
             connect=lambda: self._connect(),
+            current=self._file.current,
             translate=self._translate,
         )
         return self._feed
@@ -226,29 +250,38 @@ class SqliteBackend(LeaseBackend):
     async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
         """Yield the current record, then the record whenever its version changes."""
         name = lease_name(name)
-        conn = await anyio.to_thread.run_sync(self._guarded, self._connect)
+        conns = [await anyio.to_thread.run_sync(self._guarded, self._connect)]
+
+        def poll(last: int | None) -> tuple[int, LeaseRecord | None] | None:
+            """(data_version, the record) if the file may have changed since ``last``."""
+            if not self._file.current():  # the path names another file or none: reopen
+                with contextlib.suppress(sqlite3.Error):
+                    conns.pop().close()
+                conns.append(self._connect())
+                last = None  # a new connection's data_version is not comparable
+            data_version: int = conns[0].execute("PRAGMA data_version").fetchone()[0]
+            if last == data_version:
+                return None
+            return data_version, self._select(conns[0], name)
+
         try:
-
-            def poll(last: tuple[int, str | None] | None) -> tuple[int, LeaseRecord | None]:
-                data_version = conn.execute("PRAGMA data_version").fetchone()[0]
-                if last is not None and last[0] == data_version:
-                    return data_version, None
-                return data_version, self._select(conn, name)
-
-            seen: tuple[int, str | None] | None = None
+            data_version: int | None = None
+            version: str | None = None
             while True:
-                data_version, record = await anyio.to_thread.run_sync(
-                    self._guarded, functools.partial(poll, seen)
+                polled = await anyio.to_thread.run_sync(
+                    self._guarded, functools.partial(poll, data_version)
                 )
-                if seen is None or data_version != seen[0]:
-                    version = record.version if record is not None else None
-                    if seen is None or version != seen[1]:
+                if polled is not None:
+                    first = data_version is None
+                    data_version, record = polled
+                    if first or (record.version if record is not None else None) != version:
+                        version = record.version if record is not None else None
                         yield record
-                    seen = (data_version, version)
                 await anyio.sleep(self.watch_interval)
         finally:
             with contextlib.suppress(sqlite3.Error):
-                conn.close()
+                for conn in conns:
+                    conn.close()
 
     async def aclose(self) -> None:
         def close() -> None:

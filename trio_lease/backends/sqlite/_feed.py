@@ -22,7 +22,7 @@ cancelled and started again publishes only what changed meanwhile. A row whose n
 cannot be read is skipped (the next request on that lease reports it). A failure that may pass
 (a locked or unreadable file) closes the connection and opens a new one after a pause that
 doubles up to :data:`BACKOFF_MAX`; only :class:`~trio_lease.LeaseConfigError` (a file that
-needs a fix) escapes :meth:`SqliteFeed.run`.
+needs a fix, or one removed, emptied or replaced while in use) escapes :meth:`SqliteFeed.run`.
 """
 
 from __future__ import annotations
@@ -73,12 +73,14 @@ class SqliteFeed(WatchFeed):
         *,
         watch_interval: float,
         connect: Callable[[], sqlite3.Connection],
+        current: Callable[[], bool],
         translate: Callable[[sqlite3.Error], LeaseError],
     ) -> None:
         #: The database file, and the seconds between two polls.
         self.path: Path = path
         self.watch_interval: float = watch_interval
         self._connect = connect
+        self._current = current
         self._translate = translate
         #: The version last published per watched lease (None: published as missing).
         self.known: dict[str, str | None] = {}
@@ -147,7 +149,10 @@ class SqliteFeed(WatchFeed):
         """(worker thread) The states to compare: every watched one if the file changed.
 
         The connection is kept between polls and runs; a poll that fails closes it, so the
-        next one opens a new connection (on which ``data_version`` starts afresh).
+        next one opens a new connection (on which ``data_version`` starts afresh). Each poll
+        first checks (one ``stat``) that the path still names the connection's file; when it
+        does not, the connection is closed and the path opened again, which refuses any file
+        but the backend object's own (:class:`._identity.DatabaseFile`).
         """
         with self._lock:
             if self._closed:
@@ -162,6 +167,8 @@ class SqliteFeed(WatchFeed):
                 raise
 
     def _poll_on(self, names: list[str]) -> list[tuple[str, State]]:
+        if self._conn is not None and not self._current():
+            self._drop()  # the path names another file or none: the reopen decides
         if self._conn is None:
             self._conn = self._connect()
             self.connections += 1

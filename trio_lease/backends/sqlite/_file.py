@@ -1,19 +1,25 @@
 """The SQLite backend's database file: its default path, its directory, opening it, its tables.
 
 A connection is opened on a file (never an in-memory database) in WAL mode with
-``synchronous=FULL``. A file that has tables but not ours is refused with
-:class:`LeaseConfigError` before anything, even the journal mode, is written to it; a file
-without tables gets ours, created under SQLite's write lock so that racing creators agree. A
-missing version counter restarts above every version in use, so no version is issued twice.
-A file made by an earlier version gets the columns added since (``handover_to``) on open.
+``synchronous=FULL``. A file that has tables but not ours, or a trigger on our tables that is
+not ours (:func:`_refuse_foreign_triggers`), is refused with :class:`LeaseConfigError` before
+anything, even the journal mode, is written to it; a file without tables gets ours, created
+under SQLite's write lock so that racing creators agree, but only when :func:`connect` is told
+it may create (a backend object's first open: which file a backend object uses, and when it
+stops, is :mod:`._identity`'s decision). A missing version counter restarts above every
+version in use, so no version is issued twice. A file made by an earlier version gets the
+columns added since (``handover_to``) on open.
 
 Every write of ours takes its version from the counter. Triggers (:data:`TRIGGERS`) give any
 other change of a row (another program's, a hand edit in the ``sqlite3`` shell) the counter's
 next value instead of the version it kept or chose, and move the counter when a row is deleted,
 so compare-and-swap and the watch's delta read (:mod:`._feed`) see the change: a holder's next
-write fails and re-reads instead of overwriting the edit. On open, a missing trigger is created
-and one of our names whose SQL is not ours (changed by another program or by hand) is replaced,
-in the same transaction as the added columns (:func:`_upgrade`).
+write fails and re-reads instead of overwriting the edit. Three more abort any change that
+lowers the counter or deletes its row (versions would repeat: a stale holder's compare-and-swap
+would match another state of its row). On open, a missing trigger is created and one of our
+names whose SQL is not ours (changed by another program or by hand) is replaced, in the same
+transaction as the added columns (:func:`_upgrade`). Triggers of other names on our tables are
+refused; one added while the file is in use is an outside edit like any other.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ import logging
 import os
 import sqlite3
 import time
+import urllib.parse
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal, overload
 
 from ..._exceptions import BackendUnavailable, LeaseConfigError
 from ._rows import ADDED_COLUMNS, LEASE_COLUMNS, decode_text
@@ -48,9 +55,11 @@ _CREATE_TABLES: Final = (
     "CREATE TABLE version_counter (id INTEGER PRIMARY KEY CHECK (id = 1), value INTEGER)",
 )
 # A missing counter row restarts above every version in use, so no version is issued twice.
+# (Inserted only where there is no row, so it never fires trio_lease_counter_replaced.)
 _RESTORE_COUNTER: Final = (
-    "INSERT OR IGNORE INTO version_counter (id, value) SELECT 1, "
-    "coalesce(max(CASE WHEN typeof(version) = 'integer' THEN version END), 0) FROM leases"
+    "INSERT INTO version_counter (id, value) SELECT 1, "
+    "coalesce(max(CASE WHEN typeof(version) = 'integer' THEN version END), 0) FROM leases "
+    "WHERE NOT EXISTS (SELECT 1 FROM version_counter WHERE id = 1)"
 )
 _HAS_COUNTER: Final = "SELECT 1 FROM version_counter WHERE id = 1"
 # A change of a row that did not take its version from the counter (a version kept, reused or
@@ -68,8 +77,13 @@ _RENUMBER: Final = """
         UPDATE leases SET version = (SELECT value FROM version_counter WHERE id = 1)
             WHERE name = NEW.name;
     END"""
-#: The triggers that give every change made outside this backend a new version, by name (each
-#: as SQLite keeps it in ``sqlite_master.sql``, which is how an open recognises them).
+_ONLY_RISES: Final = (
+    "trio_lease: version_counter.value only rises and its row stays (a lower value would issue "
+    "versions twice)"
+)
+#: The triggers that give every change made outside this backend a new version and keep the
+#: counter rising, by name (each as SQLite keeps it in ``sqlite_master.sql``, which is how an
+#: open recognises them).
 TRIGGERS: Final = {
     "trio_lease_edited_row": "CREATE TRIGGER trio_lease_edited_row "
     "AFTER UPDATE ON leases WHEN"
@@ -82,6 +96,23 @@ TRIGGERS: Final = {
     "trio_lease_deleted_row": "CREATE TRIGGER trio_lease_deleted_row "
     "AFTER DELETE ON leases WHEN (SELECT typeof(value) FROM version_counter WHERE id = 1) "
     "= 'integer' BEGIN UPDATE version_counter SET value = value + 1 WHERE id = 1; END",
+    # The counter only rises: a lower value (or a row deleted, then restored above the rows'
+    # versions) issues versions again, and a stale holder's compare-and-swap would match
+    # another state of its row. Ours only raise it. Text is left for the row checks.
+    "trio_lease_counter_lowered": "CREATE TRIGGER trio_lease_counter_lowered "
+    "BEFORE UPDATE ON version_counter WHEN typeof(OLD.value) = 'integer' "
+    "AND typeof(NEW.value) = 'integer' AND NEW.value < OLD.value BEGIN "
+    f"SELECT RAISE(ABORT, '{_ONLY_RISES}'); END",
+    "trio_lease_counter_deleted": "CREATE TRIGGER trio_lease_counter_deleted "
+    "BEFORE DELETE ON version_counter WHEN typeof(OLD.value) = 'integer' BEGIN "
+    f"SELECT RAISE(ABORT, '{_ONLY_RISES}'); END",
+    # INSERT OR REPLACE deletes the old row without firing delete triggers (unless recursive
+    # triggers are on): a lower value replacing the row is refused here.
+    "trio_lease_counter_replaced": "CREATE TRIGGER trio_lease_counter_replaced "
+    "BEFORE INSERT ON version_counter WHEN typeof(NEW.value) = 'integer' "
+    "AND (SELECT typeof(value) FROM version_counter WHERE id = NEW.id) = 'integer' "
+    "AND NEW.value < (SELECT value FROM version_counter WHERE id = NEW.id) BEGIN "
+    f"SELECT RAISE(ABORT, '{_ONLY_RISES}'); END",
 }
 # errno values of a failed mkdir that can pass on their own (space freed, descriptors closed).
 _TRANSIENT_ERRNOS: Final = frozenset(
@@ -131,25 +162,44 @@ def _prepare_directory(path: Path) -> None:
         ) from None
 
 
-def connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
-    """A connection to the database at ``path``, with our tables (raises ``sqlite3.Error``)."""
-    _prepare_directory(path)
-    target = os.fspath(path)
+@overload
+def connect(
+    path: Path, busy_timeout: float, *, create: Literal[True] = True
+) -> sqlite3.Connection: ...
+@overload
+def connect(path: Path, busy_timeout: float, *, create: bool) -> sqlite3.Connection | None: ...
+def connect(path: Path, busy_timeout: float, *, create: bool = True) -> sqlite3.Connection | None:
+    """A connection to the database at ``path``, with our tables (raises ``sqlite3.Error``).
+
+    Only with ``create`` are the directory, the file and our tables made: without it a missing
+    file fails to open (``mode=rw``) and a file without tables gives None, written to in no way.
+    """
+    if create:
+        _prepare_directory(path)
+        target = os.fspath(path)
+        target = "./:memory:" if target == ":memory:" else target  # a file, never in memory
+    else:
+        target = f"file:{urllib.parse.quote(os.fsencode(os.path.abspath(path)))}?mode=rw"
     conn = sqlite3.connect(
-        "./:memory:" if target == ":memory:" else target,  # a file, never a memory database
-        timeout=busy_timeout,
-        isolation_level=None,
-        check_same_thread=False,
+        target, timeout=busy_timeout, isolation_level=None, check_same_thread=False, uri=not create
     )
     try:
         conn.text_factory = decode_text
         ours = _has_our_tables(conn, path)  # before anything, even the journal mode, changes
+        if not (ours or create):
+            conn.close()
+            return None
+        _refuse_foreign_triggers(conn, path)
         _use_wal(conn, busy_timeout)
         conn.execute("PRAGMA synchronous=FULL")
         if not ours or conn.execute(_HAS_COUNTER).fetchone() is None:
             conn.execute("BEGIN IMMEDIATE")  # checked again under the lock: racing creators
             try:
                 if not _has_our_tables(conn, path):
+                    if not create:  # emptied between the two checks
+                        rollback(conn)
+                        conn.close()
+                        return None
                     for statement in _CREATE_TABLES:
                         conn.execute(statement)
                 conn.execute(_RESTORE_COUNTER)
@@ -209,6 +259,27 @@ def _has_our_tables(conn: sqlite3.Connection, path: Path) -> bool:
                 "another program or was changed by hand: give the backend a file of its own"
             )
     return True
+
+
+def _refuse_foreign_triggers(conn: sqlite3.Connection, path: Path) -> None:
+    """LeaseConfigError for a trigger on our tables whose name is not one of ours.
+
+    Another program's trigger runs inside our writes: one that deletes or rewrites the row we
+    just wrote makes a write report a grant the file does not have. Ours are recognised by name
+    here; one of our names holding other SQL is replaced on open (:func:`_upgrade`).
+    """
+    rows = conn.execute(
+        "SELECT name, lower(tbl_name) FROM sqlite_master WHERE type = 'trigger' "
+        "AND lower(tbl_name) IN ('leases', 'version_counter') ORDER BY name"
+    )
+    for name, table in rows:
+        if name not in TRIGGERS:
+            shown = str(name)[:64].encode("ascii", "backslashreplace").decode()
+            raise LeaseConfigError(
+                f"{path} has trigger {shown!r} on table {table}, which is not trio_lease's: "
+                "another program changes the leases it stores; give the backend a file of its "
+                "own (or drop that trigger, if it was added by hand)"
+            )
 
 
 def _missing_columns(conn: sqlite3.Connection) -> list[str]:
