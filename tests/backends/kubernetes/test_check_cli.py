@@ -57,3 +57,18 @@ async def test_check_command_reports_missing_verbs_then_passes(tmp_path: Path) -
     assert code == 0, text
     assert "OK: reachable, credentials accepted" in text
     assert "app-secret-token" not in out + text
+
+
+def test_check_with_a_config_file_not_utf8_is_a_one_line_error(tmp_path: Path) -> None:
+    """`check --config` on a file that is not UTF-8 exits 78 naming the file and the line,
+    quoting none of its bytes (it printed a UnicodeDecodeError traceback)."""
+    bad = tmp_path / "leases.toml"
+    bad.write_bytes(b'[k]\nlease-class = "kubernetes"\ntoken = "s\xe9cret"\n')
+    code = "import sys; from trio_lease._cli import main; sys.exit(main())"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "check", "--config", str(bad), "--section", "k"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 78, done.stderr
+    assert f"{bad} is not UTF-8 text (line 3)" in done.stderr
+    assert "Traceback" not in done.stderr and "cret" not in done.stderr

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from ..._exceptions import LeaseConfigError
+from ..._provider import load_toml
 from ._backend import KubernetesBackend
 from ._check import CheckProblem, CheckReport
 
@@ -66,10 +66,7 @@ def _config_section(config: str, path: str | None) -> dict[str, Any]:
     """The table at the dotted ``path`` in the TOML file ``config``."""
     if not path:
         raise LeaseConfigError("--config needs --section (the TOML section of the lease)")
-    try:
-        data: Any = tomllib.loads(Path(config).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise LeaseConfigError(f"cannot read {config}: {exc}") from None
+    data: Any = load_toml(Path(config))
     for part in path.split("."):
         if not isinstance(data, dict) or part not in data:
             raise LeaseConfigError(f"{config} has no section [{path}]")

@@ -37,6 +37,7 @@ from ..._exceptions import (
     LeaseConfigError,
     LeaseError,
 )
+from ..._paths import user_path
 from ..._settings import parse_duration
 from ..._wire import Malformed
 from ._errors import translate
@@ -69,7 +70,9 @@ class SqliteBackend(LeaseBackend):
         watch_interval: float = 0.05,
     ) -> None:
         #: The database file.
-        self.path: Path = Path(path).expanduser() if path is not None else default_path()
+        self.path: Path = (
+            user_path(path, "the SQLite backend's path") if path is not None else default_path()
+        )
         if "\0" in str(self.path):
             raise LeaseConfigError("the SQLite database path contains a NUL character")
         if not (0 < busy_timeout < math.inf and 0 < watch_interval < math.inf):

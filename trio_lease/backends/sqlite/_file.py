@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Final, Literal, overload
 
 from ..._exceptions import BackendUnavailable, LeaseConfigError
+from ..._paths import user_path
 from ._rows import ADDED_COLUMNS, LEASE_COLUMNS, decode_text
 
 __all__ = ["TRIGGERS", "connect", "default_path", "rollback"]
@@ -124,8 +125,16 @@ def default_path() -> Path:
     """The per-user database path the CLI and examples use by default."""
     explicit = os.environ.get("TRIO_LEASE_SQLITE_PATH")
     if explicit:
-        return Path(explicit).expanduser()
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        return user_path(explicit, "TRIO_LEASE_SQLITE_PATH")
+    state = os.environ.get("XDG_STATE_HOME")
+    if not state:
+        try:
+            state = str(Path.home() / ".local" / "state")
+        except RuntimeError:  # no HOME and no password entry for this user
+            raise LeaseConfigError(
+                "the default SQLite lease database lives under the home directory, which is "
+                "unknown here: set TRIO_LEASE_SQLITE_PATH (or XDG_STATE_HOME), or give a path"
+            ) from None
     return Path(state) / "trio-lease" / "leases.sqlite3"
 
 
