@@ -38,6 +38,15 @@ __all__ = ["LeaseReading", "closing", "untyped"]
 logger = logging.getLogger("trio_lease")
 
 
+def _is_text(value: str) -> bool:
+    """Whether ``value`` is Unicode text (encodable as UTF-8: no lone surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class LeaseReading:
     """The base layer of :class:`~trio_lease.Lease`: construction, reading and watching."""
 
@@ -56,6 +65,12 @@ class LeaseReading:
             raise LeaseConfigError(f"a lease name must be a non-empty string, got {name!r}")
         if not isinstance(owner, str) or not owner:
             raise LeaseConfigError(f"an owner must be a non-empty string, got {owner!r}")
+        for what, text in (("lease name", name), ("owner", owner)):
+            if not _is_text(text):  # no store could keep it: every one writes UTF-8
+                raise LeaseConfigError(
+                    f"the {what} {text!r} holds a lone UTF-16 surrogate (\\ud800-\\udfff), "
+                    "which is not Unicode text: no store can keep it; fix the name"
+                )
         if not isinstance(backend, LeaseBackend):
             raise LeaseConfigError(
                 f"backend must be a trio_lease.abc.LeaseBackend, got {type(backend).__name__}"

@@ -325,3 +325,11 @@ async def test_release_between_first_read_and_watch_start_wakes_the_waiter(world
             acquired = anyio.current_time()
     assert released_at
     assert acquired - start < 0.1 * world.settings.wait_interval
+
+
+@pytest.mark.parametrize(("name", "owner"), [("job", "me\ud800"), ("jo\udc00b", "me")])
+def test_a_name_or_owner_that_is_not_unicode_text_is_a_config_error(name: str, owner: str) -> None:
+    """A lone surrogate in a lease name or owner is refused when the lease is made: no store
+    keeps it (each writes UTF-8; the Kubernetes PUT raised UnicodeEncodeError, untyped)."""
+    with pytest.raises(LeaseConfigError, match="lone UTF-16 surrogate"):
+        Lease(name, owner, MemoryBackend())
