@@ -23,7 +23,14 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, mo
 
 from ._exceptions import LeaseConfigError
 
-__all__ = ["SECTION_KEYS", "SETTINGS_KEYS", "Duration", "LeaseSettings", "parse_duration"]
+__all__ = [
+    "MAX_DURATION",
+    "SECTION_KEYS",
+    "SETTINGS_KEYS",
+    "Duration",
+    "LeaseSettings",
+    "parse_duration",
+]
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
@@ -66,6 +73,19 @@ def parse_duration(value: object) -> float:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+#: The longest duration a setting may have: 2**31 - 1 s. Stores keep the lease duration (the
+#: heartbeat timeout, rounded up to whole seconds for Kubernetes' ``leaseDurationSeconds``) as
+#: a 32-bit number, so a longer one would be accepted here and refused at the first write.
+MAX_DURATION = 2**31 - 1
+_DURATIONS = (
+    "heartbeat_timeout",
+    "heartbeat_interval",
+    "lease_operation_timeout",
+    "holder_deadline",
+    "stop_timeout",
+    "poll_interval",
+)
 
 
 def _kebab(name: str) -> str:
@@ -165,7 +185,12 @@ class LeaseSettings(BaseModel):
         return self
 
     def _non_positive(self) -> list[str]:
-        problems = []
+        problems = [
+            f"{field} must be at most {MAX_DURATION} s (about 68 years, the longest lease a "
+            f"store keeps: a 32-bit number of seconds), got {value:.15g} s"
+            for field in _DURATIONS
+            if (value := getattr(self, field)) is not None and value > MAX_DURATION
+        ]
         for field in ("heartbeat_timeout", "heartbeat_interval", "lease_operation_timeout"):
             value = getattr(self, field)
             if field in self.model_fields_set and value <= 0:

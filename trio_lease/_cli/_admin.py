@@ -32,6 +32,7 @@ from ._options import (
     add_backend_options,
     default_owner,
     env_flag,
+    env_value,
     lease_name,
     open_backend,
     positive_duration,
@@ -74,7 +75,7 @@ def add_admin_commands(commands: Any) -> None:
     handover.add_argument(
         "--timeout",
         type=positive_duration,
-        default=None,
+        default=env_value("timeout", positive_duration),
         help="give up waiting for the holder after this long (exit 124)",
     )
     add_backend_options(handover)

@@ -9,6 +9,10 @@ line, else the environment, else the ``--config`` section (as LeaseProvider read
 without ``--config``, :data:`CLI_DEFAULTS`; but when the heartbeat timeout is given and another
 timing is not, that one follows from it as in :class:`~trio_lease.LeaseSettings` (R = L/10 ...),
 so ``--heartbeat-timeout 3s`` alone is valid. ``--anyio-backend`` picks the event loop.
+
+A bad value is a configuration error (exit 78) naming where it came from: the variable for a
+value from the environment (:func:`env_value`, :func:`env_flag`; argparse checks neither types
+nor choices on a default), the option or variable for a path (:func:`source_of`).
 """
 
 from __future__ import annotations
@@ -16,23 +20,33 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .._abc import LeaseBackend
 from .._exceptions import LeaseConfigError
+from .._paths import user_path
 from .._provider import LeaseProvider, build_backend, load_backend_class
 from .._settings import LeaseSettings, parse_duration
 
 __all__ = [
+    "ANYIO_BACKENDS",
     "CLI_DEFAULTS",
     "add_backend_options",
     "default_owner",
     "duration",
     "env",
     "env_flag",
+    "env_value",
     "lease_name",
     "open_backend",
+    "source_of",
 ]
+
+T = TypeVar("T")
+
+#: The event loops ``--anyio-backend`` offers.
+ANYIO_BACKENDS = ("asyncio", "trio")
 
 #: Timings when neither the command line, the environment nor a --config section sets them.
 CLI_DEFAULTS: dict[str, str] = {
@@ -53,6 +67,42 @@ def env(name: str, default: str | None = None) -> str | None:
 
 def _env_name(name: str) -> str:
     return f"TRIO_LEASE_{name.upper().replace('-', '_')}"
+
+
+def env_value(name: str, convert: Callable[[str], T]) -> T | None:
+    """The option ``name`` from the environment, converted as its flag's argparse type does;
+    None if unset. A bad value is a :class:`LeaseConfigError` naming the variable (exit 78)."""
+    value = env(name)
+    if value is None:
+        return None
+    try:
+        return convert(value)
+    except (argparse.ArgumentTypeError, ValueError) as exc:
+        raise LeaseConfigError(f"{_env_name(name)}={value!r}: {exc}") from None
+
+
+def source_of(args: argparse.Namespace, name: str) -> str:
+    """Where the option ``name`` got its value, for messages: its flag if it was given on the
+    command line (:class:`_Given` noted it), else its environment variable."""
+    flag = f"--{name.replace('_', '-')}"
+    return flag if name in getattr(args, _GIVEN, ()) else _env_name(name)
+
+
+_GIVEN = "given_on_command_line"
+
+
+class _Given(argparse.Action):
+    """``store``, noting that the option was given on the command line (see :func:`source_of`)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, _GIVEN, {*getattr(namespace, _GIVEN, ()), self.dest})
 
 
 def env_flag(name: str) -> bool | None:
@@ -88,6 +138,12 @@ def positive_duration(value: str) -> float:
     return seconds
 
 
+def _anyio_backend(value: str) -> str:
+    if value not in ANYIO_BACKENDS:
+        raise argparse.ArgumentTypeError(f"use {' or '.join(ANYIO_BACKENDS)}")
+    return value
+
+
 def lease_name(value: str) -> str:
     """An argparse type: a lease name that is not blank."""
     if not value.strip():
@@ -104,16 +160,21 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--backend",
+        action=_Given,
         default=env("backend", "sqlite"),
         help="backend name when no --config is given (default: sqlite)",
     )
     group.add_argument(
-        "--sqlite-path", default=env("sqlite_path"), help="SQLite file (default: per-user path)"
+        "--sqlite-path",
+        action=_Given,
+        default=env("sqlite_path"),
+        help="SQLite file (default: per-user path)",
     )
     group.add_argument(
         "--anyio-backend",
-        choices=("asyncio", "trio"),
-        default=env("anyio_backend", "asyncio"),
+        choices=ANYIO_BACKENDS,
+        # argparse checks choices on the command line only, never on a default.
+        default=env_value("anyio_backend", _anyio_backend) or "asyncio",
         help="event loop to run on (default: asyncio)",
     )
     timing = parser.add_argument_group("timing (seconds or '1.5s', '250ms', '2m')")
@@ -174,6 +235,7 @@ def open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]
     settings = _settings(args, None)  # validate before opening anything
     config: dict[str, Any] = {}
     if args.backend == "sqlite" and args.sqlite_path:
-        config["path"] = args.sqlite_path
-    cls = load_backend_class(args.backend, "--backend")
-    return build_backend(cls, config, "--backend"), settings
+        config["path"] = str(user_path(args.sqlite_path, source_of(args, "sqlite_path")))
+    where = source_of(args, "backend")
+    cls = load_backend_class(args.backend, where)
+    return build_backend(cls, config, where), settings

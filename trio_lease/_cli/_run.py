@@ -25,8 +25,8 @@ from ._child import check_command, run_child
 from ._options import (
     add_backend_options,
     default_owner,
-    env,
     env_flag,
+    env_value,
     lease_name,
     open_backend,
     positive_duration,
@@ -59,11 +59,10 @@ def add_run_command(commands: Any) -> None:
         "--wait", dest="wait", action="store_true", default=waits, help="wait (the default)"
     )
     wait.add_argument("--no-wait", dest="wait", action="store_false", help="exit 75 if busy")
-    env_timeout = env("timeout")
     parser.add_argument(
         "--timeout",
         type=positive_duration,
-        default=None if env_timeout is None else positive_duration(env_timeout),
+        default=env_value("timeout", positive_duration),
         help="give up waiting after this long (exit 124)",
     )
     parser.add_argument(

@@ -21,7 +21,7 @@ from .._exceptions import LeaseConfigError
 from .._observer import LeaseObserver
 from .._settings import LeaseSettings
 from ..health import HealthObserver, HealthServer
-from ._options import env
+from ._options import env, env_value
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -37,18 +37,13 @@ def port_number(value: str) -> int:
     return port
 
 
-def _env_port(name: str) -> int | None:
-    value = env(name)
-    return None if value is None else port_number(value)
-
-
 def add_serving_options(parser: argparse.ArgumentParser) -> None:
     """The health and metrics options of ``run``."""
     group = parser.add_argument_group("operations (probes and metrics while the command runs)")
     group.add_argument(
         "--health-port",
         type=port_number,
-        default=_env_port("health_port"),
+        default=env_value("health_port", port_number),
         help="serve /healthz and /readyz (?leader=1: 200 only while holding) on this port",
     )
     group.add_argument(
@@ -59,7 +54,7 @@ def add_serving_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--metrics-port",
         type=port_number,
-        default=_env_port("metrics_port"),
+        default=env_value("metrics_port", port_number),
         help="serve Prometheus /metrics on this port (may be the health port; needs "
         "trio_lease[prometheus])",
     )

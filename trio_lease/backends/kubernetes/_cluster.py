@@ -6,23 +6,97 @@ token, a token file, a client certificate or an exec plugin, and impersonation) 
 (explicit keys, in-cluster, a kubeconfig) is :mod:`._config` and :mod:`._kubeconfig`; these
 types only check that their fields fit together.
 
-:class:`ClusterConfig` never shows a token, key or exec plugin argument in its ``repr``. Token
-contents are checked where they are read (:mod:`._tokens`), not here, so a token file is checked
-on every re-read and a :class:`Credentials` built by hand is checked the same way.
+The ``server`` and ``proxy-url`` URLs are checked when the configuration is made: scheme, a
+host, and a port from 1 to 65535 if one is given (:func:`url_problem`), so a typo is a
+:class:`LeaseConfigError` naming the source instead of a failure on the first request.
+
+:class:`ClusterConfig` never shows a token, key or exec plugin argument in its ``repr``, and a
+URL is never shown with its user info (``http://user:password@proxy``; :func:`redact_url`):
+not in the ``repr``, not in a message, not in :attr:`ClusterConfig.server_url` (which requests,
+``trio-lease check`` and the backend's ``repr`` use). The API server's user info is never sent
+either: Kubernetes removed basic authentication in 1.19. A proxy's is sent, to the proxy. Token
+contents are checked where they are read (:mod:`._tokens`), not here, so a token file is
+checked on every re-read and a :class:`Credentials` built by hand is checked the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import urllib.parse
 from pathlib import Path
+
+import httpx
 
 from ..._exceptions import LeaseConfigError
 from ._names import validate_namespace
 
-__all__ = ["DEFAULT_TOKEN_REFRESH", "ClusterConfig", "Credentials", "ExecConfig"]
+__all__ = [
+    "DEFAULT_TOKEN_REFRESH",
+    "PROXY_SCHEMES",
+    "SERVER_SCHEMES",
+    "ClusterConfig",
+    "Credentials",
+    "ExecConfig",
+    "checked_url",
+    "redact_url",
+    "url_problem",
+]
 
 #: client-go re-reads a token file every minute; so do we, and at once after a 401.
 DEFAULT_TOKEN_REFRESH = 60.0
+SERVER_SCHEMES = ("https", "http")
+#: The proxy schemes httpx speaks (SOCKS needs its ``socks`` extra).
+PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
+
+
+def redact_url(url: str) -> str:
+    """``url`` for messages and reprs: any user info (``user:password@``) becomes ``***@``.
+
+    Conservative on purpose: everything between the scheme and the *last* ``@`` goes, so a
+    malformed URL (no ``//``, a ``/`` inside the password) shows no secret either.
+    """
+    if "@" not in url:
+        return url
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        scheme, rest = "", url
+    return f"{scheme}{separator}***@{rest.rpartition('@')[2]}"
+
+
+def url_problem(url: str, schemes: tuple[str, ...] = SERVER_SCHEMES) -> str | None:
+    """What is wrong with ``url`` as a server or proxy URL (None: nothing), never quoting it.
+
+    It must be ``scheme://host[:port][/path]`` with a scheme of ``schemes``, a host without
+    spaces or control characters, and, if given, a port from 1 to 65535.
+    """
+    wanted = " or ".join(f"{scheme}://" for scheme in schemes)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # an unclosed IPv6 bracket
+        return f"is not a URL; write it as {schemes[0]}://HOST:PORT"
+    if not url.startswith(tuple(f"{scheme}://" for scheme in schemes)) or not parts.netloc:
+        return f"must be an {wanted} URL (with a host)"
+    host = parts.hostname or ""
+    if not host or any(c.isspace() or not c.isprintable() for c in host):
+        return "names no usable host"
+    port = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
+    if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        return f"has port {port!r}, which is not a number from 1 to 65535"
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL:
+        return "is not a URL the HTTP client can use"
+    return None
+
+
+def checked_url(url: str, key: str, where: str, schemes: tuple[str, ...] = SERVER_SCHEMES) -> str:
+    """``url`` if :func:`url_problem` finds nothing, else a :class:`LeaseConfigError` naming the
+    ``key`` and ``where`` it was configured, showing the URL without its user info."""
+    problem = url_problem(url, schemes)
+    if problem is not None:
+        raise LeaseConfigError(f"the {key} URL {redact_url(url)!r} {problem} ({where}); fix {key}")
+    return url
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +104,9 @@ class ExecConfig:
     """A kubeconfig ``exec`` credential plugin (``client.authentication.k8s.io/v1``).
 
     Messages and the ``repr`` name the ``command`` only: ``args`` and ``env`` may carry secrets
-    (``--client-secret=...``), so they are never shown.
+    (``--client-secret=...``), so they are never shown. What no process can be started with (a
+    NUL character anywhere, an environment variable name with ``=`` or empty) is refused here,
+    by field and index, never by value.
     """
 
     command: str
@@ -40,6 +116,25 @@ class ExecConfig:
     install_hint: str = ""
     provide_cluster_info: bool = False
     interactive_mode: str = "Never"
+
+    def __post_init__(self) -> None:
+        problems = ["exec.command contains a NUL character"] if "\0" in self.command else []
+        problems += [
+            f"exec.args[{index}] contains a NUL character"
+            for index, arg in enumerate(self.args)
+            if "\0" in arg
+        ]
+        for index, (name, value) in enumerate(self.env):
+            if not name or "=" in name or "\0" in name:
+                problems.append(
+                    f"exec.env[{index}].name is empty or contains '=' or a NUL character"
+                )
+            if "\0" in value:
+                problems.append(f"exec.env[{index}].value contains a NUL character")
+        if problems:
+            raise LeaseConfigError(
+                f"the exec plugin cannot be started: {'; '.join(problems)}; fix these fields"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,9 +170,9 @@ class Credentials:
         return "none"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class ClusterConfig:
-    """One API server and how to talk to it."""
+    """One API server and how to talk to it (its ``repr`` shows no secret: module docstring)."""
 
     server: str
     namespace: str = "default"
@@ -89,12 +184,14 @@ class ClusterConfig:
     proxy_url: str | None = None
     #: Where this came from, for messages ("in-cluster", "kubeconfig ~/.kube/config context x").
     source: str = "explicit"
+    #: Where the namespace came from, for its message ("POD_NAMESPACE", "'namespace' in the
+    #: section"); empty: ``source``.
+    namespace_source: str = dataclasses.field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        if not self.server.startswith(("https://", "http://")):
-            raise LeaseConfigError(
-                f"server {self.server!r} must be an http:// or https:// URL ({self.source})"
-            )
+        checked_url(self.server, "server", self.source)
+        if self.proxy_url is not None:
+            checked_url(self.proxy_url, "proxy-url", self.source, PROXY_SCHEMES)
         if self.insecure_skip_tls_verify and (self.ca_data or self.ca_file):
             raise LeaseConfigError(
                 "specifying a root certificate with insecure-skip-tls-verify is not allowed "
@@ -106,9 +203,29 @@ class ClusterConfig:
             raise LeaseConfigError(
                 f"a client certificate needs its key and a key its certificate ({self.source})"
             )
-        validate_namespace(self.namespace)
+        try:
+            validate_namespace(self.namespace)
+        except LeaseConfigError as exc:
+            raise LeaseConfigError(
+                f"{exc} (the namespace comes from {self.namespace_source or self.source})"
+            ) from None
 
-    @property
+    def __repr__(self) -> str:
+        proxy = None if self.proxy_url is None else redact_url(self.proxy_url)
+        return (
+            f"ClusterConfig(server={redact_url(self.server)!r}, namespace={self.namespace!r}, "
+            f"credentials={self.credentials!r}, ca_file={self.ca_file!r}, "
+            f"insecure_skip_tls_verify={self.insecure_skip_tls_verify!r}, "
+            f"tls_server_name={self.tls_server_name!r}, proxy_url={proxy!r}, "
+            f"source={self.source!r})"
+        )
+
+    @functools.cached_property
     def server_url(self) -> str:
-        """``server`` without a trailing slash: the base of every request path."""
-        return self.server.rstrip("/")
+        """``server`` without user info and a trailing slash: the base of every request path,
+        and what messages show."""
+        parts = urllib.parse.urlsplit(self.server)
+        if "@" not in parts.netloc:
+            return self.server.rstrip("/")
+        parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
+        return urllib.parse.urlunsplit(parts).rstrip("/")

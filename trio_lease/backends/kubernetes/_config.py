@@ -13,7 +13,11 @@ Precedence (the first that applies wins; documented in docs/kubernetes.md):
 
 ``in-cluster = true`` forces step 4; ``in-cluster = false`` skips it. The namespace is the
 section's ``namespace``, else the source's (in cluster: ``POD_NAMESPACE``, then the namespace
-file; kubeconfig: the context's), else ``"default"``.
+file; kubeconfig: the context's), else ``"default"``. An invalid namespace is an error naming
+where it came from; a namespace file that exists but cannot be read or is not UTF-8 is an error
+naming the file, never a silent ``"default"``. Paths (``~`` expanded by
+:func:`~trio_lease._paths.user_path`), ``KUBERNETES_SERVICE_PORT`` and the server URL are
+checked as they are read, and a problem names the key or variable.
 
 The types built here (:class:`ClusterConfig`, :class:`Credentials`) are in :mod:`._cluster`;
 kubeconfig files are read by :mod:`._kubeconfig`.
@@ -28,23 +32,50 @@ from pathlib import Path
 from typing import Any
 
 from ..._exceptions import LeaseConfigError
-from ._cluster import DEFAULT_TOKEN_REFRESH, ClusterConfig, Credentials
+from ..._paths import user_path
+from ._cluster import DEFAULT_TOKEN_REFRESH, ClusterConfig, Credentials, url_problem
 from ._kubeconfig import load_kubeconfig
 
 __all__ = ["SERVICE_ACCOUNT_DIR", "explicit_config", "in_cluster_config", "resolve_config"]
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+_SECTION_NAMESPACE = "'namespace' in the kubernetes section"
 
 
 def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-def _read_text(path: Path) -> str | None:
+def _namespace_file(path: Path) -> str | None:
+    """The service account's namespace file, stripped; None when it is missing or empty.
+
+    A file that exists but cannot be read or is not UTF-8 is an error naming it: falling back
+    to ``default`` would put the leases in another namespace without a word.
+    """
     try:
-        return path.read_text().strip()
-    except (OSError, ValueError):  # ValueError: not UTF-8
+        return path.read_bytes().decode("utf-8").strip() or None
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise LeaseConfigError(
+            f"cannot read the service account's namespace file {path}: "
+            f"{exc.strerror or type(exc).__name__}; set POD_NAMESPACE or 'namespace'"
+        ) from None
+    except UnicodeDecodeError:
+        raise LeaseConfigError(
+            f"the service account's namespace file {path} is not UTF-8 text; set "
+            "POD_NAMESPACE or 'namespace'"
+        ) from None
+
+
+def _service_port(port: str) -> str:
+    """``KUBERNETES_SERVICE_PORT``, checked: a number from 1 to 65535."""
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise LeaseConfigError(
+            f"KUBERNETES_SERVICE_PORT={port!r} is not a port number from 1 to 65535; the "
+            "kubelet sets it in every pod: fix or unset it"
+        )
+    return port
 
 
 def in_cluster_config(
@@ -64,14 +95,26 @@ def in_cluster_config(
             f"in-cluster configuration needs the service account token at {token_file}; is "
             "automountServiceAccountToken disabled?"
         )
+    server = f"https://{_bracket(host)}:{_service_port(port)}"
+    problem = url_problem(server)
+    if problem is not None:
+        raise LeaseConfigError(
+            f"KUBERNETES_SERVICE_HOST={host!r} does not make a server URL: it {problem}; the "
+            "kubelet sets it in every pod: fix or unset it"
+        )
     ca_file = root / "ca.crt"
-    namespace = env.get("POD_NAMESPACE") or _read_text(root / "namespace") or "default"
+    namespace, namespace_source = env.get("POD_NAMESPACE"), "POD_NAMESPACE"
+    if not namespace:
+        namespace_file = root / "namespace"
+        namespace = _namespace_file(namespace_file)
+        namespace_source = f"the service account's namespace file {namespace_file}"
     return ClusterConfig(
-        server=f"https://{_bracket(host)}:{port}",
-        namespace=namespace,
+        server=server,
+        namespace=namespace or "default",
         credentials=Credentials(token_file=token_file, origin="the in-cluster service account"),
         ca_file=ca_file if ca_file.exists() else None,
         source="in-cluster",
+        namespace_source=namespace_source if namespace else "",
     )
 
 
@@ -91,7 +134,7 @@ def _opt_str(section: Mapping[str, Any], key: str) -> str | None:
 
 def _path(section: Mapping[str, Any], key: str) -> Path | None:
     value = _opt_str(section, key)
-    return Path(value).expanduser() if value else None
+    return user_path(value, f"'{key}' in the kubernetes section") if value else None
 
 
 def explicit_config(section: Mapping[str, Any]) -> ClusterConfig:
@@ -104,9 +147,11 @@ def explicit_config(section: Mapping[str, Any]) -> ClusterConfig:
     refresh = section.get("token-refresh-interval", DEFAULT_TOKEN_REFRESH)
     if isinstance(refresh, bool) or not isinstance(refresh, int | float) or not 0 < refresh <= 60:
         raise LeaseConfigError("'token-refresh-interval' must be seconds in (0, 60]")
+    namespace = _opt_str(section, "namespace")
     return ClusterConfig(
         server=server,
-        namespace=_opt_str(section, "namespace") or "default",
+        namespace=namespace or "default",
+        namespace_source=_SECTION_NAMESPACE if namespace else "",
         credentials=Credentials(
             token=token,
             token_file=token_file,
@@ -154,12 +199,14 @@ def resolve_config(
     build = next((build for applies, build in steps if applies), None)
     config = build() if build is not None else _home_kubeconfig(defaults())
     if namespace:
-        config = dataclasses.replace(config, namespace=namespace)
+        config = dataclasses.replace(
+            config, namespace=namespace, namespace_source=_SECTION_NAMESPACE
+        )
     return config
 
 
-def _split(listed: str) -> list[Path]:
-    return [Path(p).expanduser() for p in listed.split(os.pathsep) if p]
+def _split(listed: str, where: str) -> list[Path]:
+    return [user_path(p, where) for p in listed.split(os.pathsep) if p]
 
 
 def _listed_paths(section: Mapping[str, Any]) -> list[Path]:
@@ -167,18 +214,19 @@ def _listed_paths(section: Mapping[str, Any]) -> list[Path]:
     raw_paths = section.get("kubeconfig")
     if raw_paths is None:
         return []
+    where = "'kubeconfig' in the kubernetes section"
     if isinstance(raw_paths, str):
-        return _split(raw_paths)
+        return _split(raw_paths, where)
     if isinstance(raw_paths, list) and all(isinstance(p, str) for p in raw_paths):
-        return [Path(p).expanduser() for p in raw_paths]
+        return [user_path(p, where) for p in raw_paths]
     raise LeaseConfigError("'kubeconfig' must be a path or a list of paths")
 
 
 def _default_kubeconfig_paths(env: Mapping[str, str], home: Path | None) -> list[Path]:
     listed = env.get("KUBECONFIG")
     if listed:
-        return _split(listed)
-    return [(home or Path.home()) / ".kube" / "config"]
+        return _split(listed, "KUBECONFIG")
+    return [(home or user_path("~", "the default kubeconfig ~/.kube/config")) / ".kube" / "config"]
 
 
 def _home_kubeconfig(default: list[Path]) -> ClusterConfig:

@@ -2,7 +2,9 @@
 
 The plugin runs with ``KUBERNETES_EXEC_INFO`` through :func:`anyio.run_process` (so it works on
 trio); its token is cached until 30 s before ``status.expirationTimestamp`` (or until a 401
-when there is none).
+when there is none). It runs with a time limit of its own, 90% of the time its request has left
+(at most 60 s: :func:`plugin_time_limit`): a plugin that hangs (waiting for a login, say) is
+stopped and reported as a :class:`BackendAuthError` naming it, not as the API server timing out.
 
 Its output is read as input from another program: at most 1 MiB, JSON, an object of kind
 ``ExecCredential`` with the configured apiVersion, ``status.token`` a valid token (see
@@ -27,9 +29,22 @@ from ._cluster import ClusterConfig, ExecConfig
 from ._times import parse_time
 from ._tokens import TokenSource, bad_token, token_problem
 
-__all__ = ["MAX_EXEC_OUTPUT_BYTES", "ExecTokenSource", "read_exec_credential"]
+__all__ = [
+    "MAX_EXEC_OUTPUT_BYTES",
+    "MAX_PLUGIN_SECONDS",
+    "PLUGIN_TIME_SHARE",
+    "ExecTokenSource",
+    "plugin_time_limit",
+    "read_exec_credential",
+]
 
 _EXEC_EXPIRY_MARGIN = 30.0
+#: The longest an exec plugin may run, when its request has longer left (a backstop: requests
+#: are bounded by seconds, see :func:`plugin_time_limit`).
+MAX_PLUGIN_SECONDS = 60.0
+#: The share of its request's time left an exec plugin may use (the rest is the margin that
+#: lets the plugin's own time limit fire first).
+PLUGIN_TIME_SHARE = 0.9
 #: Largest exec plugin output read (an ExecCredential is well under 16 KiB).
 MAX_EXEC_OUTPUT_BYTES = 1024 * 1024
 #: Exec credential apiVersions that may be named in a message (anything else is not quoted).
@@ -122,6 +137,19 @@ def _expiry(status: dict[str, object], plugin: str) -> datetime | None:
     return expiry
 
 
+def plugin_time_limit() -> float:
+    """How long an exec plugin may run: :data:`PLUGIN_TIME_SHARE` of the time the enclosing
+    request has left, at most :data:`MAX_PLUGIN_SECONDS`.
+
+    The plugin runs inside its request's time bound (``request-timeout``, else the settings'
+    ``lease_operation_timeout``). A bound of its own that ends a little *before* the request's
+    makes a hanging plugin fail as the plugin's fault (a :class:`BackendAuthError` naming it);
+    otherwise the request's own bound would fire first and blame the API server.
+    """
+    left = anyio.current_effective_deadline() - anyio.current_time()
+    return max(0.0, min(MAX_PLUGIN_SECONDS, left * PLUGIN_TIME_SHARE))
+
+
 class ExecTokenSource(TokenSource):
     """An exec credential plugin, run through anyio and cached until its token expires."""
 
@@ -179,8 +207,17 @@ class ExecTokenSource(TokenSource):
                 "terminal; use a non-interactive credential"
             )
         env = {**os.environ, **dict(cfg.env), "KUBERNETES_EXEC_INFO": self._exec_info()}
+        limit = plugin_time_limit()
         try:
-            result = await anyio.run_process([cfg.command, *cfg.args], env=env, check=False)
+            with anyio.fail_after(limit):
+                result = await anyio.run_process([cfg.command, *cfg.args], env=env, check=False)
+        except TimeoutError:
+            raise BackendAuthError(
+                f"{where} did not answer within {limit:.3g} s (its time limit: "
+                f"{PLUGIN_TIME_SHARE:.0%} of the request's time left, at most "
+                f"{MAX_PLUGIN_SECONDS:g} s) and was stopped; run it by hand to see why it hangs "
+                "(a login prompt, the network), or raise request-timeout"
+            ) from None
         except FileNotFoundError:
             hint = f": {cfg.install_hint}" if cfg.install_hint else ""
             raise LeaseConfigError(f"{where} was not found{hint}") from None

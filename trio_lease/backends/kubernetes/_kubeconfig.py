@@ -30,7 +30,8 @@ from typing import Any
 import yaml
 
 from ..._exceptions import LeaseConfigError
-from ._cluster import ClusterConfig, Credentials, ExecConfig
+from ..._paths import user_path
+from ._cluster import PROXY_SCHEMES, ClusterConfig, Credentials, ExecConfig, checked_url
 
 __all__ = ["load_kubeconfig"]
 
@@ -195,10 +196,10 @@ def _load(paths: list[Path]) -> _Merged:
     return merged
 
 
-def _resolve(base: Path, value: str | None) -> Path | None:
+def _resolve(base: Path, value: str | None, where: str) -> Path | None:
     if not value:
         return None
-    path = Path(value).expanduser()
+    path = user_path(value, where)
     return path if path.is_absolute() else base / path
 
 
@@ -226,6 +227,9 @@ def _exec(raw: dict[str, Any], base: Path, where: str) -> ExecConfig | None:
             "client.authentication.k8s.io/v1"
         )
     if "/" in command and not Path(command).is_absolute():
+        # As client-go (clientcmd's ResolvePaths): a command with a separator is a path from
+        # the kubeconfig's folder (``base`` is absolute, so ``./plugin`` keeps its folder);
+        # one without is looked up on PATH.
         command = str(base / command)
     env: list[tuple[str, str]] = []
     for index, item in enumerate(_items(raw.get("env"), where, "exec.env")):
@@ -242,15 +246,18 @@ def _exec(raw: dict[str, Any], base: Path, where: str) -> ExecConfig | None:
         raise LeaseConfigError(
             f"exec.interactiveMode in {where} must be one of {', '.join(_INTERACTIVE_MODES)}"
         )
-    return ExecConfig(
-        command=command,
-        args=_strings(raw, "args", where, prefix),
-        env=tuple(env),
-        api_version=str(api_version),
-        install_hint=_string(raw, "installHint", where, prefix) or "",
-        provide_cluster_info=_flag(raw, "provideClusterInfo", where, prefix),
-        interactive_mode=mode,
-    )
+    try:
+        return ExecConfig(
+            command=command,
+            args=_strings(raw, "args", where, prefix),
+            env=tuple(env),
+            api_version=str(api_version),
+            install_hint=_string(raw, "installHint", where, prefix) or "",
+            provide_cluster_info=_flag(raw, "provideClusterInfo", where, prefix),
+            interactive_mode=mode,
+        )
+    except LeaseConfigError as exc:  # a field no process can be started with
+        raise LeaseConfigError(f"{exc} (in {where})") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,7 +274,7 @@ class _Entry:
 
     def path(self, key: str) -> Path | None:
         """A path field, relative to the file that named it."""
-        return _resolve(self.base, self.string(key))
+        return _resolve(self.base, self.string(key), f"{key} in {self.where}")
 
     def data(self, key: str) -> bytes | None:
         """A base64 ``*-data`` field, decoded."""
@@ -285,6 +292,11 @@ class _Selected:
     user: _Entry
 
 
+def _folder(path: Path) -> Path:
+    """The absolute folder of the kubeconfig ``path``: what its relative paths start from."""
+    return path.absolute().parent
+
+
 def _select(merged: _Merged, shown: str, context: str | None) -> _Selected:
     """The context named ``context`` (default: the current one), its cluster and user."""
     if not merged.files:
@@ -296,7 +308,7 @@ def _select(merged: _Merged, shown: str, context: str | None) -> _Selected:
         raise LeaseConfigError(f"context {name!r} is not defined in kubeconfig ({shown})")
     ctx, ctx_file = merged.contexts[name]
     where = f"kubeconfig context {name!r}"
-    chosen = _Entry(ctx, ctx_file.parent, f"{where} ({ctx_file})")
+    chosen = _Entry(ctx, _folder(ctx_file), f"{where} ({ctx_file})")
     cluster_name = chosen.string("cluster", "context.")
     user_name = chosen.string("user", "context.")
     if cluster_name is None or cluster_name not in merged.clusters:
@@ -313,9 +325,9 @@ def _select(merged: _Merged, shown: str, context: str | None) -> _Selected:
         context=chosen,
         cluster_name=cluster_name,
         cluster=_Entry(
-            cluster, cluster_file.parent, f"kubeconfig cluster {cluster_name!r} ({cluster_file})"
+            cluster, _folder(cluster_file), f"kubeconfig cluster {cluster_name!r} ({cluster_file})"
         ),
-        user=_Entry(user, user_file.parent, f"kubeconfig user {user_name!r} ({user_file})"),
+        user=_Entry(user, _folder(user_file), f"kubeconfig user {user_name!r} ({user_file})"),
     )
 
 
@@ -358,9 +370,11 @@ def load_kubeconfig(paths: list[Path], *, context: str | None = None) -> Cluster
     cluster = chosen.cluster
     server = cluster.string("server")
     if server is None:
-        raise LeaseConfigError(
-            f"cluster {chosen.cluster_name!r} in {chosen.where} has no server"
-        )
+        raise LeaseConfigError(f"cluster {chosen.cluster_name!r} in {chosen.where} has no server")
+    checked_url(server, "server", cluster.where)
+    proxy_url = cluster.string("proxy-url")
+    if proxy_url is not None:
+        checked_url(proxy_url, "proxy-url", cluster.where, PROXY_SCHEMES)
     ca_data = cluster.data("certificate-authority-data")
     ca_file = None if ca_data else cluster.path("certificate-authority")
     credentials = _credentials(chosen.user, chosen.where)
@@ -373,6 +387,7 @@ def load_kubeconfig(paths: list[Path], *, context: str | None = None) -> Cluster
         ca_file=ca_file,
         insecure_skip_tls_verify=_flag(cluster.fields, "insecure-skip-tls-verify", cluster.where),
         tls_server_name=cluster.string("tls-server-name"),
-        proxy_url=cluster.string("proxy-url"),
+        proxy_url=proxy_url,
         source=f"{chosen.where} ({merged.files[0]})",
+        namespace_source=f"context.namespace in {chosen.context.where}" if namespace else "",
     )

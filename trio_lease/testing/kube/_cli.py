@@ -5,21 +5,64 @@ optionally applies manifests (``--apply lease.yml``), writes a kubeconfig whose 
 cluster admin authenticated by a bearer token, prints how to use it, and serves until SIGINT
 (Ctrl-C) or SIGTERM, then exits 0. The token is written only to the kubeconfig (mode 0600) and
 never printed.
+
+Bad arguments are refused by argparse before anything starts (exit 2): a port outside 0-65535,
+a namespace that is not a DNS-1123 label, a negative CRD delay. An address that cannot be
+listened on or a kubeconfig that cannot be written is a one-line message and exit 78 (a
+configuration error, as for the other commands).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import secrets
 import signal
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ._validation import validate_namespace_name
+
+if TYPE_CHECKING:
+    from ._server import KubeServer
+
 __all__ = ["add_emulate_command", "run_emulate"]
+
+#: Exit status for a port that cannot be listened on or a kubeconfig that cannot be written.
+EXIT_CONFIG = 78
+
+
+def _port(value: str) -> int:
+    """An argparse type: a TCP port, 0 to 65535 (0: any free port)."""
+    if not (value.isascii() and value.isdigit() and int(value) <= 65535):
+        raise argparse.ArgumentTypeError(f"a port is a number from 0 to 65535, got {value!r}")
+    return int(value)
+
+
+def _namespace(value: str) -> str:
+    """An argparse type: a namespace name (a DNS-1123 label, as the API server requires)."""
+    if validate_namespace_name(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a valid namespace: lowercase letters, digits and '-', starting "
+            "and ending with a letter or digit, at most 63 characters"
+        )
+    return value
+
+
+def _seconds(value: str) -> float:
+    """An argparse type: seconds, 0 or more."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"must be seconds, 0 or more, got {value!r}")
+    return seconds
 
 
 def add_emulate_command(subparsers: Any) -> None:
@@ -30,13 +73,15 @@ def add_emulate_command(subparsers: Any) -> None:
         description=__doc__,
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback)")
-    parser.add_argument("--port", type=int, default=0, help="port; 0 picks a free one")
+    parser.add_argument("--port", type=_port, default=0, help="port; 0 picks a free one")
     parser.add_argument(
         "--kubeconfig", type=Path, default=None,
         help="where to write the kubeconfig (default: a new file in the temp directory)",
     )
     parser.add_argument("--plain-http", action="store_true", help="serve HTTP instead of HTTPS")
-    parser.add_argument("--namespace", default="default", help="namespace to create and use")
+    parser.add_argument(
+        "--namespace", type=_namespace, default="default", help="namespace to create and use"
+    )
     parser.add_argument(
         "--token", default=None, help="bearer token of the admin user (default: random)"
     )
@@ -45,7 +90,7 @@ def add_emulate_command(subparsers: Any) -> None:
         help="apply a YAML manifest at start (repeatable), e.g. lease.yml",
     )
     parser.add_argument(
-        "--crd-establish-delay", type=float, default=0.0, metavar="SECONDS",
+        "--crd-establish-delay", type=_seconds, default=0.0, metavar="SECONDS",
         help="seconds before a new CRD is Established and served (404 until then; default 0)",
     )
     parser.add_argument(
@@ -57,7 +102,8 @@ def add_emulate_command(subparsers: Any) -> None:
 
 
 def run_emulate(args: argparse.Namespace) -> int:
-    """Serve until interrupted; 0 on a clean stop, 2 on a bad manifest."""
+    """Serve until interrupted; 0 on a clean stop, 2 on a bad manifest, 78 when the address
+    cannot be listened on or the kubeconfig cannot be written."""
     import yaml
 
     from ._emulator import KubeEmulator
@@ -76,26 +122,54 @@ def run_emulate(args: argparse.Namespace) -> int:
     except (OSError, ValueError, yaml.YAMLError, ApiError) as exc:
         print(f"trio-lease emulate: cannot apply manifest: {exc}", file=sys.stderr)
         return 2
-    kubeconfig: Path = args.kubeconfig or Path(
-        tempfile.mkstemp(prefix="trio-lease-emulator-", suffix=".kubeconfig")[1]
-    )
+    if args.kubeconfig is None:
+        fd, name = tempfile.mkstemp(prefix="trio-lease-emulator-", suffix=".kubeconfig")
+        os.close(fd)
+        args.kubeconfig = Path(name)
+    kubeconfig: Path = args.kubeconfig
 
-    async def main() -> None:
+    async def main() -> str | None:
+        """Serve until a signal; what stopped it from serving, if anything."""
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async with emulator.serve(args.host, args.port, tls=not args.plain_http) as server:
-                server.write_kubeconfig(kubeconfig, token, args.namespace)
-                print(
-                    f"Kubernetes API emulator serving at {server.url}\n"
-                    f"kubeconfig (admin token inside, mode 0600): {kubeconfig}\n"
-                    f"  export KUBECONFIG={kubeconfig}\n"
-                    f"  kubectl get leases -n {args.namespace}\n"
-                    f"  python: kubernetes.config.load_kube_config('{kubeconfig}')\n"
-                    "Press Ctrl-C to stop.",
-                    flush=True,
+            try:
+                serving = emulator.serve(args.host, args.port, tls=not args.plain_http)
+                async with serving as server:
+                    problem = _write_kubeconfig(server, kubeconfig, token, args.namespace)
+                    if problem is not None:
+                        return problem
+                    print(
+                        f"Kubernetes API emulator serving at {server.url}\n"
+                        f"kubeconfig (admin token inside, mode 0600): {kubeconfig}\n"
+                        f"  export KUBECONFIG={kubeconfig}\n"
+                        f"  kubectl get leases -n {args.namespace}\n"
+                        f"  python: kubernetes.config.load_kube_config('{kubeconfig}')\n"
+                        "Press Ctrl-C to stop.",
+                        flush=True,
+                    )
+                    async for _ in signals:
+                        break
+            except OSError as exc:  # entering serve: the address cannot be listened on
+                return (
+                    f"cannot listen on {args.host}:{args.port} (--host, --port): "
+                    f"{exc.strerror or type(exc).__name__}; pick a free port or another address"
                 )
-                async for _ in signals:
-                    break
         print("Kubernetes API emulator stopped.", flush=True)
+        return None
 
-    anyio.run(main, backend="trio")
+    problem = anyio.run(main, backend="trio")
+    if problem is not None:
+        print(f"trio-lease emulate: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
     return 0
+
+
+def _write_kubeconfig(server: KubeServer, path: Path, token: str, namespace: str) -> str | None:
+    """Write the kubeconfig; what went wrong (None: nothing)."""
+    try:
+        server.write_kubeconfig(path, token, namespace)
+    except OSError as exc:
+        return (
+            f"cannot write the kubeconfig {str(path)!r} (--kubeconfig): "
+            f"{exc.strerror or type(exc).__name__}"
+        )
+    return None
