@@ -2,8 +2,9 @@
 
 A reply from a server is input, and input is hostile until checked. The backends parse every
 body with :func:`load_json` (size and nesting capped before parsing, ``NaN``/``Infinity``
-refused, integers of absurd length refused) and read every field through the checkers below,
-which raise :class:`Malformed` naming the field's path and what was wrong. A backend then turns
+refused, integers of absurd length refused, strings that are not Unicode text refused) and read
+every field through the checkers below, which raise :class:`Malformed` naming the field's path
+and what was wrong. A backend then turns
 :class:`Malformed` into a :class:`~trio_lease.BackendProtocolError` (the reply is not a record)
 or into a record with :attr:`~trio_lease.LeaseRecord.unreadable` set (the record exists, its
 content cannot be trusted): never into a free lease, never into a grant.
@@ -48,6 +49,13 @@ MAX_DEPTH: Final = 64
 _MAX_INT_DIGITS: Final = 24
 
 _DECIMAL: Final = re.compile(r"-?[0-9]+")
+#: The escapes of a JSON text, left to right: a surrogate pair (which the decoder joins into one
+#: character), a lone surrogate (\ud800 to \udfff, group 1), or any other escape (``\\``
+#: taken whole, so a backslash after it starts a new escape).
+_ESCAPES: Final = re.compile(
+    r"\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+    r"|(u[dD][89a-fA-F][0-9a-fA-F]{2})|.)"
+)
 
 INT32_MAX: Final = 2**31 - 1
 INT64_MAX: Final = 2**63 - 1
@@ -147,7 +155,10 @@ def load_json(
     ``what`` names the reply for the message (``"the answer to update of leases … 'job'"``).
     Refused before parsing: bodies over ``max_bytes`` and nesting deeper than ``max_depth``;
     while parsing: invalid JSON or UTF-8, ``NaN``/``Infinity``, integers longer than 24 digits,
-    numbers out of a double's range (``1e999``, which would read as infinity).
+    numbers out of a double's range (``1e999``, which would read as infinity); after: a key or
+    string anywhere holding a lone surrogate (``"\\ud800"``: valid JSON, but not Unicode text,
+    so no such value could be written back: a PUT's UTF-8 body would fail to encode).
+    Surrogates encoded as UTF-8 bytes are invalid UTF-8 (strict decoding).
     """
     data = content.encode("utf-8", "surrogatepass") if isinstance(content, str) else content
     if len(data) > max_bytes:
@@ -160,8 +171,10 @@ def load_json(
             f"{what} nests deeper than {max_depth} levels; the outcome is unknown"
         )
     try:
-        # What json.loads(data, **hooks) does, with one decoder for every reply.
-        return _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
+        # What json.loads(data, **hooks) does, with one decoder for every reply, but strict
+        # UTF-8 (json.loads lets encoded surrogates through).
+        text = data.decode(json.detect_encoding(data))
+        value = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
         if isinstance(exc, json.JSONDecodeError):
             reason = "is not valid JSON"
@@ -172,6 +185,24 @@ def load_json(
         else:
             reason = str(exc)
         raise BackendProtocolError(f"{what} {reason}; the outcome is unknown") from None
+    # Strict decoding let no raw surrogate through: only an escape can make one. (A search for
+    # one character is a memchr; most replies have no escape at all.)
+    if "\\" in text and _lone_surrogate_escape(text):
+        raise BackendProtocolError(
+            f"{what} contains a lone UTF-16 surrogate (\\ud800-\\udfff), which is not "
+            "Unicode text; the outcome is unknown"
+        )
+    return value
+
+
+def _lone_surrogate_escape(text: str) -> bool:
+    """Whether valid JSON ``text`` escapes a lone surrogate, in a key or a string at any depth.
+
+    A scan of the escapes, not a walk of the decoded value: backslashes occur only inside
+    strings, and each escape is read whole from the left, so ``\\\\ud800`` (a backslash, then
+    the text "ud800") is no surrogate and ``\\ud83d\\ude00`` is one character.
+    """
+    return any(escape.group(1) for escape in _ESCAPES.finditer(text))
 
 
 def obj(value: object, path: str) -> JsonObject:

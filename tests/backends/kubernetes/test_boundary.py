@@ -33,6 +33,7 @@ from trio_lease import (
 from trio_lease.backends.kubernetes import ClusterConfig, KubernetesBackend
 from trio_lease.backends.kubernetes._errors import RequestContext, error_from, parse_status
 from trio_lease.backends.kubernetes._models import AKKA, COORDINATION
+from trio_lease.backends.kubernetes._pacing import FIRST_BACKOFF
 from trio_lease.backends.kubernetes._watch import MAX_LINE_BYTES
 
 from ._helpers import SERVER, emulator_with_crd, make_backend
@@ -486,10 +487,11 @@ class ScriptedWatch(httpx.AsyncBaseTransport):
     """
 
     def __init__(self, inner: httpx.AsyncBaseTransport, body: Callable[[int], object],
-                 limit: int = 300) -> None:
+                 limit: int = 300, life: float = 0.0) -> None:
         self.inner = inner
         self.body = body
         self.limit = limit
+        self.life = life  # how long each watch stream stays open before its body
         self.watches: list[float] = []
         self.lists: list[float] = []
 
@@ -499,10 +501,25 @@ class ScriptedWatch(httpx.AsyncBaseTransport):
             if len(self.watches) > self.limit:
                 await anyio.sleep(3600)
             content = self.body(len(self.watches))
+            if self.life:
+                return httpx.Response(200, stream=_Later(self.life, content), request=request)
             return httpx.Response(200, content=content, request=request)  # type: ignore[arg-type]
         if request.url.path.endswith("/leases"):
             self.lists.append(anyio.current_time())
         return await self.inner.handle_async_request(request)
+
+
+class _Later(httpx.AsyncByteStream):
+    """A stream body sent ``life`` seconds after the stream opened."""
+
+    def __init__(self, life: float, content: object) -> None:
+        self.life = life
+        self.content = content
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        await anyio.sleep(self.life)
+        assert isinstance(self.content, bytes)
+        yield self.content
 
 
 async def _watch_for(backend: KubernetesBackend, seconds: float) -> list[LeaseRecord | None]:
@@ -547,7 +564,8 @@ async def test_streams_that_end_after_a_bookmark_are_reopened_with_backoff(kind:
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_useful_events_reset_the_backoff_and_repeats_do_not(kind: str) -> None:
-    """A stream that brought a change reopens at once; one that repeated a version waits."""
+    """A stream that lived (FIRST_BACKOFF) and brought a change reopens at once; one that
+    repeated a version waits. (One that ends at once waits too: test_watch_pacing.py.)"""
     emulator = emulator_with_crd()
     async with make_backend(emulator.transport(), kind=kind) as writer:
         created = await _held_by(writer)
@@ -561,14 +579,15 @@ async def test_useful_events_reset_the_backoff_and_repeats_do_not(kind: str) -> 
         obj["metadata"]["resourceVersion"] = str(1000 + min(n, 2))  # the third repeats
         return _line({"type": "MODIFIED", "object": obj})
 
-    transport = ScriptedWatch(emulator.transport(), body)
+    transport = ScriptedWatch(emulator.transport(), body, life=FIRST_BACKOFF)
     async with make_backend(transport, kind=kind, watch_poll_interval=5) as backend:
         seen = await _watch_for(backend, 30)
     assert [s.version if s else None for s in seen[:4]] == [created.version, "1001", "1002",
                                                             "1002"]
     first, second, third, fourth = transport.watches[:4]
-    assert first == second == third  # after each real change: at once
-    assert fourth > third  # after the repeat: backoff
+    # After each real change: at once, when the stream ends (it lived FIRST_BACKOFF).
+    assert second - first == third - second == pytest.approx(FIRST_BACKOFF)
+    assert fourth - third > FIRST_BACKOFF * 1.4  # after the repeat: a backoff (≥ 0.05 s) too
 
 
 HOSTILE_STREAMS: dict[str, Callable[[str], bytes]] = {

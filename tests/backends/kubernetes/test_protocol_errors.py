@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
 from trio_lease import (
@@ -107,6 +109,46 @@ async def test_429_past_the_budget_is_unavailable() -> None:
         with pytest.raises(BackendUnavailable):
             await backend.get("job")
         assert anyio.current_time() - start < 5
+
+
+class TimedTransport(CountingTransport):
+    """Also records the (virtual) time of every request."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        super().__init__(inner)
+        self.times: list[float] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.times.append(anyio.current_time())
+        return await super().handle_async_request(request)
+
+
+@pytest.mark.parametrize("status_shaped", [False, True])
+async def test_429_retry_after_zero_backs_off_and_stops_after_ten_retries(
+    status_shaped: bool,
+) -> None:
+    """429 with Retry-After: 0: waits doubling from 0.05 s (to 1 s), 10 retries, then the error."""
+    emulator = emulator_with_crd()
+    emulator.faults.fail(429, verbs={"get"}, retry_after=0, status_shaped=status_shaped)
+    transport = TimedTransport(emulator.transport())
+    async with make_backend(transport, request_timeout=60) as backend:
+        with pytest.raises(BackendUnavailable, match="429"):
+            await backend.get("job")
+    gaps = [later - earlier for earlier, later in itertools.pairwise(transport.times)]
+    assert len(transport.times) == 1 + 10  # client-go's maxRetries (rest/request.go)
+    assert gaps == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 1, 1, 1, 1, 1])
+
+
+async def test_429_retries_stop_at_the_request_bound_too() -> None:
+    """Within a 5 s bound the growing waits leave room for 8 retries, not 10."""
+    emulator = emulator_with_crd()
+    emulator.faults.fail(429, verbs={"get"}, retry_after=0)
+    transport = TimedTransport(emulator.transport())
+    async with make_backend(transport, request_timeout=5) as backend:
+        with pytest.raises(BackendUnavailable):
+            await backend.get("job")
+        assert transport.times[-1] - transport.times[0] < 5
+    assert len(transport.times) == 1 + 8  # retries at 0.05, 0.15, … 3.55, 4.55 s; 5.55 > 5
 
 
 @pytest.mark.parametrize("status", [500, 503, 504])

@@ -8,7 +8,10 @@ talk to the API server only through :class:`KubeApi`; none of them touches the H
   timeout is the settings' ``lease_operation_timeout`` once the backend learnt it, unless
   ``request_timeout`` was given (:data:`DEFAULT_REQUEST_TIMEOUT` before either).
 - **429.** A 429 is retried after ``Retry-After`` only while that fits in the bound (a 429 is a
-  request the server did not run, so retrying a write is safe); past it, it is the error.
+  request the server did not run, so retrying a write is safe), at most :data:`MAX_RETRIES`
+  times a request (client-go's default); past either, it is the error. The wait is at least a
+  floor that starts at :data:`MIN_RETRY_WAIT` and doubles with each retry, so a server
+  answering ``Retry-After: 0`` cannot make a request repeat every few milliseconds.
 - **CA reload.** When TLS verification fails and the CA comes from a file, the pooled client is
   dropped and a fresh one (which reads the file again) retries once: the handshake failed, so
   nothing was sent.
@@ -59,9 +62,13 @@ __all__ = ["DEFAULT_REQUEST_TIMEOUT", "KubeApi"]
 
 #: The request bound before the settings' lease_operation_timeout is known.
 DEFAULT_REQUEST_TIMEOUT: Final = 5.0
-#: Shortest wait before retrying a 429, and the wait when it gives no usable Retry-After.
+#: Shortest wait before the first retry of a 429 (the floor doubles with each retry, up to
+#: DEFAULT_RETRY_WAIT), and the wait when it gives no usable Retry-After.
 MIN_RETRY_WAIT: Final = 0.05
 DEFAULT_RETRY_WAIT: Final = 1.0
+#: Retries of one request answered 429, as client-go's ``Request.maxRetries`` (rest/request.go;
+#: ``withRetry.IsNextRetry`` in rest/with_retry.go stops after that many): 11 requests at most.
+MAX_RETRIES: Final = 10
 _TRANSPORT_ERRORS = (httpx.HTTPError, TimeoutError, OSError)
 #: The life of a lean stream opened without a read timeout (httpx's default read timeout).
 DEFAULT_STREAM_READ: Final = 60.0
@@ -165,6 +172,7 @@ class KubeApi:
         scoped = bound <= now + self.timeout
         deadline = bound if scoped else now + self.timeout
         reloaded_ca = False
+        retries = 0
         while True:
             try:
                 response = await self._send(
@@ -181,7 +189,8 @@ class KubeApi:
                 continue
             if response.status_code != 429:
                 return response
-            await _wait_to_retry(parse_status(response), deadline, ctx)
+            await _wait_to_retry(parse_status(response), retries, deadline, ctx)
+            retries += 1
             now = anyio.current_time()
 
     async def _send(
@@ -333,21 +342,26 @@ class KubeApi:
         raise error_from(response, ctx)
 
 
-async def _wait_to_retry(status: ApiStatus, deadline: float, ctx: RequestContext) -> None:
-    """Sleep before retrying a 429, or raise it when the wait would end past ``deadline``."""
-    wait = _retry_wait(status.retry_after)
-    if anyio.current_time() + wait >= deadline:
+async def _wait_to_retry(
+    status: ApiStatus, retries: int, deadline: float, ctx: RequestContext
+) -> None:
+    """Sleep before retry number ``retries + 1`` of a 429, or raise it: after MAX_RETRIES
+    retries, or when the wait would end past ``deadline``."""
+    wait = _retry_wait(status.retry_after, retries)
+    if retries >= MAX_RETRIES or anyio.current_time() + wait >= deadline:
         raise error_for(status, ctx)
     await anyio.sleep(wait)
 
 
-def _retry_wait(retry_after: float | None) -> float:
-    """How long to wait before retrying a 429: Retry-After, at least MIN_RETRY_WAIT.
+def _retry_wait(retry_after: float | None, retries: int = 0) -> float:
+    """How long to wait before retrying a 429: Retry-After (DEFAULT_RETRY_WAIT without one),
+    at least MIN_RETRY_WAIT doubled for each retry already made (up to DEFAULT_RETRY_WAIT).
 
     ``retry_after`` is finite or None (parse_status sees to it); this is the last guard, so a
     NaN or infinity can never reach a sleep. The caller still refuses any wait that would end
     past the request bound.
     """
+    floor = min(MIN_RETRY_WAIT * (1 << min(retries, 32)), DEFAULT_RETRY_WAIT)
     if retry_after is None or not math.isfinite(retry_after):
         return DEFAULT_RETRY_WAIT
-    return max(MIN_RETRY_WAIT, retry_after)
+    return max(floor, retry_after)

@@ -14,7 +14,9 @@ characters; else a :class:`BackendAuthError` naming the field, before any reques
 certificate. Errors name the files or fields, never their content; an encrypted client key is
 refused instead of prompting on a terminal.
 
-Tokens never appear in a ``repr``, a log line or an exception message.
+Tokens never appear in a ``repr``, a log line or an exception message: every token this flow
+sends is remembered (:func:`._tokens.remember_sent`), and server text quoted in a message has it
+cut out by value.
 """
 
 from __future__ import annotations
@@ -31,7 +33,13 @@ import httpx
 from ..._exceptions import BackendAuthError, LeaseConfigError
 from ._cluster import ClusterConfig, Credentials
 from ._exec import ExecTokenSource
-from ._tokens import FileTokenSource, StaticTokenSource, TokenSource, header_problem
+from ._tokens import (
+    FileTokenSource,
+    StaticTokenSource,
+    TokenSource,
+    header_problem,
+    remember_sent,
+)
 
 __all__ = ["KubeAuth", "ssl_context", "token_source_for"]
 
@@ -54,6 +62,8 @@ class KubeAuth(httpx.Auth):
 
     def __init__(self, source: TokenSource | None, credentials: Credentials) -> None:
         self.source = source
+        #: The token last remembered for redaction (skips the lookup while it is unchanged).
+        self._remembered: str | None = None
         origin = credentials.origin or "the configured credentials"
         self._impersonation: list[tuple[str, str]] = []
         self._problem: str | None = None
@@ -94,7 +104,7 @@ class KubeAuth(httpx.Auth):
             raise BackendAuthError(self._problem)
         items = list(self._impersonation)
         if self.source is not None:
-            token = await self.source.token(refresh=refresh)
+            token = await self._token(self.source, refresh)
             if token:
                 items.append(("Authorization", f"Bearer {token}"))
         return items
@@ -103,8 +113,16 @@ class KubeAuth(httpx.Auth):
         """The ``Authorization`` value after a 401: the token read again (None: no token)."""
         if self.source is None:
             return None
-        token = await self.source.token(refresh=True)
+        token = await self._token(self.source, True)
         return f"Bearer {token}" if token else None
+
+    async def _token(self, source: TokenSource, refresh: bool) -> str | None:
+        """The source's token, remembered for redaction before it is ever sent."""
+        token = await source.token(refresh=refresh)
+        if token and token is not self._remembered:
+            remember_sent(token)
+            self._remembered = token
+        return token
 
     async def headers_after(
         self, status: int, headers: Sequence[tuple[str, str]]

@@ -28,10 +28,13 @@ word: each is ignored, never an exception); otherwise (plain-text 429s, HTML pag
 proxies, empty bodies) the reason is synthesised from the code as client-go does.
 
 What is quoted: a hostile or broken server (or a proxy echoing our request, Authorization
-header included) may put anything in a reply, so messages quote only ``Status.message`` and the
-causes' field and message, with control characters removed, anything that looks like a
-credential (``Bearer …``, ``Basic …``, a JWT) replaced by ``[redacted]``, and cut to a short
-bound. A body that is not a Status is never quoted: the message says only its content type
+header included) may put anything in a reply, so messages quote only ``Status.message``,
+``details.name``/``kind`` and the causes' field and message, all through :func:`clean_text`:
+every token this process sent cut out by its exact value (:func:`._tokens.redact_sent`, however
+the server quoted it), control characters removed, anything that looks like a credential
+(``Bearer`` or ``Basic`` followed by any separators or quotes and a value, a JWT) replaced by
+``[redacted]``, and cut to a short bound. A ``reason`` is one word, and a synthesised one if it
+is a token. A body that is not a Status is never quoted: the message says only its content type
 (letters, digits and ``/.+-`` only) and size.
 """
 
@@ -56,6 +59,7 @@ from ..._exceptions import (
 )
 from ..._http import Answer
 from ._models import LeaseKind
+from ._tokens import redact_sent
 
 __all__ = [
     "ApiStatus",
@@ -91,8 +95,11 @@ _RETRY_AFTER = re.compile(r"[0-9]{1,32}(\.[0-9]{1,9})?")
 _REASON = re.compile(r"[A-Za-z]{1,64}")
 _CONTENT_TYPE = re.compile(r"[A-Za-z0-9.+/-]{1,64}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+#: ``Bearer``/``Basic`` then any separators, quotes or %-escapes (``Bearer "t"``, ``Bearer+t``,
+#: ``bearer:t``, ``Bearer%20t``) and a value; or a JWT.
 _CREDENTIAL = re.compile(
-    r"(?i)\b(bearer|basic)(\s+|%20)[^\s,;\"'<>]+|\beyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_.-]*"
+    r"(?i)(?<![0-9a-z])(?:bearer|basic)(?:[^0-9a-z]|%[0-9a-f]{2}){1,16}?[^\s,;\"'<>]+"
+    r"|\beyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_.-]*"
 )
 
 
@@ -160,8 +167,11 @@ class ApiStatus:
 
 
 def clean_text(text: str, limit: int = _MAX_TEXT) -> str:
-    """Server text made safe to quote: no control characters, no credentials, bounded."""
-    text = _CONTROL.sub(" ", text[: limit * 4])
+    """Server text made safe to quote: no control characters, no credentials, bounded.
+
+    Our own tokens go first, on the whole text, so that no cut can leave a piece of one.
+    """
+    text = _CONTROL.sub(" ", redact_sent(text)[: limit * 4])
     text = _CREDENTIAL.sub("[redacted]", text)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -218,9 +228,9 @@ def parse_status(response: Answer) -> ApiStatus:
     reason = body.get("reason")
     return ApiStatus(
         code=code,
-        reason=reason if isinstance(reason, str) and _REASON.fullmatch(reason) else (
-            _synthesised(code)
-        ),
+        reason=reason if isinstance(reason, str) and _REASON.fullmatch(reason) and (
+            redact_sent(reason) == reason
+        ) else _synthesised(code),
         message=_text(body.get("message")),
         details_name=_text(details.get("name"), 253),
         details_kind=_text(details.get("kind"), 63),

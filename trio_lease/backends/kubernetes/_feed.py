@@ -21,9 +21,10 @@ and every object through :meth:`._api.KubeApi.read_object` (our kind, namespace,
 resourceVersion), named by its own ``metadata.name``; object names map back to the watched
 lease keys with the backend's name mapping, and an object whose key annotation names another
 lease is published as an ``unreadable`` record (so the waiter's next read reports the name
-collision). Reopening is paced as in :mod:`._watch`: a stream without a useful event waits a
-backoff that doubles up to ``watch_poll_interval``, so a server that only sends bookmarks or
-garbage costs a few requests per poll interval, never a tight loop.
+collision). Reopening is paced as in :mod:`._watch` (:mod:`._pacing`): a stream without a useful
+event (one at a resourceVersion not seen lately) waits a backoff that doubles up to
+``watch_poll_interval``, so a server that only sends bookmarks, garbage or replays costs a few
+requests per poll interval, never a tight loop.
 
 Fallbacks, run in the feed's task group and started and stopped as the watched set changes:
 
@@ -58,13 +59,12 @@ from ..._wire import JsonObject
 from ._api import KubeApi
 from ._errors import RequestContext, error_from
 from ._names import MANAGED_BY_SELECTOR, is_valid_name
+from ._pacing import Backoff, Cursor
 from ._reading import resource_version
 from ._watch import (
     WATCH_TIMEOUT_SECONDS,
-    _Backoff,
     _check_opened,
     _control,
-    _Cursor,
     _event,
     _Forbidden,
     _lines,
@@ -95,7 +95,7 @@ class KubernetesFeed(WatchFeed):
         self.api: KubeApi = api
         self.poll_interval: float = poll_interval
         #: The resume point of the label watch ("": LIST first).
-        self.cursor: _Cursor = _Cursor("", None)
+        self.cursor: Cursor = Cursor("", None)
         #: The labelled objects as of the resume point: object name → resourceVersion.
         self.labelled: dict[str, str] = {}
         #: Whether a label LIST succeeded (until then no lease counts as uncovered).
@@ -185,7 +185,7 @@ class KubernetesFeed(WatchFeed):
 
     async def _follow_label(self, watched: Watched, publish: Publish) -> None:
         """LIST when there is no resume point, then WATCH; forever, paced by the backoff."""
-        backoff = _Backoff(self.poll_interval)
+        backoff = Backoff(self.poll_interval)
         while True:
             try:
                 if not self.cursor.version:
@@ -222,15 +222,12 @@ class KubernetesFeed(WatchFeed):
         self.listed = True
         self._poke()
 
-    async def _watch(self, watched: Watched, publish: Publish, backoff: _Backoff) -> None:
+    async def _watch(self, watched: Watched, publish: Publish, backoff: Backoff) -> None:
         """Watch streams from the resume point, resumed after each clean end."""
         while True:
             before, opened = self.cursor.useful, anyio.current_time()
             await self._stream(watched, publish)
-            if self.cursor.useful > before or anyio.current_time() - opened >= backoff.cap:
-                backoff.reset()
-            else:
-                await backoff.sleep()
+            await backoff.after_stream(self.cursor.useful > before, opened)
 
     async def _stream(self, watched: Watched, publish: Publish) -> None:
         """One label watch request: publish the state after each event of a watched lease."""
@@ -326,6 +323,7 @@ class KubernetesFeed(WatchFeed):
         del self.api.objects.own_writes[version]
         self.labelled[name] = version
         self.cursor.version = version
+        self.cursor.saw(version)
         self.own_skipped += 1
 
     def _apply(
@@ -334,16 +332,17 @@ class KubernetesFeed(WatchFeed):
         """One ADDED, MODIFIED or DELETED event of a labelled object (read_object checked)."""
         version = resource_version(obj)
         self.cursor.version = version
+        news = self.cursor.saw(version)  # a replayed older version is no progress
         known = self.labelled.get(name)
         if kind == "DELETED":
             if known is not None:
                 del self.labelled[name]
-                self.cursor.useful += 1
+                self.cursor.useful += news
                 self._poke()  # no longer covered: its own watch tells what is there now
         else:
             self.labelled[name] = version
             if known != version:
-                self.cursor.useful += 1
+                self.cursor.useful += news
             if known is None:
                 self._poke()  # covered now: its own watch may stop
         for key in self._map(watched).get(name, ()):

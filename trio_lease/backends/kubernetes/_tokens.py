@@ -27,17 +27,21 @@ once, on that read and on every call until the file is fixed: the file says the 
 changed and what it holds cannot be sent, so a broken rotation shows within one refresh
 interval instead of much later, when the old token expires, as a puzzling 401.
 
-Tokens never appear in a ``repr``, a log line or an exception message.
+Tokens never appear in a ``repr``, a log line or an exception message. Every token sent is
+remembered (:func:`remember_sent`: the latest :data:`SENT_KEPT`, process-wide, only in memory)
+so that :func:`redact_sent` can cut it, by exact value, out of any server text quoted in a
+message (``clean_text`` in :mod:`._errors`): an API server or a proxy may echo it in any form.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 
 import anyio
 
-from ..._exceptions import BackendAuthError
+from ..._exceptions import BackendAuthError, LeaseConfigError
 
 __all__ = [
     "MAX_TOKEN_FILE_BYTES",
@@ -46,6 +50,8 @@ __all__ = [
     "TokenSource",
     "bad_token",
     "header_problem",
+    "redact_sent",
+    "remember_sent",
     "token_problem",
 ]
 
@@ -54,6 +60,34 @@ MAX_TOKEN_FILE_BYTES = 64 * 1024
 _TOKEN = re.compile(r"[\x21-\x7e]+")
 _HEADER_VALUE = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")
 _FILE_WHITESPACE = " \t\r\n\f\v"
+#: How many of the latest tokens sent are redacted by value (rotations keep old ones briefly
+#: valid, and every backend of the process shares the list).
+SENT_KEPT = 16
+#: Shorter tokens are not redacted by value: each occurrence of a few letters in a message would
+#: go, and a token that short is guessed anyway. (The pattern in ``_errors`` still applies.)
+SENT_MIN_LENGTH = 8
+#: The tokens sent lately, newest last: replaced whole (copy on write), never changed in place,
+#: so a reader in another thread's event loop always sees a complete tuple.
+_sent: tuple[str, ...] = ()
+_sent_lock = threading.Lock()
+
+
+def remember_sent(token: str) -> None:
+    """Remember a token this process sends, for :func:`redact_sent` (cheap when known)."""
+    global _sent
+    if token in _sent or len(token) < SENT_MIN_LENGTH:
+        return
+    with _sent_lock:
+        if token not in _sent:
+            _sent = (*_sent, token)[-SENT_KEPT:]
+
+
+def redact_sent(text: str, replacement: str = "[redacted]") -> str:
+    """``text`` with every token :func:`remember_sent` knows replaced by ``replacement``."""
+    for token in _sent:
+        if token in text:
+            text = text.replace(token, replacement)
+    return text
 
 
 def _unsendable(value: str) -> str:
@@ -173,6 +207,11 @@ class FileTokenSource(TokenSource):
         except OSError as exc:
             self._failure = exc.strerror or type(exc).__name__
             return None
+        except ValueError:  # "embedded null byte": no file can have this name
+            raise LeaseConfigError(
+                f"{self._what}: the path contains a NUL character, which no file name can "
+                "hold; fix the token-file path"
+            ) from None
         if len(data) > MAX_TOKEN_FILE_BYTES:
             self._token = None
             raise bad_token(self._what, f"is over {MAX_TOKEN_FILE_BYTES:,} bytes long")

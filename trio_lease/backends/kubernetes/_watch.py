@@ -9,15 +9,17 @@ server ends the stream (timeoutSeconds, or its own 30-60 min limit) the watch re
 last version seen; a 410 Expired (at the start or as an in-stream ERROR) re-lists and watches
 again from the new version.
 
-Pacing: every reopening is paced by one backoff. A stream that ends without a *useful* event
-(an ADDED, MODIFIED or DELETED of our object at a version not yielded before; bookmarks and
-repeats do not count), a failed or unreadable LIST, a cut stream and a protocol error each wait
-before the next request, starting at :data:`FIRST_BACKOFF` and doubling up to
-``watch_poll_interval``, with jitter. A useful event resets it, so after a real change the watch
-resumes at once; so does a stream that stayed open at least ``watch_poll_interval`` (the
+Pacing (:mod:`._pacing`): every reopening is paced by one backoff. A stream that ends without
+a *useful* event (an ADDED, MODIFIED or DELETED of our object at a resourceVersion this cursor
+has not seen lately; bookmarks, repeats and replays of older versions do not count), a failed or
+unreadable LIST, a cut stream and a protocol error each wait before the next request, starting
+at :data:`FIRST_BACKOFF` and doubling up to ``watch_poll_interval``, with jitter. A useful event
+in a stream that lived at least :data:`FIRST_BACKOFF` resets it, so after a real change the
+watch resumes at once; so does a stream that stayed open at least ``watch_poll_interval`` (the
 server's normal end after ``timeoutSeconds``: reopening it at once costs at most one request per
 poll interval, and an idle lease is not left unwatched). A server whose every stream ends after
-a bookmark (or at once, or with garbage) therefore costs a few requests per poll interval,
+a bookmark (or at once, or with garbage, or with a replayed version) therefore costs a few
+requests per poll interval, and one that invents news at most one per :data:`FIRST_BACKOFF`:
 never a tight loop.
 
 Every line is read through the same checks as any other reply: at most
@@ -43,7 +45,6 @@ an open HTTP stream between items.
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
@@ -63,14 +64,12 @@ from ..._exceptions import (
 from ..._wire import JsonObject
 from ._api import KubeApi, Streamed
 from ._errors import RequestContext, error_for, error_from
+from ._pacing import FIRST_BACKOFF, Backoff, Cursor
 from ._reading import resource_version
 
 __all__ = ["FIRST_BACKOFF", "WATCH_TIMEOUT_SECONDS", "list_page", "watch_lease"]
 
 WATCH_TIMEOUT_SECONDS = 300
-#: The first wait before reopening a watch that ended without a useful event (doubles up to
-#: ``watch_poll_interval``).
-FIRST_BACKOFF: Final = 0.1
 #: Longest event line accepted (one object per line; the same cap as a whole reply).
 MAX_LINE_BYTES: Final = _wire.MAX_BODY_BYTES
 _EVENT_TYPES: Final = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"})
@@ -84,40 +83,6 @@ class _Resync(Exception):
 
 class _Forbidden(Exception):
     """The Role does not allow watch (or list): poll instead."""
-
-
-class _Cursor:
-    """The resume point (the last resourceVersion seen) and what the current stream brought."""
-
-    def __init__(self, version: str, state_version: str | None) -> None:
-        self.version = version
-        #: The version of the last state yielded (None: "does not exist").
-        self.state_version = state_version
-        #: Useful events so far: changes of our object to a version not yielded before.
-        self.useful = 0
-
-    def moved_to(self, version: str, state_version: str | None) -> None:
-        """An event of our object at ``version``; its state's version (None: deleted)."""
-        self.version = version
-        if state_version != self.state_version:
-            self.useful += 1
-        self.state_version = state_version
-
-
-class _Backoff:
-    """Jittered exponential backoff from FIRST_BACKOFF up to ``cap``; reset by useful events."""
-
-    def __init__(self, cap: float) -> None:
-        self.cap = max(cap, 0.01)  # never a zero wait, whatever the poll interval
-        self.delay = 0.0
-
-    def reset(self) -> None:
-        self.delay = 0.0
-
-    async def sleep(self) -> None:
-        first = min(FIRST_BACKOFF, self.cap)
-        self.delay = min(self.cap, self.delay * 2) if self.delay else first
-        await anyio.sleep(random.uniform(self.delay / 2, self.delay))
 
 
 async def watch_lease(
@@ -136,7 +101,7 @@ async def watch_lease(
     """
     lease = _Watched(api, key, cache=cache)
     if watch:
-        async with aclosing(lease.watch(_Backoff(poll_interval))) as states:
+        async with aclosing(lease.watch(Backoff(poll_interval))) as states:
             async for state in states:
                 yield state
     async with aclosing(lease.poll(poll_interval)) as states:
@@ -173,7 +138,7 @@ class _Watched:
             yield self.state(obj)
             await anyio.sleep(interval)
 
-    async def watch(self, backoff: _Backoff) -> AsyncGenerator[LeaseRecord | None]:
+    async def watch(self, backoff: Backoff) -> AsyncGenerator[LeaseRecord | None]:
         """LIST, then watch from the list's version, again after each resync; ends on 403."""
         while True:
             try:
@@ -184,7 +149,7 @@ class _Watched:
                 await backoff.sleep()
                 continue
             yield self.state(obj)
-            cursor = _Cursor(version, resource_version(obj) if obj is not None else None)
+            cursor = Cursor(version, resource_version(obj) if obj is not None else None)
             try:
                 async with aclosing(self.follow(cursor, backoff)) as states:
                     async for state in states:
@@ -196,7 +161,7 @@ class _Watched:
             await backoff.sleep()  # pace every re-list, even after useful events
 
     async def follow(
-        self, cursor: _Cursor, backoff: _Backoff
+        self, cursor: Cursor, backoff: Backoff
     ) -> AsyncGenerator[LeaseRecord | None]:
         """Watch streams from the cursor, resumed after each clean end (raises to re-list)."""
         while True:
@@ -204,12 +169,10 @@ class _Watched:
             async with aclosing(self.stream(cursor)) as states:
                 async for state in states:
                     yield state
-            if cursor.useful > before or anyio.current_time() - opened >= backoff.cap:
-                backoff.reset()  # a real change came, or a long healthy stream: at once
-            else:
-                await backoff.sleep()  # nothing useful (bookmarks, or ended at once)
+            # At once after news in a stream that lived, or a long healthy stream; else wait.
+            await backoff.after_stream(cursor.useful > before, opened)
 
-    async def stream(self, cursor: _Cursor) -> AsyncGenerator[LeaseRecord | None]:
+    async def stream(self, cursor: Cursor) -> AsyncGenerator[LeaseRecord | None]:
         """One watch request: yields the state after each ADDED/MODIFIED/DELETED event."""
         api, object_name = self.api, self.object_name
         ctx = api.ctx("watch", object_name)
@@ -230,13 +193,8 @@ class _Watched:
                     _control(kind, obj, cursor, ctx)
                     continue
                 obj = api.read_object(obj, object_name, ctx, listed=True)
-                version = resource_version(obj)
-                if kind == "DELETED":
-                    cursor.moved_to(version, None)
-                    yield self.state(None)
-                else:
-                    cursor.moved_to(version, version)
-                    yield self.state(obj)
+                cursor.moved_to(resource_version(obj))
+                yield self.state(None if kind == "DELETED" else obj)
 
 
 async def _list(api: KubeApi, object_name: str) -> tuple[JsonObject | None, str]:
@@ -377,7 +335,7 @@ def _event(line: bytes, ctx: RequestContext) -> tuple[str, JsonObject]:
         raise BackendProtocolError(f"{what} is unreadable: {exc}") from None
 
 
-def _control(kind: str, obj: JsonObject, cursor: _Cursor, ctx: RequestContext) -> None:
+def _control(kind: str, obj: JsonObject, cursor: Cursor, ctx: RequestContext) -> None:
     """An ERROR event ends the stream (410: re-list); a BOOKMARK moves the resume point."""
     if kind == "ERROR":
         code = obj.get("code")
