@@ -11,10 +11,8 @@ below the version it compares against, or below the row's, writes nothing
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,22 +20,14 @@ import pytest
 from trio_lease import BackendProtocolError, LeaseRecord
 from trio_lease.backends.sqlite import SqliteBackend
 
+# SQLite uses worker threads: real time on both backends; another program's connection.
+from .test_sqlite_edits import anyio_backend as anyio_backend
+from .test_sqlite_edits import shell
+
 pytestmark = pytest.mark.anyio
 
 REFUSED = "trio_lease: version_counter.value only rises"
 
-
-@pytest.fixture
-def anyio_backend(real_time_backend: str) -> str:
-    """SQLite uses worker threads: real time on both backends."""
-    return real_time_backend
-
-
-@contextlib.contextmanager
-def shell(path: Path) -> Iterator[sqlite3.Connection]:
-    """Another program's connection to the file, committing each statement."""
-    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        yield conn
 
 
 def counter(path: Path) -> object:
