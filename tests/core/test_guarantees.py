@@ -58,6 +58,16 @@ class _Releases(LeaseObserver):
         self.written.append(written)
 
 
+class _Losses(LeaseObserver):
+    """Records each loss's ``cause``."""
+
+    def __init__(self) -> None:
+        self.causes: list[str] = []
+
+    def lost(self, lease: LeaseInfo, *, fencing_token: int, cause: str) -> None:
+        self.causes.append(cause)
+
+
 async def _plant(world: World, record: LeaseRecord) -> LeaseRecord:
     """Write a record directly, as another process would."""
     backend = world.backend()
@@ -388,9 +398,13 @@ async def test_g4_release_is_shielded_and_bounded(world: World) -> None:
     for attempt in range(3 if world.tolerance else 1):
         releases = _Releases()
         name = f"job-{attempt}"
-        with anyio.move_on_after(2 * T):  # 1 s
+        # The outer cancel comes once the grant is held: a timer could fire while a slow store
+        # still answers the acquire, and then there is nothing to release.
+        with anyio.CancelScope() as outer:
             async with world.lease("a", backend=backend, name=name, observers=[releases]).held():
+                outer.cancel()
                 await anyio.sleep_forever()
+        assert outer.cancelled_caught
         record = await backend.get(name)
         assert record is not None
         if record.holder == "":
@@ -445,19 +459,34 @@ async def test_g5_renewals_continue_while_body_cleans_up(world: World) -> None:
     """§4.5: after an outer cancel, a body cleanup longer than the timeout keeps the lease."""
     s = world.settings
     backend = world.backend()
-    lease = world.lease("a", backend=backend)
-    observed: list[bool] = []
-    with anyio.move_on_after(2 * s.lease_operation_timeout):  # 1 s
-        async with lease.held():
-            try:
-                await anyio.sleep_forever()
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await anyio.sleep(2 * s.heartbeat_timeout)
-                    observed.append(lease.check_lease())
-                    record = await backend.get("job")
-                    observed.append(record is not None and record.holder == lease.identity)
-    assert observed == [True, True]
+    # A real store on a loaded machine can leave every renewal unconfirmed for longer than L (an
+    # fsync stall): the holder then loses by its deadline, as §4.3 requires. There, up to three
+    # tries (each on its own lease); a try that lost must have lost by its deadline alone (the
+    # record still names it: nobody took it), and one try must keep the lease through the cleanup.
+    for attempt in range(3 if world.tolerance else 1):
+        losses = _Losses()
+        name = f"job-{attempt}"
+        lease = world.lease("a", backend=backend, name=name, observers=[losses])
+        observed: list[bool] = []
+        with anyio.CancelScope() as outer:
+            async with lease.held():
+                outer.cancel()
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.sleep(2 * s.heartbeat_timeout)  # 30 s
+                        observed.append(lease.check_lease())
+                        record = await backend.get(name)
+                        observed.append(record is not None and record.holder == lease.identity)
+        assert outer.cancelled_caught
+        if observed == [True, True]:
+            assert losses.causes == []
+            break
+        assert world.tolerance and observed == [False, True], (observed, losses.causes)
+        assert len(losses.causes) == 1 and "deadline" in losses.causes[0], losses.causes
+    else:
+        pytest.fail("the lease was lost by its deadline during the cleanup in three tries")
 
 
 async def test_g5_body_deadline_follows_renewals(world: World) -> None:
