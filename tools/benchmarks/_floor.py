@@ -40,6 +40,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -72,7 +73,6 @@ async def _worker(kubeconfig: str, rhythm: str, leases: int, interval: float,
     await backend.create(LeaseRecord(name=name, holder="me", lease_duration=30.0))
     api = backend._api
     unary: Any = api._lease()._entry.unary
-    loop = asyncio.get_running_loop()
     if rhythm.startswith("renewals"):
         await _renewals(backend, unary, rhythm, leases, interval, window)
         return
@@ -80,47 +80,77 @@ async def _worker(kubeconfig: str, rhythm: str, leases: int, interval: float,
         "GET", unary._prefix + api.item_path(name) + "?timeout=5s",
         [*unary._headers, ("Accept", "application/json")],
     )
-    idle: asyncio.Queue[tuple[asyncio.Transport, _Bare]] = asyncio.Queue()
-    for _ in range(CONNECTIONS):
-        transport, bare = await loop.create_connection(
-            _Bare, unary._host, unary._port, ssl=unary._ssl,
-            server_hostname=unary._tls_hostname if unary._ssl is not None else None,
-        )
-        idle.put_nowait((transport, bare))
+    idle = await _connections(unary)
     sent = 0
     tasks = 20 if rhythm == "back-to-back" else leases
     pace = 0.0 if rhythm == "back-to-back" else interval
-    tick = interval / GRID if rhythm == "paced on a grid" else 0.0
+
+    async def step(i: int) -> None:
+        nonlocal sent
+        if rhythm != "timers only":
+            await _exchange(idle, data)
+        sent += 1
+
+    running = _paced(step, tasks, pace, interval / GRID if rhythm == "paced on a grid" else 0.0)
+    # "requests" counts wake-ups in the timers-only rhythm.
+    await _measure(rhythm, running, max(pace, 1.0) + 2.0, window, lambda: sent)
+
+
+async def _connections(unary: Any) -> asyncio.Queue[tuple[asyncio.Transport, _Bare]]:
+    """:data:`CONNECTIONS` idle connections to the emulator, each with a bare protocol."""
+    loop = asyncio.get_running_loop()
+    ssl: Any = {"ssl": unary._ssl, "server_hostname": unary._tls_hostname} if unary._ssl else {}
+    idle: asyncio.Queue[tuple[asyncio.Transport, _Bare]] = asyncio.Queue()
+    for _ in range(CONNECTIONS):
+        transport, bare = await loop.create_connection(_Bare, unary._host, unary._port, **ssl)
+        idle.put_nowait((transport, bare))
+    return idle
+
+
+async def _exchange(idle: asyncio.Queue[tuple[asyncio.Transport, _Bare]], data: bytes) -> bytes:
+    """Send ``data`` on the next idle connection; the whole reply's bytes."""
+    transport, bare = await idle.get()
+    bare.done = asyncio.get_running_loop().create_future()
+    transport.write(data)
+    await bare.done
+    idle.put_nowait((transport, bare))
+    return bare.last
+
+
+def _paced(step: Callable[[int], Awaitable[None]], tasks: int, pace: float,
+           tick: float) -> list[asyncio.Future[None]]:
+    """``tasks`` tasks, task ``i`` calling ``step(i)`` every ``pace`` seconds, their first due
+    times spread evenly over one pace; each due time rounded down to a multiple of ``tick``
+    when it is not 0 (the grid rhythms)."""
+    loop = asyncio.get_running_loop()
 
     async def one(i: int) -> None:
-        nonlocal sent
         await asyncio.sleep(i * pace / tasks)
         due = loop.time()
         while True:
             due += pace
             at = (due // tick) * tick if tick else due
             await asyncio.sleep(max(0.0, at - loop.time()))
-            if rhythm == "timers only":
-                sent += 1
-                continue
-            transport, bare = await idle.get()
-            bare.done = loop.create_future()
-            transport.write(data)
-            await bare.done
-            idle.put_nowait((transport, bare))
-            sent += 1
+            await step(i)
 
-    running = [asyncio.ensure_future(one(i)) for i in range(tasks)]
-    await asyncio.sleep(max(pace, 1.0) + 2.0)  # every task in its rhythm
-    cpu, count = time.process_time(), sent
+    return [asyncio.ensure_future(one(i)) for i in range(tasks)]
+
+
+async def _measure(rhythm: str, running: list[asyncio.Future[None]], warmup: float,
+                   window: float, count: Callable[[], int]) -> None:
+    """After ``warmup`` (every task in its rhythm), print the CPU per request in ``window``."""
+    await asyncio.sleep(warmup)
+    cpu, before = time.process_time(), count()
     await asyncio.sleep(window)
-    cpu, count = time.process_time() - cpu, sent - count
+    cpu, done = time.process_time() - cpu, count() - before
+    failed = [task for task in running if task.done()]
     for task in running:
         task.cancel()
-    if count == 0:
+    if failed:
+        failed[0].result()  # its error
+    if done == 0:
         raise SystemExit(f"no reply in {window:g} s: the emulator did not answer ({rhythm})")
-    # "requests" counts wake-ups in the timers-only rhythm.
-    print(json.dumps({"rhythm": rhythm, "requests": count, "us_per_request": cpu / count * 1e6}))
+    print(json.dumps({"rhythm": rhythm, "requests": done, "us_per_request": cpu / done * 1e6}))
 
 
 class _Drain(asyncio.Protocol):
@@ -147,61 +177,40 @@ async def _renewals(backend: KubernetesBackend, unary: Any, rhythm: str, leases:
             "GET", api.item_path(f"{prefix}-{i}"), headers=[("Accept", "application/json")]
         )
         objects.append(json.loads(reply.content))
+    targets = [
+        unary._prefix + api.item_path(obj["metadata"]["name"]) + "?timeout=5s" for obj in objects
+    ]
     watch, _ = await loop.create_connection(_Drain, unary._host, unary._port, **ssl)
     watch.write(request_head(
         "GET", unary._prefix + api.collection_path() + "?watch=1&timeoutSeconds=3600",
         [*unary._headers, ("Accept", "application/json")],
     ))
-    idle: asyncio.Queue[tuple[asyncio.Transport, _Bare]] = asyncio.Queue()
-    for _ in range(CONNECTIONS):
-        transport, bare = await loop.create_connection(_Bare, unary._host, unary._port, **ssl)
-        idle.put_nowait((transport, bare))
+    idle = await _connections(unary)
     sent = 0
-    tick = interval / GRID if rhythm == "renewals on a grid" else 0.0
     headers = [*unary._headers, ("Accept", "application/json"),
                ("Content-Type", "application/json")]
 
-    async def one(i: int) -> None:
+    async def step(i: int) -> None:
         nonlocal sent
         obj = objects[i]
-        target = unary._prefix + api.item_path(obj["metadata"]["name"]) + "?timeout=5s"
-        await asyncio.sleep(i * interval / leases)
-        due = loop.time()
-        while True:
-            due += interval
-            at = (due // tick) * tick if tick else due
-            await asyncio.sleep(max(0.0, at - loop.time()))
-            obj["spec"]["renewTime"] = format_micro_time(datetime.now(UTC))
-            body = json.dumps(obj, separators=(",", ":")).encode()
-            data = encode_request(
-                "PUT", target, [*headers, ("Content-Length", str(len(body)))], body
-            )
-            transport, bare = await idle.get()
-            bare.done = loop.create_future()
-            transport.write(data)
-            await bare.done
-            reply = bare.last
-            idle.put_nowait((transport, bare))
-            found = _VERSION.search(reply)
-            if found is None or not reply.startswith(b"HTTP/1.1 200"):
-                raise SystemExit(f"a renewal was refused: {reply[:200]!r}")
-            obj["metadata"]["resourceVersion"] = found.group(1).decode()
-            sent += 1
+        obj["spec"]["renewTime"] = format_micro_time(datetime.now(UTC))
+        body = json.dumps(obj, separators=(",", ":")).encode()
+        data = encode_request(
+            "PUT", targets[i], [*headers, ("Content-Length", str(len(body)))], body
+        )
+        reply = await _exchange(idle, data)
+        found = _VERSION.search(reply)
+        if found is None or not reply.startswith(b"HTTP/1.1 200"):
+            raise SystemExit(f"a renewal was refused: {reply[:200]!r}")
+        obj["metadata"]["resourceVersion"] = found.group(1).decode()
+        sent += 1
 
-    running = [asyncio.ensure_future(one(i)) for i in range(leases)]
-    await asyncio.sleep(interval + 2.0)  # every task in its rhythm
-    cpu, count = time.process_time(), sent
-    await asyncio.sleep(window)
-    cpu, count = time.process_time() - cpu, sent - count
-    failed = [task for task in running if task.done()]
-    for task in running:
-        task.cancel()
-    watch.close()
-    if failed:
-        failed[0].result()  # its error
-    if count == 0:
-        raise SystemExit(f"no reply in {window:g} s: the emulator did not answer ({rhythm})")
-    print(json.dumps({"rhythm": rhythm, "requests": count, "us_per_request": cpu / count * 1e6}))
+    tick = interval / GRID if rhythm == "renewals on a grid" else 0.0
+    running = _paced(step, leases, interval, tick)
+    try:
+        await _measure(rhythm, running, interval + 2.0, window, lambda: sent)
+    finally:
+        watch.close()
 
 
 def main() -> None:
