@@ -25,6 +25,9 @@ The contract of :meth:`Unary.request`, kept by all three:
   :class:`httpx.ConnectTimeout` mean nothing was sent; :class:`httpx.WriteError`,
   :class:`httpx.ReadError`, :class:`httpx.RemoteProtocolError` (and any other
   :class:`httpx.HTTPError` or :class:`OSError` from httpx) mean the outcome is unknown;
+- no error quotes what the server sent, in its message or anywhere in its chain of causes and
+  contexts (a reply that fails to parse may quote our token): the lean client's messages are
+  its own, and on httpx the errors that quote the wire are replaced (:func:`without_wire_text`);
 - the caller's cancel scope bounds the whole exchange (``connect_timeout`` only bounds opening
   a new connection).
 """
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -43,6 +47,7 @@ from ._http11 import EncodeError, encode_request
 from ._wire import MAX_BODY_BYTES
 
 __all__ = [
+    "QUOTES_THE_WIRE",
     "Answer",
     "CappedBody",
     "CarriesUnary",
@@ -54,6 +59,7 @@ __all__ = [
     "read_capped",
     "request_head",
     "unary_for",
+    "without_wire_text",
 ]
 
 
@@ -78,8 +84,9 @@ class Headers(Mapping[str, str]):
     __slots__ = ("_items",)
 
     def __init__(self, items: Sequence[tuple[bytes, bytes]]) -> None:
-        self._items = {name.decode("latin-1").lower(): value.decode("latin-1")
-                       for name, value in items}
+        self._items = {
+            name.decode("latin-1").lower(): value.decode("latin-1") for name, value in items
+        }
 
     def __getitem__(self, name: str) -> str:
         return self._items[name.lower()]
@@ -287,25 +294,73 @@ class HttpxUnary:
                 connect=connect_timeout, read=timeout.read, write=timeout.write, pool=timeout.pool
             )
         request = self.client.build_request(
-            method, self._base + target, headers=list(headers), content=body, timeout=timeout,
+            method,
+            self._base + target,
+            headers=list(headers),
+            content=body,
+            timeout=timeout,
             extensions=self._extensions,
         )
-        response = await self.client.send(request, auth=_NO_AUTH, stream=True)
-        what = CappedBody.describe(method, target, self.url.origin)
-        return await read_capped(response, CappedBody(self._max_body, what))
+        try:
+            response = await self.client.send(request, auth=_NO_AUTH, stream=True)
+        except QUOTES_THE_WIRE as exc:
+            error = without_wire_text(exc)
+        else:
+            what = CappedBody.describe(method, target, self.url.origin)
+            return await read_capped(response, CappedBody(self._max_body, what))
+        raise error from None  # outside the handler: see without_wire_text
 
     async def aclose(self) -> None:
         """Nothing to release: the httpx client is its owner's to close."""
 
 
 async def read_capped(response: httpx.Response, body: CappedBody) -> Reply:
-    """Read a streamed httpx ``response`` into ``body`` (its cap applies) and close it."""
+    """Read a streamed httpx ``response`` into ``body`` (its cap applies) and close it.
+
+    A body httpx cannot parse raises its error through :func:`without_wire_text`.
+    """
     try:
-        async for chunk in response.aiter_bytes():
-            body.add(chunk)
-    finally:
-        await response.aclose()
-    return Reply(response.status_code, Headers(response.headers.raw), body.content)
+        try:
+            async for chunk in response.aiter_bytes():
+                body.add(chunk)
+        finally:
+            await response.aclose()
+    except QUOTES_THE_WIRE as exc:
+        error = without_wire_text(exc)
+    else:
+        return Reply(response.status_code, Headers(response.headers.raw), body.content)
+    raise error from None  # outside the handler: see without_wire_text
+
+
+#: httpx's errors whose message may quote what came over the wire: h11's parse errors quote the
+#: reply's bytes (``illegal header line: bytearray(b'...')``), a decoder's its input, and a
+#: proxy's refusal its reason phrase. Others (connect, read, timeout) quote the OS or TLS.
+QUOTES_THE_WIRE = (httpx.ProtocolError, httpx.DecodingError, httpx.ProxyError)
+#: The part of such a message kept: its leading words, before any ``:`` or ``(`` (h11's and
+#: httpcore's own text: ``illegal header line``, ``peer closed connection without ...``).
+_OWN_WORDS = re.compile(r"[A-Za-z][A-Za-z ]{0,79}")
+
+
+def without_wire_text(exc: httpx.HTTPError) -> httpx.HTTPError:
+    """``exc`` as a new error of the same type that quotes nothing the server sent.
+
+    The message keeps only the library's leading words (``malformed reply (illegal header
+    line)``); no cause and no request come along. Raise it *outside* the ``except`` clause
+    that caught ``exc``: inside, Python would make ``exc`` (its message, and through its own
+    chain h11's, with the raw bytes of a reply that may quote our token) its ``__context__``,
+    which ``from None`` hides from a traceback but keeps on the object.
+    """
+    words = re.split(r"[:(]", str(exc), maxsplit=1)[0].strip().rstrip(".")
+    said = f" ({words})" if _OWN_WORDS.fullmatch(words) else ""
+    if isinstance(exc, httpx.DecodingError):
+        what = "the reply's body could not be decoded"
+    elif isinstance(exc, httpx.ProxyError):
+        what = "the proxy refused the connection"
+    elif isinstance(exc, httpx.LocalProtocolError):
+        what = "the request is not valid HTTP"
+    else:
+        what = "malformed reply"
+    return type(exc)(f"{what}{said}; the server's text is not quoted")
 
 
 def unary_for(

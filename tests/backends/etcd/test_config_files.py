@@ -102,3 +102,87 @@ def test_an_encrypted_key_file_is_a_config_error_without_prompting(tmp_path: Pat
     with pytest.raises(LeaseConfigError, match=r"encrypted .* passphrase") as info:
         EtcdBackend.from_config(config)
     assert "s3cr3t" not in str(info.value)
+
+
+#: Key material written into the junk files below: it must never be quoted.
+KEY_MATERIAL = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC"
+
+
+def _tls_files(tmp_path: Path) -> dict[str, Path]:
+    """A client certificate and key, a folder, a missing path and a file that is not PEM."""
+    import trustme
+
+    cert = trustme.CA().issue_cert("leaser@example.test")
+    files = {"cert": tmp_path / "client.crt", "key": tmp_path / "client.key"}
+    files["cert"].write_bytes(cert.cert_chain_pems[0].bytes())
+    files["key"].write_bytes(cert.private_key_pem.bytes())
+    files["junk"] = tmp_path / "junk.pem"
+    files["junk"].write_text(
+        f"-----BEGIN PRIVATE KEY-----\n{KEY_MATERIAL}\n-----END PRIVATE KEY-----\n"
+    )
+    files["folder"] = tmp_path / "folder"
+    files["folder"].mkdir()
+    files["missing"] = tmp_path / "missing.pem"
+    files["nul"] = tmp_path / "nul\0.pem"
+    return files
+
+
+#: TLS keys (file names of _tls_files) and what the error must say.
+TLS_CASES = [
+    ({"ca-file": "nul"}, r"`ca-file` contains a NUL character"),
+    ({"ca-file": "folder"}, r"`ca-file` could not be read \(Is a directory\)"),
+    ({"ca-file": "missing"}, r"`ca-file` could not be read \(No such file or directory\)"),
+    ({"ca-file": "junk"}, r"`ca-file` holds no PEM certificate"),
+    ({"cert-file": "nul", "key-file": "key"}, r"`cert-file` contains a NUL character"),
+    ({"cert-file": "cert", "key-file": "nul"}, r"`key-file` contains a NUL character"),
+    ({"cert-file": "folder", "key-file": "key"}, r"`cert-file` could not be read \(Is a dir"),
+    ({"cert-file": "cert", "key-file": "folder"}, r"`key-file` could not be read \(Is a dir"),
+    ({"cert-file": "cert", "key-file": "missing"}, r"`key-file` could not be read \(No such"),
+    ({"cert-file": "missing", "key-file": "key"}, r"`cert-file` could not be read \(No such"),
+    ({"cert-file": "cert", "key-file": "junk"}, r"`cert-file` and `key-file`: not a PEM"),
+    ({"cert-file": "cert"}, r"`cert-file`: not a PEM certificate and its matching private key"),
+]
+
+
+@pytest.mark.parametrize(
+    ("tls", "match"),
+    [
+        pytest.param(tls, match, id=",".join(f"{k}={v}" for k, v in tls.items()))
+        for tls, match in TLS_CASES
+    ],
+)
+def test_unusable_tls_files_are_config_errors_naming_the_key(
+    tmp_path: Path, tls: dict[str, str], match: str
+) -> None:
+    """A TLS file with a NUL in its path, a folder, a missing file or one that is not PEM: a
+    LeaseConfigError naming the key at fault (not every TLS key at once), quoting no content."""
+    files = _tls_files(tmp_path)
+    config: dict[str, Any] = {"endpoints": ["https://127.0.0.1:2379"]}
+    config |= {key: str(files[name]) for key, name in tls.items()}
+    with pytest.raises(LeaseConfigError, match=match) as caught:
+        EtcdBackend.from_config(config)
+    current: BaseException | None = caught.value
+    while current is not None:
+        assert KEY_MATERIAL not in str(current)
+        current = current.__cause__ or current.__context__
+
+
+def test_an_encrypted_key_in_the_cert_file_names_the_cert_file(tmp_path: Path) -> None:
+    """One PEM with the certificate and an encrypted key, without `key-file`: the message names
+    `cert-file`, where the key is."""
+    import trustme
+    from cryptography.hazmat.primitives import serialization
+
+    cert = trustme.CA().issue_cert("leaser@example.test")
+    key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), None)
+    encrypted = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"s3cr3t-words"),
+    )
+    both = tmp_path / "client.pem"
+    both.write_bytes(cert.cert_chain_pems[0].bytes() + encrypted)
+    config = {"endpoints": ["https://127.0.0.1:2379"], "cert-file": str(both)}
+    with pytest.raises(LeaseConfigError, match=r"the key in `cert-file` is encrypted") as info:
+        EtcdBackend.from_config(config)
+    assert "s3cr3t" not in str(info.value)

@@ -587,6 +587,60 @@ def test_ca_file_that_is_not_pem_names_the_file_not_its_content(tmp_path: Path) 
     _assert_hidden(caught.value, SECRET)
 
 
+@pytest.mark.parametrize("field", ["client_cert_file", "client_key_file"])
+def test_client_path_with_a_nul_character_is_a_config_error_naming_the_field(
+    tmp_path: Path, field: str
+) -> None:
+    """A NUL in a hand-built Credentials path: LeaseConfigError naming the field, not ValueError."""
+    cert_file, key_file = _client_files(tmp_path)
+    if field == "client_cert_file":
+        cert_file = tmp_path / "client\0file"
+    else:
+        key_file = tmp_path / "client\0file"
+    with pytest.raises(LeaseConfigError, match=rf"Credentials\.{field}: the path contains a NUL"):
+        ssl_context(_with_client_files(cert_file, key_file))
+
+
+def test_ca_file_with_a_nul_character_is_a_config_error_naming_the_field(tmp_path: Path) -> None:
+    """A NUL in a hand-built ClusterConfig.ca_file is named as such, not as a PEM problem."""
+    config = ClusterConfig(server="https://127.0.0.1:6443", ca_file=tmp_path / "ca\0.crt")
+    with pytest.raises(LeaseConfigError, match=r"ClusterConfig\.ca_file: the path contains a NUL"):
+        ssl_context(config)
+
+
+@pytest.mark.parametrize("part", ["certificate", "key"])
+def test_client_file_that_is_a_directory_names_which_one(tmp_path: Path, part: str) -> None:
+    """A directory given as the certificate or the key: the message says which of the two."""
+    cert_file, key_file = _client_files(tmp_path)
+    directory = tmp_path / "folder"
+    directory.mkdir()
+    if part == "certificate":
+        cert_file = directory
+    else:
+        key_file = directory
+    with pytest.raises(LeaseConfigError, match=rf"the {part}: Is a directory") as caught:
+        ssl_context(_with_client_files(cert_file, key_file))
+    assert str(directory) in str(caught.value)
+
+
+@pytest.mark.parametrize("data", ["certificate", "key"])
+def test_client_certificate_data_with_a_key_file_is_loaded(tmp_path: Path, data: str) -> None:
+    """client-certificate-data with a client-key file (or the reverse) is loaded, as client-go
+    does: here an encrypted key is refused, where nothing at all was loaded before."""
+    cert_file, key_file = _client_files(tmp_path, password=b"pass-" + SECRET.encode())
+    if data == "certificate":
+        creds = Credentials(client_cert_data=cert_file.read_bytes(), client_key_file=key_file)
+        label = f"client-certificate-data and '{key_file}'"
+    else:
+        creds = Credentials(client_cert_file=cert_file, client_key_data=key_file.read_bytes())
+        label = f"'{cert_file}' and client-key-data"
+    config = ClusterConfig(server="https://127.0.0.1:6443", credentials=creds)
+    with pytest.raises(LeaseConfigError, match="passphrase") as caught:
+        ssl_context(config)
+    assert label in str(caught.value)
+    _assert_hidden(caught.value, SECRET)
+
+
 # -- reprs and logs ----------------------------------------------------------------------------
 
 

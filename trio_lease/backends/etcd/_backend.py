@@ -45,7 +45,7 @@ from ._client import EtcdClient
 from ._codec import b64, encode_record
 from ._feed import OWN_WRITES_KEPT, EtcdFeed
 from ._replies import RangeState, read_range, read_txn, read_watch_result
-from ._tls import EncryptedKey, make_ssl_context
+from ._tls import TLSFileError, make_ssl_context
 
 __all__ = ["EtcdBackend"]
 
@@ -138,13 +138,8 @@ class EtcdBackend(LeaseBackend):
         tls = ca_file is not None or cert_file is not None
         try:
             ssl_context = make_ssl_context(ca_file, cert_file, key_file) if tls else None
-        except EncryptedKey as exc:
+        except TLSFileError as exc:  # an encrypted key included: the message names the key
             raise LeaseConfigError(f"etcd TLS: {exc}") from None
-        except (OSError, ValueError) as exc:
-            raise LeaseConfigError(
-                f"etcd TLS files could not be loaded ({type(exc).__name__}: {exc}); check "
-                f"`ca-file`, `cert-file` and `key-file`"
-            ) from None
         #: The members' client URLs, in the order they are tried.
         self.endpoints: tuple[str, ...] = tuple(endpoints)
         #: Prepended to every lease name to form its key.

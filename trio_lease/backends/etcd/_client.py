@@ -10,7 +10,9 @@ Replies: a successful answer's bytes (a unary body, one line of a watch stream) 
 :func:`._replies.read_answer` with the reader the caller chose, so every reply is checked in one
 place; error answers go to :mod:`._errors`. A unary body is capped by the seam while it is read,
 a watch line at :data:`MAX_WATCH_LINE` bytes, an error body at ``MAX_ERROR_BODY``. What a
-failed exchange means (not sent, unknown outcome, untrusted) is :mod:`._failures`.
+failed exchange means (not sent, unknown outcome, untrusted) is :mod:`._failures`. The password
+and the auth token are remembered as they are sent, so that :mod:`._errors` cuts them out of
+any server text it quotes (:mod:`trio_lease._secrets`).
 
 Failover: requests go to the current endpoint. A connection that could not be *established*
 means the request was never sent, so the client moves to the next endpoint and sends it there,
@@ -40,9 +42,10 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 
-from ..._exceptions import BackendProtocolError, BackendUnavailable
+from ..._exceptions import BackendProtocolError, BackendUnavailable, LeaseError
 from ..._http import Unary, unary_for
 from ..._lean_http import LeanClient, LeanStream
+from ..._secrets import remember_sent
 from ..._slots import Slots
 from ..._wire import JsonObject
 from ._codec import b64
@@ -127,8 +130,12 @@ class EtcdClient:
                 context = self._ssl
                 if context is None and endpoint.startswith("https:"):
                     context = ssl.create_default_context()  # httpx's default: the system's CAs
-                seam = LeanClient(endpoint, ssl_context=context,
-                                  connect_timeout=self._connect_timeout, max_idle=MAX_IN_FLIGHT)
+                seam = LeanClient(
+                    endpoint,
+                    ssl_context=context,
+                    connect_timeout=self._connect_timeout,
+                    max_idle=MAX_IN_FLIGHT,
+                )
             self._unary[endpoint] = seam
         return seam
 
@@ -267,6 +274,7 @@ class EtcdClient:
         if self._username is None:
             return
         if self._token is None:
+            remember_sent(self._password or "")  # cut out of any server text from now on
             status, content = await self._send(
                 endpoint,
                 "auth/authenticate",
@@ -284,6 +292,7 @@ class EtcdClient:
                 )
             where = f"auth/authenticate at {endpoint}"
             self._token = read_answer(content, where, read_token, write=False)
+        remember_sent(self._token)  # on every use: one in use stays among the kept ones
         headers["Authorization"] = self._token  # etcd wants the bare token, no "Bearer"
 
     # -- watch -----------------------------------------------------------------------------
@@ -349,6 +358,7 @@ class EtcdClient:
                 )
             return read(message)
 
+        failure: LeaseError
         try:
             await self._authorize(endpoint, headers, timeout)
             async with self._stream(endpoint, body, headers, timeout) as response:
@@ -373,10 +383,16 @@ class EtcdClient:
             self._move_on_from(endpoint)
             rejected = untrusted_certificate(exc)
             if rejected is not None:
-                raise untrusted_error([endpoint], rejected) from None
-            if isinstance(exc, httpx.DecodingError):
-                raise after_sending(exc, where, write=False) from None
-            raise BackendUnavailable(f"etcd {where} failed ({type(exc).__name__})") from None
+                failure = untrusted_error([endpoint], rejected)
+            elif isinstance(exc, httpx.DecodingError):
+                failure = after_sending(exc, where, write=False)
+            else:
+                failure = BackendUnavailable(f"etcd {where} failed ({type(exc).__name__})")
         except BackendUnavailable:
             self._move_on_from(endpoint)
             raise
+        else:
+            return
+        # Raised here, outside the handler, so that httpx's error is not even its __context__:
+        # h11's parse errors quote the reply's bytes, which may quote our token.
+        raise failure from None

@@ -16,7 +16,10 @@ Error bodies are read as leniently as they are written by proxies: a ``code`` th
 gRPC code (a string, a boolean, a float, out of range) is ignored and the HTTP status decides;
 a body that is not JSON (a proxy's HTML page) is never quoted. Messages carry the operation,
 the endpoint and at most a short excerpt of etcd's own message, stripped of control
-characters; never request bodies (a request to ``/v3/auth/authenticate`` carries the password).
+characters and with every secret the client sent (the password, the auth token: see
+:mod:`trio_lease._secrets`) cut out by value, however it is quoted; never request bodies (a
+request to ``/v3/auth/authenticate`` carries the password). The error is classified on etcd's
+message as it came; only the excerpt is cut.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..._exceptions import BackendAuthError, BackendError, BackendProtocolError, BackendUnavailable
+from ..._secrets import redact_sent
 from ..._wire import load_json
 
 __all__ = ["GRPC_CODES", "error_body", "error_from_status", "is_invalid_token"]
@@ -86,8 +90,17 @@ def error_body(content: bytes) -> object:
 
 
 def _excerpt(message: str) -> str:
-    """At most :data:`MAX_EXCERPT` characters of ``message``, without control characters."""
-    head = message[: MAX_EXCERPT * 2]
+    """At most :data:`MAX_EXCERPT` characters of ``message``: every secret we sent cut out,
+    control characters replaced by spaces.
+
+    The secrets go first, on the whole message, so that no cut can leave a piece of one. A
+    secret hidden by control or invisible characters inside it (``pass\\u200bword``) would
+    read whole once they are gone, so such a message is not quoted at all.
+    """
+    head = redact_sent(message)[: MAX_EXCERPT * 2]
+    joined = "".join(c for c in head if c.isprintable())
+    if redact_sent(joined) != joined:
+        return "[redacted]"
     text = " ".join("".join(c if c.isprintable() else " " for c in head).split())
     return text if len(text) <= MAX_EXCERPT else text[: MAX_EXCERPT - 1] + "…"
 

@@ -40,7 +40,7 @@ from typing import Final
 import anyio
 import httpx
 
-from ..._exceptions import BackendProtocolError
+from ..._exceptions import BackendProtocolError, LeaseError
 from ..._http import Answer
 from ..._lean_http import LeanStream
 from ..._wire import JsonObject, Malformed, load_json
@@ -258,18 +258,26 @@ class KubeApi:
             timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
             extensions=dict(self._extensions),
         )
+        # Each error is raised after its handler: raised inside, httpx's error (through h11's,
+        # the raw bytes of a malformed reply, which may quote our token) would stay on it as
+        # its __context__ (trio_lease._http.without_wire_text).
+        error: LeaseError | None = None
         try:
             with anyio.fail_after(self.timeout):
                 response = await client.send(request, stream=True)
         except _TRANSPORT_ERRORS as exc:
-            raise map_transport_error(exc, ctx) from None
+            error = map_transport_error(exc, ctx)
+        if error is not None:
+            raise error from None
         try:
             yield response
         except httpx.HTTPError as exc:
-            raise map_transport_error(exc, ctx) from None
+            error = map_transport_error(exc, ctx)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                 await response.aclose()
+        if error is not None:
+            raise error from None
 
     @contextlib.asynccontextmanager
     async def _lean_stream(

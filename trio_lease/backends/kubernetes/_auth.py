@@ -25,11 +25,12 @@ import contextlib
 import os
 import ssl
 import tempfile
-from collections.abc import AsyncGenerator, Generator, Sequence
+from collections.abc import AsyncGenerator, Generator, Iterator, Sequence
 from pathlib import Path
 
 import httpx
 
+from ..._client_cert import NUL_REASON, ClientCertError, EncryptedKeyError, load_client_cert
 from ..._exceptions import BackendAuthError, LeaseConfigError
 from ._cluster import ClusterConfig, Credentials
 from ._exec import ExecTokenSource
@@ -139,32 +140,12 @@ class KubeAuth(httpx.Auth):
         return retry
 
 
-class _EncryptedKey(Exception):
-    """Raised from OpenSSL's passphrase callback: there is nobody to ask."""
-
-
-def _no_passphrase() -> str:
-    # Without a callback OpenSSL prompts on the terminal (/dev/tty) and a service would hang.
-    raise _EncryptedKey
-
-
-def _reason(exc: BaseException) -> str:
-    """Why loading failed, from the error's type and code only (never file content)."""
-    if isinstance(exc, _EncryptedKey):
-        return "the key is encrypted and trio_lease cannot ask for its passphrase: use an " \
-            "unencrypted key (kept with mode 0600)"
-    if isinstance(exc, ssl.SSLError):
-        return "not a PEM certificate and its matching private key"
-    if isinstance(exc, OSError):
-        return exc.strerror or type(exc).__name__
-    return "not PEM data"
-
-
 def ssl_context(config: ClusterConfig) -> ssl.SSLContext:
     """The TLS context: the configured CA (else the system's), client certificate, or none.
 
-    Errors name the files (or the kubeconfig's ``*-data`` fields) and the kind of problem, never
-    their content; an encrypted client key is refused instead of prompting on a terminal.
+    Errors are :class:`LeaseConfigError` naming the files (or the kubeconfig's ``*-data``
+    fields) and the kind of problem, never their content; an encrypted client key is refused
+    instead of prompting on a terminal (:func:`~trio_lease._client_cert.load_client_cert`).
     """
     if config.insecure_skip_tls_verify:
         context = ssl.create_default_context()
@@ -178,39 +159,82 @@ def ssl_context(config: ClusterConfig) -> ssl.SSLContext:
                 context = ssl.create_default_context(cafile=str(config.ca_file))
             else:
                 context = ssl.create_default_context()
-        except (ssl.SSLError, OSError, ValueError) as exc:  # ValueError: not ASCII
+        except (ssl.SSLError, OSError, ValueError) as exc:  # ValueError: not ASCII, or a NUL
             where = "certificate-authority-data" if config.ca_data else repr(str(config.ca_file))
             problem = "not PEM certificates"
             if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError):
                 problem = exc.strerror or type(exc).__name__
+            elif not config.ca_data and "\0" in str(config.ca_file):
+                problem = f"ClusterConfig.ca_file: {NUL_REASON}; fix the path"
             raise LeaseConfigError(
                 f"cannot load the cluster CA certificate {where} ({config.source}): {problem}"
             ) from None
-    creds = config.credentials
-    where = ""
-    try:
-        if creds.client_cert_data is not None and creds.client_key_data is not None:
-            where = "client-certificate-data and client-key-data"
-            _load_cert_data(context, creds.client_cert_data, creds.client_key_data)
-        elif creds.client_cert_file is not None and creds.client_key_file is not None:
-            where = f"{str(creds.client_cert_file)!r} and {str(creds.client_key_file)!r}"
-            context.load_cert_chain(
-                str(creds.client_cert_file), str(creds.client_key_file), password=_no_passphrase
-            )
-    except (ssl.SSLError, OSError, _EncryptedKey) as exc:
-        raise LeaseConfigError(
-            f"cannot load the client certificate and key {where} ({config.source}): "
-            f"{_reason(exc)}"
-        ) from None
+    _load_client_cert(context, config)
     return context
 
 
-def _load_cert_data(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
-    """``ssl`` loads client keys from files only: use a private directory, delete at once."""
+def _load_client_cert(context: ssl.SSLContext, config: ClusterConfig) -> None:
+    """Load the client certificate and key, each from its ``*-data`` field, else its file.
+
+    A kubeconfig may mix them (``client-certificate-data`` with a ``client-key`` file), as
+    client-go allows.
+    """
+    creds = config.credentials
+    cert = creds.client_cert_data if creds.client_cert_data is not None else creds.client_cert_file
+    key = creds.client_key_data if creds.client_key_data is not None else creds.client_key_file
+    if cert is None or key is None:
+        return
+    labels = {
+        "certificate": "client-certificate-data" if isinstance(cert, bytes) else repr(str(cert)),
+        "key": "client-key-data" if isinstance(key, bytes) else repr(str(key)),
+    }
+    try:
+        with _as_files(cert, key) as (cert_file, key_file):
+            load_client_cert(context, cert_file, key_file)
+    except ClientCertError as exc:
+        raise LeaseConfigError(
+            f"cannot load the client certificate and key {labels['certificate']} and "
+            f"{labels['key']} ({config.source}): {_reason(exc)}"
+        ) from None
+    except OSError as exc:  # writing the *-data fields to a temporary file
+        raise LeaseConfigError(
+            f"cannot write the client certificate and key to a temporary file "
+            f"({config.source}): {exc.strerror or type(exc).__name__}"
+        ) from None
+
+
+def _reason(exc: ClientCertError) -> str:
+    """Why loading failed, in the kubeconfig's words (never file content)."""
+    if isinstance(exc, EncryptedKeyError):
+        return (
+            "the key is encrypted and trio_lease cannot ask for its passphrase: use an "
+            "unencrypted key (kept with mode 0600)"
+        )
+    if exc.reason == NUL_REASON:
+        field = "client_cert_file" if exc.part == "certificate" else "client_key_file"
+        # Configuration files are checked when read (_paths.user_path): only a Credentials
+        # built in code can get here.
+        return f"Credentials.{field}: {NUL_REASON}; fix the path"
+    if exc.part == "certificate and key":
+        return exc.reason
+    return f"the {exc.part}: {exc.reason}"
+
+
+@contextlib.contextmanager
+def _as_files(cert: Path | bytes, key: Path | bytes) -> Iterator[tuple[Path, Path]]:
+    """The certificate and key as files: ``ssl`` loads client keys from files only, so the
+    ``*-data`` fields are written to a private directory, deleted at once."""
+    if isinstance(cert, Path) and isinstance(key, Path):
+        yield cert, key
+        return
     with tempfile.TemporaryDirectory(prefix="trio-lease-") as directory:
-        cert_path, key_path = Path(directory, "client.crt"), Path(directory, "client.key")
-        for path, data in ((cert_path, cert), (key_path, key)):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with contextlib.closing(os.fdopen(fd, "wb")) as handle:
-                handle.write(data)
-        context.load_cert_chain(str(cert_path), str(key_path), password=_no_passphrase)
+        paths: list[Path] = []
+        for name, item in (("client.crt", cert), ("client.key", key)):
+            if isinstance(item, bytes):
+                path = Path(directory, name)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with contextlib.closing(os.fdopen(fd, "wb")) as handle:
+                    handle.write(item)
+                item = path
+            paths.append(item)
+        yield paths[0], paths[1]

@@ -30,8 +30,8 @@ proxies, empty bodies) the reason is synthesised from the code as client-go does
 What is quoted: a hostile or broken server (or a proxy echoing our request, Authorization
 header included) may put anything in a reply, so messages quote only ``Status.message``,
 ``details.name``/``kind`` and the causes' field and message, all through :func:`clean_text`:
-every token this process sent cut out by its exact value (:func:`._tokens.redact_sent`, however
-the server quoted it), control characters removed, anything that looks like a credential
+every token this process sent cut out by its value (:func:`trio_lease._secrets.redact_sent`,
+however the server quoted it), control characters removed, anything that looks like a credential
 (``Bearer`` or ``Basic`` followed by any separators or quotes and a value, a JWT) replaced by
 ``[redacted]``, and cut to a short bound. A ``reason`` is one word, and a synthesised one if it
 is a token. A body that is not a Status is never quoted: the message says only its content type
@@ -58,8 +58,8 @@ from ..._exceptions import (
     LeaseError,
 )
 from ..._http import Answer
+from ..._secrets import redact_sent
 from ._models import LeaseKind
-from ._tokens import redact_sent
 
 __all__ = [
     "ApiStatus",
@@ -115,8 +115,10 @@ class RequestContext:
     @property
     def target(self) -> str:
         where = f"in namespace {self.namespace!r}"
-        return f"{self.kind.resource} {self.name!r} {where}" if self.name else (
-            f"{self.kind.resource} {where}"
+        return (
+            f"{self.kind.resource} {self.name!r} {where}"
+            if self.name
+            else (f"{self.kind.resource} {where}")
         )
 
 
@@ -217,8 +219,9 @@ def parse_status(response: Answer) -> ApiStatus:
     with contextlib.suppress(BackendProtocolError):  # not JSON: described below, never quoted
         body = _wire.load_json(response.content, "a failure answer")
     if not (isinstance(body, dict) and body.get("kind") == "Status"):
-        return ApiStatus(code, _synthesised(code), retry_after=retry_after,
-                         body=_describe_body(response))
+        return ApiStatus(
+            code, _synthesised(code), retry_after=retry_after, body=_describe_body(response)
+        )
     raw_details = body.get("details")
     details = raw_details if isinstance(raw_details, dict) else {}
     if retry_after is None:
@@ -228,9 +231,9 @@ def parse_status(response: Answer) -> ApiStatus:
     reason = body.get("reason")
     return ApiStatus(
         code=code,
-        reason=reason if isinstance(reason, str) and _REASON.fullmatch(reason) and (
-            redact_sent(reason) == reason
-        ) else _synthesised(code),
+        reason=reason
+        if isinstance(reason, str) and _REASON.fullmatch(reason) and (redact_sent(reason) == reason)
+        else _synthesised(code),
         message=_text(body.get("message")),
         details_name=_text(details.get("name"), 253),
         details_kind=_text(details.get("kind"), 63),

@@ -28,20 +28,23 @@ changed and what it holds cannot be sent, so a broken rotation shows within one 
 interval instead of much later, when the old token expires, as a puzzling 401.
 
 Tokens never appear in a ``repr``, a log line or an exception message. Every token sent is
-remembered (:func:`remember_sent`: the latest :data:`SENT_KEPT`, process-wide, only in memory)
-so that :func:`redact_sent` can cut it, by exact value, out of any server text quoted in a
-message (``clean_text`` in :mod:`._errors`): an API server or a proxy may echo it in any form.
+remembered (:func:`remember_sent`) so that :func:`redact_sent` can cut it, by value, out of any
+server text quoted in a message (``clean_text`` in :mod:`._errors`): an API server or a proxy
+may echo it in any form. Both live in :mod:`trio_lease._secrets`, shared with the etcd backend
+(which sends a password and an auth token), and are re-exported here; that module says what is
+kept and how short tokens are treated.
 """
 
 from __future__ import annotations
 
 import re
-import threading
 from pathlib import Path
 
 import anyio
 
 from ..._exceptions import BackendAuthError, LeaseConfigError
+from ..._secrets import redact_sent as redact_sent
+from ..._secrets import remember_sent as remember_sent
 
 __all__ = [
     "MAX_TOKEN_FILE_BYTES",
@@ -60,34 +63,6 @@ MAX_TOKEN_FILE_BYTES = 64 * 1024
 _TOKEN = re.compile(r"[\x21-\x7e]+")
 _HEADER_VALUE = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")
 _FILE_WHITESPACE = " \t\r\n\f\v"
-#: How many of the latest tokens sent are redacted by value (rotations keep old ones briefly
-#: valid, and every backend of the process shares the list).
-SENT_KEPT = 16
-#: Shorter tokens are not redacted by value: each occurrence of a few letters in a message would
-#: go, and a token that short is guessed anyway. (The pattern in ``_errors`` still applies.)
-SENT_MIN_LENGTH = 8
-#: The tokens sent lately, newest last: replaced whole (copy on write), never changed in place,
-#: so a reader in another thread's event loop always sees a complete tuple.
-_sent: tuple[str, ...] = ()
-_sent_lock = threading.Lock()
-
-
-def remember_sent(token: str) -> None:
-    """Remember a token this process sends, for :func:`redact_sent` (cheap when known)."""
-    global _sent
-    if token in _sent or len(token) < SENT_MIN_LENGTH:
-        return
-    with _sent_lock:
-        if token not in _sent:
-            _sent = (*_sent, token)[-SENT_KEPT:]
-
-
-def redact_sent(text: str, replacement: str = "[redacted]") -> str:
-    """``text`` with every token :func:`remember_sent` knows replaced by ``replacement``."""
-    for token in _sent:
-        if token in text:
-            text = text.replace(token, replacement)
-    return text
 
 
 def _unsendable(value: str) -> str:

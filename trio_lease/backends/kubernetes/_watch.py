@@ -60,10 +60,11 @@ from ..._exceptions import (
     BackendProtocolError,
     BackendUnavailable,
     LeaseConfigError,
+    LeaseError,
 )
 from ..._wire import JsonObject
 from ._api import KubeApi, Streamed
-from ._errors import RequestContext, error_for, error_from
+from ._errors import RequestContext, error_for, error_from, map_transport_error
 from ._pacing import FIRST_BACKOFF, Backoff, Cursor
 from ._reading import resource_version
 
@@ -279,7 +280,19 @@ async def _lines(
     ``buffer`` holds the start of a line not yet complete (the caller's, to see it is empty).
     """
     buffer = bytearray() if buffer is None else buffer
-    async for chunk in response.aiter_bytes():
+    chunks = response.aiter_bytes()
+    while True:
+        failure: LeaseError | None = None
+        try:
+            chunk = await anext(chunks)
+        except StopAsyncIteration:
+            break
+        except httpx.HTTPError as exc:
+            failure = map_transport_error(exc, ctx)
+        if failure is not None:
+            # Raised outside the handler: httpx's error (through h11's, the raw bytes of a
+            # malformed chunk, which may quote our token) must not stay as its __context__.
+            raise failure from None
         start = len(buffer)
         buffer += chunk
         while (end := buffer.find(b"\n", start)) >= 0:
