@@ -6,7 +6,9 @@ holder's row at the re-issued version (ABA) and overwrote a live lease. Triggers
 (``trio_lease_counter_lowered``, ``_deleted``, ``_replaced`` in
 ``trio_lease/backends/sqlite/_file.py``) refuse such edits, and a write that finds the counter
 below the version it compares against, or below the row's, writes nothing
-(``BackendProtocolError``): the file was changed with the triggers out of the way.
+(``BackendProtocolError``): the file was changed with the triggers out of the way. A backend
+object that read or wrote a higher counter before refuses the file from then on
+(``LeaseConfigError``: it went back in time, tests/backends/test_sqlite_rewound.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from trio_lease import BackendProtocolError, LeaseRecord
+from trio_lease import BackendProtocolError, LeaseConfigError, LeaseRecord
 from trio_lease.backends.sqlite import SqliteBackend
 
 # SQLite uses worker threads: real time on both backends; another program's connection.
@@ -27,7 +29,6 @@ from .test_sqlite_edits import shell
 pytestmark = pytest.mark.anyio
 
 REFUSED = "trio_lease: version_counter.value only rises"
-
 
 
 def counter(path: Path) -> object:
@@ -101,8 +102,9 @@ async def test_a_write_finding_the_counter_lowered_writes_nothing(
     tmp_path: Path, lowered_to: int, expected: str
 ) -> None:
     """With the trigger out of the way (dropped while a backend is connected), a counter below
-    the version compared against, or below the row's, is a BackendProtocolError: a stale
-    holder's compare-and-swap cannot match a re-issued version, and the row stays."""
+    the version compared against, or below the row's, is a BackendProtocolError for a backend
+    that never saw it higher: a stale holder's compare-and-swap cannot match a re-issued
+    version, and the row stays. The backend that wrote it higher refuses the file."""
     path = tmp_path / "leases.sqlite3"
     async with SqliteBackend(path) as alice, SqliteBackend(path) as bob:
         held = await held_at_four(alice)
@@ -113,5 +115,9 @@ async def test_a_write_finding_the_counter_lowered_writes_nothing(
         with pytest.raises(BackendProtocolError, match="counter is below the version") as caught:
             await bob.update(taken, expected)
         assert "nothing was written" in str(caught.value)
-        assert await alice.get("job") == held
+        with pytest.raises(LeaseConfigError, match="went back in time"):
+            await alice.get("job")
+    with shell(path) as conn:
+        row = conn.execute("SELECT holder, fencing_token, version FROM leases").fetchone()
+    assert row == ("alice", 1, 4)
     assert counter(path) == lowered_to

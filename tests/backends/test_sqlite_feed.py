@@ -197,8 +197,9 @@ async def test_a_name_no_row_can_have_is_left_out(tmp_path: Path) -> None:
 async def test_a_release_in_this_process_wakes_the_poller_at_once(tmp_path: Path) -> None:
     """A release by this backend object pokes its poller: a waiter of the same process takes
     the lease without waiting for the next poll (30 s apart here, past the hang guard)."""
-    settings = LeaseSettings(heartbeat_timeout=60, heartbeat_interval=20,
-                             lease_operation_timeout=2, poll_interval=60)
+    settings = LeaseSettings(
+        heartbeat_timeout=60, heartbeat_interval=20, lease_operation_timeout=2, poll_interval=60
+    )
     got: list[str] = []
     async with SqliteBackend(tmp_path / "l.db", watch_interval=30) as backend:
         holding = anyio.Event()
@@ -245,3 +246,28 @@ async def test_a_write_to_one_of_many_watched_leases_decodes_one_row(tmp_path: P
                 later = await other.create(LeaseRecord(name="later", holder="b"))
                 await until(lambda: len(published) == 104)
                 assert published[-1:] == [("later", later)]
+
+
+async def test_an_edit_setting_a_version_to_the_counters_value_is_published(
+    tmp_path: Path,
+) -> None:
+    """The one edit the file's triggers take for ours (a row's version set to the counter's
+    value, which another row has) is not above the counter the poller read last: the delta
+    read takes the rows at it too, and publishes the edit (the row written there is not)."""
+    path = tmp_path / "leases.sqlite3"
+    async with SqliteBackend(path, watch_interval=0.01) as backend:
+        await backend.create(LeaseRecord(name="job", holder="a"))
+        other = await backend.create(LeaseRecord(name="other", holder="b"))
+        feed = backend.watch_feed()
+        with anyio.fail_after(LIMIT):
+            async with running(feed, "job", "other") as published:
+                await until(lambda: len(published) == 2 and feed._counter == 2)
+                with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+                    conn.execute("UPDATE leases SET holder = 'c', version = 2 WHERE name = 'job'")
+                await until(lambda: len(published) == 3)
+                polls = feed.polls
+                await until(lambda: feed.polls >= polls + 5)
+    assert [(name, state and (state.holder, state.version)) for name, state in published[2:]] == [
+        ("job", ("c", "2"))
+    ]
+    assert ("other", other) in published[:2]

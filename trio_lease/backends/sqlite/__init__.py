@@ -22,8 +22,9 @@ refused with :class:`~trio_lease.LeaseConfigError` before anything is written to
 (:mod:`._file`), a change of a row made outside the backend gets a new version from triggers
 kept in the file, so compare-and-swap and the watch see it, and more triggers keep the version
 counter from going down (:mod:`._file`), a backend object uses only the file it first opened and
-refuses one removed, emptied or replaced while in use, checked with one ``stat`` per call
-(:mod:`._identity`), and
+refuses one removed, emptied or replaced while in use, checked with one ``stat`` per call, or
+gone back in time (rewritten in place from an older copy: a version counter below the highest
+it read or wrote) (:mod:`._identity`), and
 :func:`._errors.translate` is the one place SQLite's errors become ours: errors that retrying
 cannot fix (a path that cannot be opened, a file that is not a database, a read-only file) are
 :class:`~trio_lease.LeaseConfigError` naming the path and the fix, the rest (a lock held past

@@ -8,7 +8,11 @@ connection is closed and the path opened again, which refuses any file but the o
 object first opened. Each write is one ``BEGIN IMMEDIATE`` transaction that bumps the version
 counter and compares the version (:meth:`SqliteBackend._write`); a counter below the version
 compared against, or below the row's, means the file was changed by hand, and nothing is
-written. A watch has a connection of its own and polls ``PRAGMA data_version``. See the
+written. Every call that reads the counter (a write, and ``get`` in the same statement as the
+row) holds it against the highest value this backend object saw: a lower one means the file went
+back in time (restored in place from an older copy) and raises ``LeaseConfigError`` from then on
+(:meth:`._identity.DatabaseFile.check_counter`). A watch has a connection of its own and polls
+``PRAGMA data_version``. See the
 package docstring for the design; rows and errors are translated in :mod:`._rows` and
 :mod:`._errors`; the shared watch (one poller for every watched lease) is :mod:`._feed`.
 """
@@ -55,6 +59,14 @@ _COUNTER_AND_ROW = (
     "SELECT (SELECT value FROM version_counter WHERE id = 1), "
     "(SELECT version FROM leases WHERE name = ?)"
 )
+# The counter and the row (NULLs for a missing one) in one statement, so in one snapshot: one
+# row even when the lease has none, for about 0.2 µs more than the row alone.
+_COUNTER_THEN_ROW = (
+    "SELECT (SELECT value FROM version_counter WHERE id = 1), "
+    + ", ".join(f"leases.{column}" for column in COLUMNS.split(", "))
+    + " FROM (SELECT ? AS wanted) LEFT JOIN leases ON leases.name = wanted"
+)
+_COUNTER = "SELECT value FROM version_counter WHERE id = 1"
 
 
 class SqliteBackend(LeaseBackend):
@@ -161,8 +173,11 @@ class SqliteBackend(LeaseBackend):
     # -- the SPI --------------------------------------------------------------------------------
 
     def _select(self, conn: sqlite3.Connection, name: str) -> LeaseRecord | None:
-        row = conn.execute(f"SELECT {COLUMNS} FROM leases WHERE name = ?", (name,)).fetchone()
-        return None if row is None else record_from_row(row, self.path)
+        """The record, after checking the counter read with it (the file did not go back)."""
+        seen = self._file.counter_seen  # before the statement's snapshot begins
+        counter, *row = conn.execute(_COUNTER_THEN_ROW, (name,)).fetchone()
+        self._file.check_counter(counter, seen)
+        return None if row[0] is None else record_from_row(row, self.path)
 
     async def get(self, name: str) -> LeaseRecord | None:
         name = lease_name(name)
@@ -172,7 +187,14 @@ class SqliteBackend(LeaseBackend):
         """Names of every lease in the file (for ``trio-lease status``); every row is checked."""
 
         def read(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(f"SELECT {COLUMNS} FROM leases ORDER BY name")
+            seen = self._file.counter_seen
+            conn.execute("BEGIN")  # one snapshot: the counter and the rows agree
+            try:
+                (counter,) = conn.execute(_COUNTER).fetchone() or (None,)
+                self._file.check_counter(counter, seen)
+                rows = conn.execute(f"SELECT {COLUMNS} FROM leases ORDER BY name").fetchall()
+            finally:
+                rollback(conn)
             return [record_from_row(row, self.path).name for row in rows]
 
         return await self._run(read)
@@ -195,9 +217,11 @@ class SqliteBackend(LeaseBackend):
         expected_number = None if expected is None else issued(expected)
         if expected is not None and expected_number is None:
             raise ConflictError(f"version {expected!r} was never issued")
+        seen = self._file.counter_seen  # before the transaction's snapshot begins
         conn.execute("BEGIN IMMEDIATE")
         try:
             counter, stored = conn.execute(_COUNTER_AND_ROW, (name,)).fetchone()
+            self._file.check_counter(counter, seen)
             try:
                 version = 1 + _wire.integer(
                     counter, "version_counter.value", high=_wire.INT64_MAX - 1
@@ -237,15 +261,15 @@ class SqliteBackend(LeaseBackend):
         except BaseException:
             rollback(conn)
             raise
+        self._file.check_counter(version, seen)  # committed: later reads find it or more
         return record_from_row((*values, version), self.path)
 
     def watch_feed(self) -> SqliteFeed:
         """One poller (one connection) for every lease this backend object's process follows."""
         self._feed = SqliteFeed(
-            self.path,
+            self._file,
             watch_interval=self.watch_interval,
             connect=lambda: self._connect(),
-            current=self._file.current,
             translate=self._translate,
         )
         return self._feed

@@ -16,6 +16,13 @@ lease (the ``--full`` run of 2026-11-26 measured 927 µs per renewal at 1,000 le
 watched row was read on every change, tools/benchmarks/README.md). A watched lease the feed has
 not read yet (newly watched, or the first poll of a new connection, whose ``data_version`` is
 not comparable with the old one's) is read at the next poll whatever ``data_version`` says.
+The delta read takes the rows at the counter read last too (skipping the one the feed published
+at that version): an edit that set a row's version to the counter's value keeps it (the one edit
+the file's triggers take for ours, :mod:`._file`), and would not be above it.
+
+Each read of the counter is held against the highest one the backend object saw
+(:meth:`._identity.DatabaseFile.check_counter`): a lower one means the file went back in time
+(rewritten in place from an older copy), and :class:`~trio_lease.LeaseConfigError` ends the run.
 
 The versions published last (:attr:`SqliteFeed.known`) are kept on the feed, so a run the hub
 cancelled and started again publishes only what changed meanwhile. A row whose name or version
@@ -41,7 +48,8 @@ import anyio.to_thread
 
 from ..._abc import LeaseRecord, Publish, Watched, WatchFeed
 from ..._exceptions import BackendProtocolError, BackendUnavailable, LeaseError
-from ._rows import COLUMNS, record_from_row
+from ._identity import DatabaseFile
+from ._rows import COLUMNS, LEASE_COLUMNS, record_from_row
 
 __all__ = ["SqliteFeed"]
 
@@ -51,6 +59,7 @@ logger = logging.getLogger("trio_lease")
 CHUNK: Final = 500
 #: Longest pause (seconds) before a failed poller opens a new connection.
 BACKOFF_MAX: Final = 2.0
+_VERSION: Final = LEASE_COLUMNS.index("version")
 
 State = LeaseRecord | None
 
@@ -69,18 +78,17 @@ class SqliteFeed(WatchFeed):
 
     def __init__(
         self,
-        path: Path,
+        file: DatabaseFile,
         *,
         watch_interval: float,
         connect: Callable[[], sqlite3.Connection],
-        current: Callable[[], bool],
         translate: Callable[[sqlite3.Error], LeaseError],
     ) -> None:
         #: The database file, and the seconds between two polls.
-        self.path: Path = path
+        self.path: Path = file.path
         self.watch_interval: float = watch_interval
+        self._file = file
         self._connect = connect
-        self._current = current
         self._translate = translate
         #: The version last published per watched lease (None: published as missing).
         self.known: dict[str, str | None] = {}
@@ -167,7 +175,7 @@ class SqliteFeed(WatchFeed):
                 raise
 
     def _poll_on(self, names: list[str]) -> list[tuple[str, State]]:
-        if self._conn is not None and not self._current():
+        if self._conn is not None and not self._file.current():
             self._drop()  # the path names another file or none: the reopen decides
         if self._conn is None:
             self._conn = self._connect()
@@ -179,33 +187,46 @@ class SqliteFeed(WatchFeed):
         data_version = conn.execute("PRAGMA data_version").fetchone()[0]
         moved, self._data_version = data_version != self._data_version, data_version
         unread = [n for n in names if n not in self.known]
-        if not moved:
-            return self._rows(conn, unread)
+        if not (moved or unread):
+            return []
+        seen = self._file.counter_seen  # before the snapshot begins
         conn.execute("BEGIN")  # one snapshot: the counter and the rows agree
         try:
             counter = self._read_counter(conn)
-            if self._counter is None or counter is None or unread:
+            self._file.check_counter(counter, seen)
+            if not moved:
+                found = self._rows(conn, unread)  # newly watched leases only
+            elif self._counter is None or counter is None or unread:
                 found = self._rows(conn, names)
             else:
                 found = self._changed(conn, names, self._counter)
         finally:
             conn.execute("COMMIT")
-        self._counter = counter
+        if moved:
+            self._counter = counter
         return found
 
-    def _changed(self, conn: sqlite3.Connection, names: list[str], since: int) -> list[
-        tuple[str, State]
-    ]:
+    def _changed(
+        self, conn: sqlite3.Connection, names: list[str], since: int
+    ) -> list[tuple[str, State]]:
         """The watched rows written since version ``since``; every watched row if one is gone.
 
         Every write takes the next value of the file's version counter, so the rows above the
-        last counter read are all that changed, but a deleted row leaves none: a count of the
-        watched rows tells (each changed row that was missing is one more).
+        last counter read are all that changed, and an edit that set a row's version to the
+        counter's value is at it (the row we wrote at that version, published already, is
+        skipped undecoded); but a deleted row leaves none: a count of the watched rows tells
+        (each changed row that was missing is one more).
         """
         watched = set(names)
+        published = str(since)
         self.selects += 1
-        rows = conn.execute(f"SELECT {COLUMNS} FROM leases WHERE version > ?", (since,))
-        changed = [row for row in rows if row[0] in watched]
+        rows = conn.execute(f"SELECT {COLUMNS} FROM leases WHERE version >= ?", (since,))
+        changed = [
+            row
+            for row in rows
+            if row[0] in watched
+            and not (row[_VERSION] == since and self.known.get(row[0]) == published)
+        ]
         expected = sum(1 for n in names if self.known.get(n) is not None)
         expected += sum(1 for row in changed if self.known.get(row[0]) is None)
         if self._count(conn, names) != expected:
