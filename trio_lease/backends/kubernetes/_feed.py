@@ -299,6 +299,10 @@ class KubernetesFeed(WatchFeed):
             own = self._own(line)
             if own is None:
                 return False  # anything else: the reader takes all of it, in order
+            if picked and any(own[0] == version for version, _ in picked):
+                # Two lines at one version: our write's event and a BOOKMARK at it, or a
+                # replay. Only one of them is our write: the reader takes them in order.
+                return False
             picked.append(own)
         for version, name in picked:
             self._skip(version, name)
