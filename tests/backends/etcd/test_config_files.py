@@ -77,10 +77,8 @@ def test_the_provider_never_quotes_a_unicode_error_of_a_backend() -> None:
     assert leaks(caught.value) == []
 
 
-def test_an_encrypted_key_file_is_a_config_error_without_prompting(tmp_path: Path) -> None:
-    """An encrypted `key-file` is a LeaseConfigError at once: OpenSSL is never left to ask for
-    a passphrase on the terminal (it blocked loading the configuration there, and failed with
-    "Invalid argument" without one)."""
+def _cert_and_encrypted_key() -> tuple[Any, bytes]:
+    """A client certificate (trustme) and its key encrypted with a passphrase (PKCS#8 PEM)."""
     import trustme
     from cryptography.hazmat.primitives import serialization
 
@@ -91,6 +89,14 @@ def test_an_encrypted_key_file_is_a_config_error_without_prompting(tmp_path: Pat
         serialization.PrivateFormat.PKCS8,
         serialization.BestAvailableEncryption(b"s3cr3t-words"),
     )
+    return cert, encrypted
+
+
+def test_an_encrypted_key_file_is_a_config_error_without_prompting(tmp_path: Path) -> None:
+    """An encrypted `key-file` is a LeaseConfigError at once: OpenSSL is never left to ask for
+    a passphrase on the terminal (it blocked loading the configuration there, and failed with
+    "Invalid argument" without one)."""
+    cert, encrypted = _cert_and_encrypted_key()
     cert_file, key_file = tmp_path / "client.crt", tmp_path / "client.key"
     cert_file.write_bytes(cert.cert_chain_pems[0].bytes())
     key_file.write_bytes(encrypted)
@@ -170,16 +176,7 @@ def test_unusable_tls_files_are_config_errors_naming_the_key(
 def test_an_encrypted_key_in_the_cert_file_names_the_cert_file(tmp_path: Path) -> None:
     """One PEM with the certificate and an encrypted key, without `key-file`: the message names
     `cert-file`, where the key is."""
-    import trustme
-    from cryptography.hazmat.primitives import serialization
-
-    cert = trustme.CA().issue_cert("leaser@example.test")
-    key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), None)
-    encrypted = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.BestAvailableEncryption(b"s3cr3t-words"),
-    )
+    cert, encrypted = _cert_and_encrypted_key()
     both = tmp_path / "client.pem"
     both.write_bytes(cert.cert_chain_pems[0].bytes() + encrypted)
     config = {"endpoints": ["https://127.0.0.1:2379"], "cert-file": str(both)}

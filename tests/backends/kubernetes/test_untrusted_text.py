@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -20,6 +20,7 @@ import anyio
 import httpx
 import pytest
 
+from tests._chained import chained_texts
 from tests.hostile._server import HostileTransport, Reply, Request
 from trio_lease import (
     BackendProtocolError,
@@ -79,23 +80,6 @@ class Quoting(httpx.AsyncBaseTransport):
         return httpx.Response(code, json=_status(code, self.text))
 
 
-def _texts(exc: BaseException) -> Iterator[str]:
-    """What an exception and everything chained to it would show: str, repr and args."""
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield str(current)
-        yield repr(current)
-        yield from (repr(arg) for arg in current.args)
-        pending += [current.__cause__, current.__context__]
-        if isinstance(current, BaseExceptionGroup):
-            pending += current.exceptions
-
-
 def _logged(caplog: pytest.LogCaptureFixture) -> str:
     return "\n".join(
         f"{record.getMessage()} {record.args!r} {record.exc_text or ''}"
@@ -114,7 +98,7 @@ async def test_our_token_quoted_by_a_status_never_reaches_the_error(
     async with make_backend(transport, token=token, request_timeout=2) as backend:
         with pytest.raises(LeaseError) as info:
             await backend.get("job")
-    for text in _texts(info.value):
+    for text in chained_texts(info.value):
         assert token not in text
     if code in (403, 422, 500):  # these quote the server's text: cut, not dropped
         assert "[redacted]" in str(info.value)
@@ -143,7 +127,7 @@ async def test_a_failing_watch_logs_and_raises_no_token(
                     pass
     assert any("shared watch" in record.getMessage() for record in caplog.records)
     assert token not in _logged(caplog)
-    for text in _texts(info.value):
+    for text in chained_texts(info.value):
         assert token not in text
 
 
