@@ -143,18 +143,34 @@ MUTATIONS = [
     ),
     Mutation(
         "4.5 the body's scope carries the grant's deadline (event-loop stalls)",
-        "trio_lease/_held.py",
-        "body = anyio.CancelScope(deadline=holding.loop_deadline())",
-        "body = anyio.CancelScope()",
+        "trio_lease/_bodies.py",
+        "scope = anyio.CancelScope(deadline=self._deadline(anyio.current_time()))",
+        "scope = anyio.CancelScope()",
         "tests/core/test_stall.py"
         "::test_trio_body_starts_no_side_effect_after_a_stall_past_the_deadline",
     ),
     Mutation(
         "4.5 renewals push the body's deadline forward",
-        "trio_lease/_heartbeat.py",
-        "                body.deadline = loop_deadline",
-        "                pass",
+        "trio_lease/_bodies.py",
+        "            scope.deadline = deadline",
+        "            pass",
         f"{GUARANTEES}::test_g5_body_deadline_follows_renewals",
+    ),
+    Mutation(
+        "4.5 on asyncio the grant's alarm re-reads the deadline renewals moved",
+        "trio_lease/_bodies.py",
+        "        if now < self._deadline(now):\n"
+        "            self._set_alarm(loop)  # renewed since the alarm was set\n"
+        "            return\n",
+        "",
+        f"{GUARANTEES}::test_g5_body_deadline_follows_renewals",
+    ),
+    Mutation(
+        "4.5 on asyncio the grant's alarm cancels the bodies at the deadline",
+        "trio_lease/_bodies.py",
+        "            scope.cancel()",
+        "            pass",
+        "tests/core/test_bodies.py::test_a_body_is_cancelled_at_the_deadline",
     ),
     Mutation(
         "4.5 renewals continue while the body cleans up",

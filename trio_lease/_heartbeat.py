@@ -10,10 +10,10 @@ Each hosting scope (a ``held()`` block, or the task group hosting ``acquire()``)
 deadline watchdog, and whichever guard holds the renew lock runs the renew loop; when that scope
 exits, the next guard takes the lock over. So renewals continue as long as any scope holds.
 
-Every ``held()`` body runs in a cancel scope registered in :attr:`Holding.body_scopes`, whose
-deadline is the grant's (on the event loop's clock) and moves with each confirmed renewal: after
-an event-loop stall past the deadline, the body is cancelled with the other expired timers
-instead of running until the watchdog's turn.
+Every ``held()`` body runs in a cancel scope registered in :attr:`Holding.body_scopes`, cancelled
+at the grant's deadline (on the event loop's clock), which moves with each confirmed renewal:
+after an event-loop stall past the deadline, the body is cancelled with the other expired timers
+instead of running until the watchdog's turn (:mod:`._bodies`).
 
 Unknown outcomes (timeouts, 5xx, resets, cancelled writes) never extend the deadline: the holder
 counts them as "not renewed" and re-reads before its next write. If the re-read shows another
@@ -38,6 +38,7 @@ import sniffio
 
 from . import _algorithm as algo
 from ._abc import LeaseBackend, LeaseRecord
+from ._bodies import BodyScopes
 from ._exceptions import ConflictError
 from ._observer import LeaseInfo, LeaseObserver, everywhere, notify
 from ._settings import LeaseSettings
@@ -113,10 +114,10 @@ class Holding:
         self.handover_requested: anyio.Event = anyio.Event()
         #: Who asked for a handover ("" until someone does).
         self.handover_to: str = ""
-        #: The cancel scopes of the bodies guarded by this grant (``held()`` blocks). Each has the
-        #: grant's deadline, pushed forward on every confirmed renewal, so an expired deadline
-        #: cancels a body even when the event loop stalled past it and the watchdog has not run.
-        self.body_scopes: list[anyio.CancelScope] = []
+        #: The cancel scopes of the bodies guarded by this grant (``held()`` blocks), cancelled
+        #: once the deadline passes, also when the event loop stalled past it and the watchdog
+        #: has not run (:mod:`._bodies`).
+        self.body_scopes: BodyScopes = BodyScopes(self._loop_deadline_at)
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -128,11 +129,12 @@ class Holding:
         """True while the grant is neither lost nor ended and its deadline has not passed."""
         return not self.ended and self.lost_cause is None and self._clock() < self.deadline
 
-    def loop_deadline(self) -> float:
-        """The deadline on the event loop's clock (the holder's clock may be an injected one)."""
+    def _loop_deadline_at(self, loop_now: float) -> float:
+        """The deadline on the event loop's clock, which reads ``loop_now`` (the holder's clock
+        may be an injected one)."""
         if self._loop_clock:
             return self.deadline
-        return anyio.current_time() + (self.deadline - self._clock())
+        return loop_now + (self.deadline - self._clock())
 
     def check_deadline(self, *, passed: bool = False) -> None:
         """Declare the grant lost if its deadline has passed (no I/O, no checkpoint).
@@ -334,10 +336,7 @@ class Holding:
         self.note_handover(stored)
         self.last_send = send
         self.deadline = max(self.deadline, algo.holder_deadline(send, self._settings))
-        if self.body_scopes:
-            loop_deadline = self.loop_deadline()
-            for body in self.body_scopes:
-                body.deadline = loop_deadline
+        self.body_scopes.moved()
         self.renewals += 1
         self._last_error = None
         # No _notify(): the deadline only moves later, and the watchdog re-reads it when its

@@ -53,10 +53,11 @@ class HeldLease(LeaseWaiting):
 
     @asynccontextmanager
     async def _hold(self, holding: Holding) -> AsyncIterator[Grant]:
-        # The body's scope carries the grant's deadline (pushed forward by each confirmed
-        # renewal), so when the event loop resumes after stalling past it, the body is cancelled
-        # together with the timers that expired in the stall, not one step later by the watchdog.
-        body = anyio.CancelScope(deadline=holding.loop_deadline())
+        # The body's scope is cancelled at the grant's deadline (pushed forward by each
+        # confirmed renewal; trio_lease._bodies), so when the event loop resumes after stalling
+        # past it, the body is cancelled together with the timers that expired in the stall, not
+        # one step later by the watchdog.
+        body = holding.body_scopes.open()
         heartbeat_scope = anyio.CancelScope(shield=True)
         body_error: BaseException | None = None
 
@@ -68,7 +69,6 @@ class HeldLease(LeaseWaiting):
                 if holding.lost_cause is not None:
                     body.cancel()
 
-        holding.body_scopes.append(body)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(heartbeat)
@@ -80,7 +80,7 @@ class HeldLease(LeaseWaiting):
                 except BaseException as exc:  # re-raised bare below, never in an ExceptionGroup
                     body_error = exc  # (KeyboardInterrupt and SystemExit too)
                 finally:
-                    holding.body_scopes.remove(body)
+                    holding.body_scopes.close(body)
                     # A body that ran past the deadline (cancelled by it, or finished without a
                     # checkpoint) may have overlapped another holder: that is a loss.
                     # (Only its deadline cancels the body while the grant is active.)

@@ -1,0 +1,95 @@
+"""The bodies' scopes of a grant are cancelled at its deadline, which renewals move (§4.5).
+
+``trio_lease._bodies`` on its own, on virtual time: on trio each scope carries the deadline; on
+asyncio one timer per grant (the alarm) reads the deadline when it fires. The grant-level tests
+are ``test_g5_body_deadline_follows_renewals`` (tests/core/test_guarantees.py) and
+tests/core/test_stall.py.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from trio_lease._bodies import BodyScopes
+
+pytestmark = pytest.mark.anyio
+
+
+class _Grant:
+    """A deadline on the loop's clock, moved by hand."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.bodies = BodyScopes(lambda loop_now: self.deadline)
+
+
+async def _run_body(bodies: BodyScopes, times: dict[str, float]) -> anyio.CancelScope:
+    scope = bodies.open()
+    try:
+        with scope:
+            await anyio.sleep(1000)
+    finally:
+        times["ended"] = anyio.current_time()
+        bodies.close(scope)
+    return scope
+
+
+async def test_a_body_is_cancelled_at_the_deadline() -> None:
+    start = anyio.current_time()
+    grant = _Grant(start + 5)
+    times: dict[str, float] = {}
+    scope = await _run_body(grant.bodies, times)
+    assert scope.cancel_called
+    assert times["ended"] - start == pytest.approx(5)
+
+
+async def test_each_move_of_the_deadline_is_honoured(anyio_backend_name: str) -> None:
+    start = anyio.current_time()
+    grant = _Grant(start + 5)
+    times: dict[str, float] = {}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_run_body, grant.bodies, times)
+        for _ in range(4):  # renewals every second, each 5 s ahead
+            await anyio.sleep(1)
+            grant.deadline = anyio.current_time() + 5
+            grant.bodies.moved()
+    assert times["ended"] - start == pytest.approx(9)  # the last move's deadline, not an earlier
+    if anyio_backend_name == "asyncio":
+        # One timer for the first deadline, one more when it fired and found the deadline moved:
+        # not one per move.
+        assert grant.bodies.alarms_set == 2
+
+
+async def test_every_body_of_a_grant_is_cancelled() -> None:
+    start = anyio.current_time()
+    grant = _Grant(start + 3)
+    first: dict[str, float] = {}
+    second: dict[str, float] = {}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_run_body, grant.bodies, first)
+        await anyio.sleep(1)
+        tg.start_soon(_run_body, grant.bodies, second)
+    assert first["ended"] - start == pytest.approx(3)
+    assert second["ended"] - start == pytest.approx(3)
+    assert not grant.bodies
+
+
+async def test_a_body_that_left_is_not_cancelled_later() -> None:
+    start = anyio.current_time()
+    grant = _Grant(start + 2)
+    scope = grant.bodies.open()
+    with scope:
+        await anyio.sleep(1)
+    grant.bodies.close(scope)
+    await anyio.sleep(5)
+    assert not scope.cancel_called
+
+
+async def test_a_body_opened_past_the_deadline_is_cancelled_at_once() -> None:
+    grant = _Grant(anyio.current_time() - 1)
+    start = anyio.current_time()
+    times: dict[str, float] = {}
+    scope = await _run_body(grant.bodies, times)
+    assert scope.cancel_called
+    assert times["ended"] == pytest.approx(start)
