@@ -6,7 +6,9 @@ in the stall, not later, when the heartbeat's watchdog gets its turn (DESIGN §4
 tests/core/test_stall.py). The deadline moves later with every confirmed renewal.
 
 On trio (and any loop but asyncio) each scope carries the deadline itself, and every renewal
-moves it: trio keeps deadlines in its own heap, and moving one is cheap.
+moves it: trio keeps deadlines in its own heap, and moving one is cheap. So does a holder with an
+injected clock on asyncio: its deadline is read through that clock, which may need a running task
+(``anyio.current_time()`` does), and a timer callback runs outside any task.
 
 On asyncio, anyio arms a loop timer for a scope's deadline and, when the deadline moves, cancels
 that timer and arms a new one. The cancelled timer stays in the loop's heap until its time (the
@@ -32,10 +34,15 @@ __all__ = ["BodyScopes"]
 
 class BodyScopes:
     """The bodies' scopes of one grant; ``deadline(loop_now)`` is the grant's deadline on the
-    event loop's clock, given the loop's time now (the holder's clock may be an injected one)."""
+    event loop's clock, given the loop's time now (the holder's clock may be an injected one).
 
-    def __init__(self, deadline: Callable[[float], float]) -> None:
+    ``alarm``: on asyncio, keep the deadline with one loop timer per grant; only when
+    ``deadline`` needs no running task (the holder's clock is the event loop's).
+    """
+
+    def __init__(self, deadline: Callable[[float], float], *, alarm: bool = True) -> None:
         self._deadline = deadline
+        self._use_alarm = alarm
         self._scopes: list[anyio.CancelScope] = []
         #: The asyncio loop of the alarm; None on other loops.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -51,7 +58,7 @@ class BodyScopes:
 
     def open(self) -> anyio.CancelScope:
         """A new body's scope, cancelled once the grant's deadline passes."""
-        if sniffio.current_async_library() != "asyncio":
+        if not self._use_alarm or sniffio.current_async_library() != "asyncio":
             scope = anyio.CancelScope(deadline=self._deadline(anyio.current_time()))
             self._scopes.append(scope)
             return scope

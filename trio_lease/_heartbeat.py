@@ -117,7 +117,9 @@ class Holding:
         #: The cancel scopes of the bodies guarded by this grant (``held()`` blocks), cancelled
         #: once the deadline passes, also when the event loop stalled past it and the watchdog
         #: has not run (:mod:`._bodies`).
-        self.body_scopes: BodyScopes = BodyScopes(self._loop_deadline_at)
+        self.body_scopes: BodyScopes = BodyScopes(
+            self._loop_deadline_at, alarm=self._loop_clock
+        )
 
     # -- state ---------------------------------------------------------------------------------
 

@@ -8,10 +8,17 @@ tests/core/test_stall.py.
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import anyio
 import pytest
+import sniffio
 
+from trio_lease import LeaseLost
 from trio_lease._bodies import BodyScopes
+
+from .conftest import World
 
 pytestmark = pytest.mark.anyio
 
@@ -93,3 +100,34 @@ async def test_a_body_opened_past_the_deadline_is_cancelled_at_once() -> None:
     scope = await _run_body(grant.bodies, times)
     assert scope.cancel_called
     assert times["ended"] == pytest.approx(start)
+
+
+async def test_an_injected_clock_is_never_read_from_a_timer_callback(
+    world: World, anyio_backend_name: str
+) -> None:
+    """A holder's injected clock may need a running task (``anyio.current_time()`` does, and a
+    loop timer's callback runs outside any task): its bodies' scopes carry the deadline
+    themselves, and the body is still cancelled at the deadline."""
+    errors: list[dict[str, Any]] = []
+    # As under asyncio.run(): anyio.run sets this variable, which lets anyio find the loop even
+    # from a timer callback; an application started by asyncio itself has no such help.
+    token = sniffio.current_async_library_cvar.set(None)
+    try:
+        if anyio_backend_name == "asyncio":
+            asyncio.get_running_loop().set_exception_handler(
+                lambda _loop, context: errors.append(context)
+            )
+        frozen = world.faulty()
+        lease = world.lease("a", backend=frozen, clock=lambda: anyio.current_time())
+        with pytest.raises(LeaseLost) as caught:
+            async with lease.held() as grant:
+                deadline = grant.deadline
+                frozen.pause()  # no renewal is confirmed from here on
+                await anyio.sleep(3 * world.settings.deadline)
+    finally:
+        sniffio.current_async_library_cvar.reset(token)
+        if anyio_backend_name == "asyncio":
+            asyncio.get_running_loop().set_exception_handler(None)
+    assert "deadline" in caught.value.cause
+    assert anyio.current_time() == pytest.approx(deadline, abs=0.01)
+    assert errors == []
