@@ -19,7 +19,7 @@ module imports one above it.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from datetime import UTC, datetime
 
 import anyio
@@ -29,9 +29,11 @@ from ._abc import LeaseBackend, LeaseRecord
 from ._exceptions import BackendProtocolError, BackendUnavailable, LeaseConfigError, LeaseError
 from ._feed import checked_watch, closing, untyped
 from ._heartbeat import Holding, registry
+from ._holder_changes import holder_changes
 from ._identity import incarnation
 from ._observer import LeaseInfo, LeaseObserver, observers_of
 from ._settings import LeaseSettings
+from ._streams import Changes
 
 __all__ = ["LeaseReading", "closing", "untyped"]
 
@@ -162,33 +164,16 @@ class LeaseReading:
             return algo.UNKNOWN_HOLDER
         return record.holder
 
-    async def watch_holder(self) -> AsyncIterator[str | None]:
-        """Yield the holder identity (None when free) now and whenever it changes.
+    def watch_holder(self) -> Changes[str | None]:
+        """The holder identity (None when free) now and whenever it changes.
 
+        ``async with lease.watch_holder() as holders: async for holder in holders: ...``.
         Uses the backend's watch when it has one, else polls every ``wait_interval``. A dead
         holder's record does not change, so this reports what the record says, not expiry.
         """
-        last: object = object()
-        if self.backend.supports_watch:
-            async with closing(self._watch_records()) as stream:
-                async for record in stream:
-                    self._observe(record)
-                    if self.holder() != last:
-                        last = self.holder()
-                        yield self.holder()
-        else:
-            while True:
-                try:
-                    await self._read()
-                except BackendUnavailable as exc:
-                    logger.info("lease %r: reading the holder failed: %s", self.name, exc)
-                else:
-                    if self.holder() != last:
-                        last = self.holder()
-                        yield self.holder()
-                await anyio.sleep(self.settings.wait_interval)
+        return holder_changes(self)
 
-    def _watch_records(self) -> AsyncIterator[LeaseRecord | None]:
+    def _watch_records(self) -> Changes[LeaseRecord | None]:
         """The backend's watch, each item checked, anything untyped it raises made typed."""
         return checked_watch(self.backend, self.name)
 

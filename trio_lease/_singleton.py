@@ -138,19 +138,20 @@ class Singleton:
         """Yield the current state, then every change, until the runner stops."""
         send, receive = anyio.create_memory_object_stream[SingletonState](math.inf)
         self._subscribers.append(send)
+        # Every yield stands outside any scope (no task, no timer, no `with`): the caller's
+        # loop body runs under the caller's scopes only. The finally has no await.
         try:
-            yield self._state
-            if isinstance(self._state, Stopped):
-                return
-            async with receive:
-                async for state in receive:
-                    yield state
-                    if isinstance(state, Stopped):
-                        return
+            state = self._state
+            while True:
+                yield state
+                if isinstance(state, Stopped):
+                    return
+                state = await receive.receive()
         finally:
             if send in self._subscribers:
                 self._subscribers.remove(send)
             send.close()
+            receive.close()
 
     def healthy(self) -> bool:
         """False when the runner believes it leads but its deadline has passed.
