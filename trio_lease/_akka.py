@@ -63,7 +63,7 @@ class AkkaLease(LeaseWriting):
             await end_hosted_hold(self)
 
         try:
-            return await close_host(stack, end_hold, exc_type, exc, tb)
+            return await close_host(stack, end_hold, exc_type, exc, tb)  # noqa: ASYNC102  close_host shields and bounds the release
         finally:
             self._host = None
 

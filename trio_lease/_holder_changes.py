@@ -13,27 +13,41 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 
+from ._abc import LeaseBackend, LeaseRecord
 from ._exceptions import BackendUnavailable
+from ._settings import LeaseSettings
 from ._streams import Changes, Emit
-
-if TYPE_CHECKING:
-    from ._reading import LeaseReading
 
 __all__ = ["holder_changes"]
 
 logger = logging.getLogger("trio_lease")
 
 
-def holder_changes(lease: LeaseReading) -> Changes[str | None]:
+class Reader(Protocol):
+    """What this needs of a lease: its record as last read, and the reads that update it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def backend(self) -> LeaseBackend: ...
+    @property
+    def settings(self) -> LeaseSettings: ...
+    def holder(self) -> str | None: ...
+    def _observe(self, record: LeaseRecord | None) -> None: ...
+    async def _read(self) -> LeaseRecord | None: ...
+    def _watch_records(self) -> Changes[LeaseRecord | None]: ...
+
+
+def holder_changes(lease: Reader) -> Changes[str | None]:
     """The stream of ``lease``'s holder identity (None when free); see the module docstring."""
     return Changes(functools.partial(_follow, lease), what="Lease.watch_holder()")
 
 
-async def _follow(lease: LeaseReading, emit: Emit[str | None]) -> None:
+async def _follow(lease: Reader, emit: Emit[str | None]) -> None:
     """Uses the backend's watch when it has one, else reads every ``wait_interval``."""
     last: object = object()
     if lease.backend.supports_watch:

@@ -35,7 +35,7 @@ from typing import Generic, NoReturn, TypeAlias, TypeVar
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from ._host import sole_error
+from ._host import reraise, sole_error
 
 __all__ = ["Changes", "Emit", "Produce"]
 
@@ -76,9 +76,8 @@ class Changes(Generic[T]):
         tb: TracebackType | None,
     ) -> bool | None:
         assert self._cm is not None
-        # No await of its own: the inner manager's exit cancels the producer and waits for it
-        # (its cleanup shields and bounds what it must do under cancellation).
-        return await self._cm.__aexit__(exc_type, exc, tb)
+        # Not shielded: this cancels the producer and waits for its cleanup (which bounds itself).
+        return await self._cm.__aexit__(exc_type, exc, tb)  # noqa: ASYNC102  cancels its task
 
     def __aiter__(self) -> NoReturn:
         raise TypeError(
@@ -92,7 +91,7 @@ async def _running(produce: Produce[T]) -> AsyncIterator[MemoryObjectReceiveStre
     send, receive = anyio.create_memory_object_stream[T](0)
     failures: list[Exception] = []
 
-    async def run() -> None:
+    async def feed() -> None:
         with send:  # closed when the producer ends, however it ends: the stream ends
             try:
                 await produce(send.send)
@@ -103,18 +102,22 @@ async def _running(produce: Produce[T]) -> AsyncIterator[MemoryObjectReceiveStre
 
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(run)
+            tg.start_soon(feed)
             try:
                 yield receive
             finally:
                 tg.cancel_scope.cancel()  # before closing: the producer stops, it does not fail
                 receive.close()
-    except BaseException as exc:  # the caller's own error (or cancellation), from the body
-        single = sole_error(exc) if isinstance(exc, BaseExceptionGroup) else exc
-        if isinstance(single, anyio.EndOfStream | StopAsyncIteration) and failures:
-            raise failures[0] from None  # the caller read past the end the failure made
-        if single is None or single is exc:
+    except (anyio.EndOfStream, StopAsyncIteration):
+        if failures:  # the caller read past the end the producer's failure made
+            raise failures[0] from None
+        raise
+    except BaseExceptionGroup as group:  # the caller's own error, from the block's body
+        single = sole_error(group)
+        if single is None:
             raise
-        raise single from single.__cause__
+        if isinstance(single, anyio.EndOfStream | StopAsyncIteration) and failures:
+            raise failures[0] from None
+        reraise(single)
     if failures:
         raise failures[0]

@@ -72,7 +72,7 @@ class LeaseWaiting(LeaseWriting):
             # Cancelled after the grant was written but before the caller got it: release it
             # before the cancellation propagates (shielded and bounded inside _drop_hold).
             if box:
-                await self._drop_hold(box[0], raise_unknown=False)
+                await self._drop_hold(box[0], raise_unknown=False)  # noqa: ASYNC102  _drop_hold shields and bounds the release
             raise
         if not box:
             last = self.last_error
@@ -96,7 +96,7 @@ class LeaseWaiting(LeaseWriting):
         self._wait_started = self._clock()
         error: list[Exception] = []
         try:
-            with anyio.move_on_after(infinite_or(timeout)):
+            with anyio.move_on_after(infinite_or(timeout)):  # noqa: ASYNC912  a deadline; the awaits in it checkpoint
                 async with anyio.create_task_group() as tg:
                     try:
                         await self._wait_loop(tg, box)
@@ -229,7 +229,7 @@ class LeaseWaiting(LeaseWriting):
         # it would cost a read per renewal per waiter, and the wait ends no sooner.
         known = [self._last_record]
 
-        async def receive(state: LeaseRecord | FeedFailure | None) -> None:
+        async def receive(state: LeaseRecord | FeedFailure | None) -> None:  # noqa: ASYNC124  the shared watch's Receive is async
             if isinstance(state, FeedFailure):
                 # Not transient (credentials, TLS, a missing CRD): the next attempt meets the
                 # error too and ends the wait with it.

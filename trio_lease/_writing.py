@@ -166,14 +166,14 @@ class LeaseWriting(LeaseReading):
                 )
         except ConflictError:
             return None
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: ASYNC103  Cancelled is re-raised below
             # Unknown outcome (error, timeout, or our caller was cancelled): the write may have
             # landed. Learn the truth; adopt it, or, if we are being cancelled, release it.
             cancelled = not isinstance(exc, Exception)
-            current = await self._resolve_unknown_grant(decision.record, release=cancelled)
+            current = await self._resolve_unknown_grant(decision.record, release=cancelled)  # noqa: ASYNC102  _resolve_unknown_grant shields and bounds
             if current is None or cancelled:
                 if isinstance(exc, Exception) and not isinstance(exc, LeaseError):
-                    raise untyped(exc, self.backend, f"writing lease {self.name!r}") from exc
+                    raise untyped(exc, self.backend, f"writing lease {self.name!r}") from exc  # noqa: ASYNC104  only an Exception is made typed
                 raise
             stored = current
         else:
@@ -218,8 +218,8 @@ class LeaseWriting(LeaseReading):
         Shielded and bounded by T.
         """
         with (
-            anyio.CancelScope(shield=True),
-            anyio.move_on_after(self.settings.lease_operation_timeout),
+            anyio.CancelScope(shield=True),  # noqa: ASYNC912  a shield for cleanup
+            anyio.move_on_after(self.settings.lease_operation_timeout),  # noqa: ASYNC912  bounds backend calls
         ):
             try:
                 current = await self.backend.get(self.name)
@@ -262,8 +262,8 @@ class LeaseWriting(LeaseReading):
         """Write an empty holder if a fresh read still shows our grant (DESIGN §4.4)."""
         error: BaseException | None = None
         with (
-            anyio.CancelScope(shield=True),
-            anyio.move_on_after(self.settings.lease_operation_timeout) as scope,
+            anyio.CancelScope(shield=True),  # noqa: ASYNC912  a shield for cleanup
+            anyio.move_on_after(self.settings.lease_operation_timeout) as scope,  # noqa: ASYNC912  bounds backend calls
             urgent(),  # a release hands the lease over: it goes before acquisitions
         ):
             try:

@@ -218,7 +218,7 @@ class HealthServer:
     ) -> bool | None:
         running, self._running_cm = self._running_cm, None
         assert running is not None, "HealthServer was not entered"
-        return await running.__aexit__(exc_type, exc, tb)
+        return await running.__aexit__(exc_type, exc, tb)  # noqa: ASYNC102  exits the server's task group
 
     @contextlib.asynccontextmanager
     async def _running(self) -> AsyncIterator[HealthServer]:

@@ -231,7 +231,7 @@ class KubernetesEvents(LeaseObserver):
         self._wake.set()
         try:
             with anyio.move_on_after(self.flush_timeout):
-                await self._done.wait()
+                await self._done.wait()  # noqa: ASYNC102  a best-effort flush: bounded; a cancel cuts it
         finally:
             self._group.cancel_scope.cancel()
             self._wake = None

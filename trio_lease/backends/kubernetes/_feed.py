@@ -172,9 +172,8 @@ class KubernetesFeed(WatchFeed):
 
     async def _follow_one(self, key: str, scope: anyio.CancelScope, publish: Publish) -> None:
         """The field-selector watch of one lease the label stream does not show."""
-        async def emit(state: LeaseRecord | None) -> None:
+        async def emit(state: LeaseRecord | None) -> None:  # noqa: ASYNC124  an Emit is async
             publish(key, state)
-
         with scope:
             while True:  # watch_lease retries by itself; it ends only if something is amiss
                 await watch_lease(

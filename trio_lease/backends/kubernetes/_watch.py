@@ -271,7 +271,7 @@ async def _check_opened(api: KubeApi, response: Streamed, ctx: RequestContext) -
     raise BackendUnavailable(f"watch of {ctx.target} failed with {status.code}")
 
 
-async def _lines(
+async def _lines(  # noqa: ASYNC900  internal; no scope at its yields
     response: Streamed, ctx: RequestContext, buffer: bytearray | None = None
 ) -> AsyncIterator[bytes]:
     """The non-empty lines of a watch stream; a line over MAX_LINE_BYTES is a protocol error.

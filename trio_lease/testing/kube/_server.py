@@ -107,7 +107,7 @@ async def _send(conn: h11.Connection, stream: ByteStream, event: Any) -> None:
 async def _next_request(conn: h11.Connection, stream: ByteStream) -> Request | None:
     head: h11.Request | None = None
     body = bytearray()
-    while True:
+    while True:  # noqa: ASYNC913  each pass takes one h11 event
         event = conn.next_event()
         if event is h11.NEED_DATA:
             try:
