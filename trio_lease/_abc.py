@@ -213,7 +213,8 @@ class LeaseBackend(abc.ABC):
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):  # closes when cancelled
+            await self.aclose()
 
 
 #: ``publish(name, state)``: a watched lease changed; ``state`` is its record now (None: gone).

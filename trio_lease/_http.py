@@ -40,6 +40,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+import anyio
 import httpx
 
 from ._exceptions import BackendProtocolError
@@ -324,7 +325,8 @@ async def read_capped(response: httpx.Response, body: CappedBody) -> Reply:
             async for chunk in response.aiter_bytes():
                 body.add(chunk)
         finally:
-            await response.aclose()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                await response.aclose()
     except QUOTES_THE_WIRE as exc:
         error = without_wire_text(exc)
     else:

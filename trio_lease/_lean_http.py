@@ -319,7 +319,7 @@ class LeanStream:
             async for piece in self.aiter_bytes():
                 body.add(piece)
         finally:
-            await self.aclose()
+            await self.aclose()  # not shielded: an abort, no wait
         return Reply(self.status_code, self.headers, body.content)
 
     async def aclose(self) -> None:

@@ -48,7 +48,7 @@ async def serve_http(listener: anyio.abc.Listener[anyio.abc.ByteStream], handler
             except Exception as exc:  # one bad connection never stops the server
                 logger.debug("health server: a connection failed: %r", exc)
             finally:
-                await anyio.aclose_forcefully(stream)
+                await anyio.aclose_forcefully(stream)  # not shielded: forceful, no wait
 
     async with listener:
         await listener.serve(serve_one)

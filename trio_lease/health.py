@@ -232,7 +232,7 @@ class HealthServer:
                 yield self
                 tg.cancel_scope.cancel()
         finally:
-            await anyio.aclose_forcefully(listener)  # in case the task never started
+            await anyio.aclose_forcefully(listener)  # if never started; forceful, no wait
 
 
 _public.publish(globals())

@@ -320,7 +320,7 @@ class EtcdClient:
         try:
             yield stream
         finally:
-            await stream.aclose()
+            await stream.aclose()  # not shielded: an abort, no wait
 
     async def watch(  # noqa: ASYNC900  internal; read by one task of ours
         self,

@@ -235,7 +235,7 @@ class KubernetesEvents(LeaseObserver):
         finally:
             self._group.cancel_scope.cancel()
             self._wake = None
-            await stack.aclose()
+            await stack.aclose()  # not shielded: exits its task group, cancelled above
 
     async def _send_queued(self) -> None:
         try:

@@ -175,7 +175,7 @@ async def _serve_connection(emulator: Cluster, stream: ByteStream) -> None:
                     except WatchCut:
                         return
                     finally:
-                        await response.stream.aclose()
+                        await response.stream.aclose()  # not shielded: closes memory streams
                     await _send(conn, stream, h11.EndOfMessage())
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     return
