@@ -34,10 +34,9 @@ from typing import Any
 import anyio
 
 from ._abc import LeaseBackend
-from ._akka import end_hosted_hold
 from ._exceptions import LeaseConfigError
 from ._host import close_host, open_host
-from ._lease import Lease
+from ._lease import Lease, end_hosted_hold
 from ._observer import LeaseObserver, observers_of
 from ._settings import SECTION_KEYS, SETTINGS_KEYS, LeaseSettings
 
