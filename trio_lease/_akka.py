@@ -63,6 +63,7 @@ class AkkaHost:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
+        """End what :meth:`acquire` holds, then close the host task group (one error out bare)."""
         stack, self._host_stack = self._host_stack, None
 
         async def end_hold() -> None:

@@ -173,6 +173,7 @@ class Lease:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
+        """End what :meth:`acquire` holds (releasing it), then close the host task group."""
         return await self._akka.exit(exc_type, exc, tb)
 
     def attach_host(self, host: TaskGroup | None) -> None:
