@@ -311,7 +311,7 @@ async def test_release_between_first_read_and_watch_start_wakes_the_waiter(world
     class ReleaseBeforeWatch(MemoryBackend):
         async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
             if not released_at:
-                await a._end_akka(raise_unknown=True)  # a releases just before the watch opens
+                await a._akka.end_hold(raise_unknown=True)  # a releases just before the watch opens
                 released_at.append(anyio.current_time())
             async for state in super().watch(name):
                 yield state
