@@ -1,4 +1,4 @@
-"""The seed's example: a job scheduler that must run on exactly one node, as a singleton.
+"""Akka's Cluster Singleton example: a job scheduler that runs on exactly one node at a time.
 
     python examples/job_scheduler.py [DATABASE] [asyncio|trio]
 

@@ -47,11 +47,11 @@ PRESETS = table_rows(section(DOCS / "tuning.md", "Presets"))
 
 
 def test_tuning_presets_table_is_not_empty() -> None:
-    """docs/tuning.md has a presets table including the CLI's and the seed's defaults."""
+    """docs/tuning.md has a presets table including the CLI's and Akka's defaults."""
     names = [row[0] for row in PRESETS]
     assert len(names) >= 4
     assert any("CLI default" in name for name in names)
-    assert any("seed default" in name for name in names)
+    assert any("Akka default" in name for name in names)
 
 
 @pytest.mark.parametrize("row", PRESETS, ids=[row[0] for row in PRESETS])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("trio_lease", "tools")
-#: About 400 lines a module (issue 13); a module that grows past this is split by concept.
+#: About 400 lines a module; a module that grows past this is split by concept.
 MAX_LINES = 400
 
 

@@ -14,7 +14,7 @@ On asyncio, anyio arms a loop timer for a scope's deadline and, when the deadlin
 that timer and arms a new one. The cancelled timer stays in the loop's heap until its time (the
 deadline is L ahead, so some L / R of them per grant), and each is a few objects the garbage
 collector promotes and walks: at 1,000 leases that was about a tenth of the client's CPU per
-renewal (tools/benchmarks/README.md, "Issue 15, session 18"). There the scopes carry no deadline;
+renewal (tools/benchmarks/README.md, "Design measurements"). There the scopes carry no deadline;
 one loop timer per grant, the alarm, fires at the deadline it last read, reads the deadline again,
 and either cancels every body's scope or sets itself for the new deadline: about one timer per
 lease duration instead of one per renewal, with the same timing (a timer callback like anyio's
