@@ -1,4 +1,4 @@
-"""Akka's Cluster Singleton example: a job scheduler that runs on exactly one node at a time.
+"""A job scheduler that runs on exactly one node at a time, as a singleton (Akka's use case).
 
     python examples/job_scheduler.py [DATABASE] [asyncio|trio]
 
