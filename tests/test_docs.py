@@ -111,11 +111,14 @@ def test_tuning_snippet_prints_what_its_comment_says() -> None:
     ids=["interval", "safety"],
 )
 def test_tuning_error_examples_are_the_real_messages(options: dict[str, float]) -> None:
-    """The validation messages quoted in docs/tuning.md are the ones LeaseSettings raises."""
+    """The validation messages quoted in docs/tuning.md are, line for line and with their
+    `invalid lease settings:` prefix, the ones LeaseSettings raises."""
     with pytest.raises(LeaseConfigError) as caught:
         LeaseSettings(**options)
-    message = str(caught.value).removeprefix("invalid lease settings: ")
-    assert message in section(DOCS / "tuning.md", "Validation rules")
+    message = str(caught.value)
+    assert message.startswith("invalid lease settings: ")
+    [quoted] = code_blocks(section(DOCS / "tuning.md", "Validation rules"), "")
+    assert message in quoted.splitlines()
 
 
 def snippet_files_of_the_testing_guide() -> dict[str, str]:
