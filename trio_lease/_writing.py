@@ -6,11 +6,12 @@ Both are compare-and-swap writes decided by :mod:`._algorithm` from a fresh read
   shares this owner's live grant: reentrancy, DESIGN §4.6). A write whose outcome is unknown
   (an error, a timeout, a cancellation, an answer that does not show our write) is resolved by
   reading again: a landed grant is adopted, or released at once if the caller is being
-  cancelled (DESIGN §5.1). Conflicting writes are retried after a short jittered pause, a few
-  times at most.
+  cancelled (DESIGN §5.1). Conflicting writes are retried after a short jittered pause,
+  a few times at most.
 - :meth:`LeaseWriting._drop_hold` removes one hold of a grant; the last one ends the grant and
   :meth:`LeaseWriting._release` writes an empty holder, only if a fresh read still shows our
-  grant (DESIGN §4.4), shielded from cancellation and bounded by the lease operation timeout.
+  grant (DESIGN §4.4), shielded from cancellation and bounded by the lease operation
+  timeout.
 
 This is the second layer of :class:`~trio_lease.Lease` (see :mod:`._reading` for why layers).
 """
