@@ -343,7 +343,7 @@ class Holding:
         self._last_error = None
         # No _notify(): the deadline only moves later, and the watchdog re-reads it when its
         # timer fires, so waking it on every renewal would only cost a task switch and a new
-        # cancel scope per renewal (measured in tools/benchmarks/README.md).
+        # cancel scope per renewal (tools/benchmarks/README.md, "Design measurements").
         return True
 
     def _unknown(self, exc: Exception | None) -> None:

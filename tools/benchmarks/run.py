@@ -34,7 +34,7 @@ BENCHMARKS = ["steady", "capacity", "confirm", "pool", "handover", "cold", "loss
 
 #: Acquisitions per second while a steady run builds up its leases. An acquisition costs two
 #: requests (GET 404, POST); much faster ramps overload a loaded 2-core machine and the
-#: acquisitions then starve the renewals (README, "Findings").
+#: acquisitions then starve the renewals (README, "Design measurements").
 ACQUIRE_RATE = 100
 
 #: HTTP client alternatives for trio_lease: requests in flight, connections, idle connections
@@ -326,7 +326,7 @@ def run(mode: str, out: Path, only: set[str] | None = None) -> Params:
                 }
             if any(want(name) for name in ("handover", "cold", "loss", "failover")):
                 # Latencies against a fresh emulator: earlier steps leave thousands of Leases
-                # behind (README, "Rerun of the latencies": failovers one R late against them).
+                # behind (README, "Design measurements": failovers late against them).
                 emulator.stop()
                 emulator = runner.emulator = Emulator(Path(tmp) / "kubeconfig")
             if want("handover"):
