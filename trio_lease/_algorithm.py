@@ -5,7 +5,7 @@ event loop (tests/core/test_algorithm.py):
 
 - A contender treats a held record as expired only after it has observed the *same version*
   unchanged for L (or the record's own ``lease_duration`` if larger) on its own monotonic clock,
-  counted from when the read that first showed that version returned (DESIGN §4.1). The
+  counted from when the read that first showed that version returned (docs/design.md §4.1). The
   record's wall-clock timestamps are never compared with anything.
 - Every new grant gets ``fencing_token = previous + 1``; renewals keep it (§4.3).
 - The holder's deadline is anchored at the *send* time of its last confirmed write (§4.2): the

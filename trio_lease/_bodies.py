@@ -2,7 +2,7 @@
 
 Every body runs in a cancel scope that is cancelled once the grant's deadline passes, also when
 the event loop stalled past it: the cancellation then comes with the other timers that expired
-in the stall, not later, when the heartbeat's watchdog gets its turn (DESIGN §4.5,
+in the stall, not later, when the heartbeat's watchdog gets its turn (docs/design.md §4.5,
 tests/core/test_stall.py). The deadline moves later with every confirmed renewal.
 
 On trio (and any loop but asyncio) each scope carries the deadline itself, and every renewal

@@ -204,7 +204,7 @@ class Holding:
                     await self._renew_loop()
                 tg.cancel_scope.cancel()
 
-    # -- loss seen on the watch (DESIGN §4.2: learnt sooner, never a new loss) --
+    # -- loss seen on the watch (docs/design.md §4.2: learnt sooner, never a new loss) --
 
     def note_handover(self, record: LeaseRecord) -> None:
         """Set :attr:`handover_requested` if ``record`` (read or confirmed) carries a request."""

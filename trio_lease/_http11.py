@@ -8,7 +8,7 @@ as strictly as h11 or more so: ``tests/test_http11.py`` checks it against h11 on
 damaged replies (every reply it accepts, h11 reads the same way), and ``tests/test_http.py``
 runs the client on every framing over real sockets.
 
-A reply is input (DESIGN §4.8): every byte is checked against the grammar of
+A reply is input (docs/design.md §4.8): every byte is checked against the grammar of
 RFC 9112 before it counts, every buffer is bounded, and anything else is a
 :class:`ReplyError` naming the rule that failed, never the bytes. Accepted:
 

@@ -9,7 +9,7 @@
 =================  ==========================================================================
 
 The two ways of holding, :mod:`._held` and :mod:`._akka`, are independent layers on the same
-base; they share grants (reentrancy, DESIGN §4.6) through the process's registry of holdings
+base; they share grants (reentrancy, docs/design.md §4.6) through the process's registry of holdings
 (:mod:`._heartbeat`), not through code. See :mod:`._reading` for why layers, not composition.
 """
 

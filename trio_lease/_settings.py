@@ -1,6 +1,6 @@
 """LeaseSettings: the timing of a lease, validated at construction.
 
-Notation (DESIGN §4): L = ``heartbeat_timeout``, R = ``heartbeat_interval``,
+Notation (docs/design.md §4): L = ``heartbeat_timeout``, R = ``heartbeat_interval``,
 T = ``lease_operation_timeout``, D = the holder's self-expiry (``holder_deadline``),
 ρ = ``clock_rate_tolerance``, T_stop = ``stop_timeout``.
 
@@ -229,7 +229,7 @@ class LeaseSettings(BaseModel):
         return f" [not given: {', '.join(notes)}]" if notes else ""
 
     def _inequalities(self) -> list[str]:
-        """Every failed inequality of DESIGN §6 (all of them, not only the first)."""
+        """Every failed inequality of docs/design.md §6 (all of them, not only the first)."""
         L, R, T = self.heartbeat_timeout, self.heartbeat_interval, self.lease_operation_timeout
         problems = []
         if R >= L / 2:

@@ -1,4 +1,4 @@
-"""run_singleton: run one task cluster-wide, only while holding the lease (DESIGN §7).
+"""run_singleton: run one task cluster-wide, only while holding the lease (docs/design.md §7).
 
 Akka's Cluster Singleton with a lease, in structured form. A :class:`Singleton` loops
 forever: wait for the lease, run ``fn`` inside ``held()``; on loss ``fn`` is cancelled at once

@@ -1,4 +1,4 @@
-"""LeaseSettings: defaults, duration parsing, and validation per DESIGN §6."""
+"""LeaseSettings: defaults, duration parsing, and validation per docs/design.md §6."""
 
 from __future__ import annotations
 
