@@ -1,4 +1,4 @@
-"""trio_lease.health (issue 16 item 5): /healthz, /readyz and /metrics over real sockets.
+"""trio_lease.health: /healthz, /readyz and /metrics over real sockets.
 
 HealthObserver's judgement of real leases runs on virtual time (memory store, faults from
 FaultyBackend). The stuck heartbeat is made with a controllable clock given to the observer: the

@@ -1,4 +1,4 @@
-"""Each DESIGN §4 guarantee, broken on purpose, makes its named test fail.
+"""Each docs/design.md §4 guarantee, broken on purpose, makes its named test fail.
 
 Every mutation below edits one spot of a temporary copy of the package (the edit must apply
 exactly once) and runs the guarantee's test there; the test must fail. This keeps the guarantee

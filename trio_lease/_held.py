@@ -2,7 +2,7 @@
 
 The body runs in a task group next to the grant's heartbeat (:meth:`Holding.guard`), in a
 cancel scope carrying the grant's deadline. If the lease is lost, the body is cancelled and a
-bare :class:`LeaseLost` comes out (never an ``ExceptionGroup``, DESIGN §4.5); an outer
+bare :class:`LeaseLost` comes out (never an ``ExceptionGroup``, docs/design.md §4.5); an outer
 cancellation passes through unchanged while renewals go on until the body's own cleanup has
 exited; only then is the hold dropped and the lease released (:mod:`._writing`).
 

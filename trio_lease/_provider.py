@@ -1,6 +1,6 @@
 """LeaseProvider: load leases by (name, config section, owner) from a TOML file.
 
-A section names its backend and settings in the seed's kebab-case keys::
+A section names its backend and settings in Akka's kebab-case keys::
 
     [leases.nightly]
     lease-class = "sqlite"              # a registered name, or "package.module:Class"

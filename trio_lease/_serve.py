@@ -1,7 +1,7 @@
 """A tiny HTTP/1.1 server for probes and scrapes: one GET, one answer, then the connection closes.
 
-It serves :mod:`trio_lease.health` (``/healthz``, ``/readyz``, ``/metrics``) with h11, the parser
-the lean client already uses (:mod:`._lean_http`), on anyio listeners, so it runs on asyncio and
+It serves :mod:`trio_lease.health` (``/healthz``, ``/readyz``, ``/metrics``) with h11 (httpx's
+parser; the lean client has its own, :mod:`._http11`), on anyio listeners, so it runs on asyncio and
 trio alike and adds no dependency. Bounded on purpose, since a probe port can be reached by
 anything on its network: a request head of at most :data:`MAX_REQUEST_BYTES`, a body of at most
 as much (a probe sends none), :data:`REQUEST_TIMEOUT` seconds per connection and at most

@@ -180,8 +180,8 @@ class Waiter:
                 tg.start_soon(self._wake_on_changes, wakeup)
             # Jitter spreads contenders out; waiting past expiry is safe, before is not.
             # The wait that ends at the holder's expiry gets at most EXPIRY_JITTER of it,
-            # so a crash failover lands close to L (up to 20 % of the poll period late
-            # before: p99 +0.46 s at R = 1.5 s, tools/benchmarks/README.md).
+            # so a crash failover lands close to L (the full jitter there put it up to 20 % of
+            # the poll period late: tools/benchmarks/README.md, "Design measurements").
             jitter = delay * random.uniform(0.0, 0.2)
             if until_expiry:
                 jitter = min(jitter, EXPIRY_JITTER)

@@ -3,14 +3,15 @@
 Both are compare-and-swap writes decided by :mod:`._algorithm` from a fresh read:
 
 - :meth:`GrantWriter.attempt` reads, and writes a new grant if the lease can be taken (or
-  shares this owner's live grant: reentrancy, DESIGN §4.6). A write whose outcome is unknown
+  shares this owner's live grant: reentrancy, docs/design.md §4.6). A write whose outcome is unknown
   (an error, a timeout, a cancellation, an answer that does not show our write) is resolved by
   reading again: a landed grant is adopted, or released at once if the caller is being
-  cancelled (DESIGN §5.1). Conflicting writes are retried after a short jittered pause, a few
-  times at most.
+  cancelled (docs/design.md §5.1). Conflicting writes are retried after a short jittered
+  pause, a few times at most.
 - :meth:`GrantWriter.drop_hold` removes one hold of a grant; the last one ends the grant and
   :meth:`GrantWriter._release` writes an empty holder, only if a fresh read still shows our
-  grant (DESIGN §4.4), shielded from cancellation and bounded by the lease operation timeout.
+  grant (docs/design.md §4.4), shielded from cancellation and bounded by the lease operation
+  timeout.
 
 :class:`GrantWriter` is the part of a :class:`~trio_lease.Lease` that writes; it reads through
 the lease's :class:`~._reading.RecordReader` and notes what it writes in the lease's
@@ -276,7 +277,7 @@ class GrantWriter:
         return written
 
     async def _release(self, holding: Holding, *, raise_unknown: bool) -> bool:
-        """Write an empty holder if a fresh read still shows our grant (DESIGN §4.4)."""
+        """Write an empty holder if a fresh read still shows our grant (docs/design.md §4.4)."""
         error: BaseException | None = None
         with (
             anyio.CancelScope(shield=True),
