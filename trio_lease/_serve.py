@@ -129,10 +129,11 @@ class _Warnings:
         if now - self._last < WARNING_INTERVAL:
             return
         self._last = now
-        counts = ", ".join(f"{count} {kind}" for kind, count in sorted(self._pending.items()))
+        counts = ", ".join(f"{kind}: {count}" for kind, count in sorted(self._pending.items()))
         self._pending.clear()
         logger.warning(
-            "probe server: %s in the last %.0f s%s (the lease is not affected)",
+            "probe server: %s (since the last such warning, at most one every %.0f s)%s; "
+            "the lease is not affected",
             counts,
             WARNING_INTERVAL,
             f"; last: {detail}" if detail else "",
@@ -174,14 +175,13 @@ class ProbeServer:
                 return
             except Exception as exc:  # out of fds, buffers, memory; an aborted connection
                 self.stats.accept_errors += 1
-                code = _errno(exc)
-                if code in _OUT_OF_FILES:
-                    self._lower_capacity()
                 delay = min(max(2 * delay, ACCEPT_BACKOFF), ACCEPT_BACKOFF_MAX)
                 self._warnings.note(
                     "accept errors",
                     f"{_describe(exc)}; accepting again in {delay * 1000:.0f} ms",
                 )
+                if _errno(exc) in _OUT_OF_FILES:
+                    self._lower_capacity()
                 await anyio.sleep(delay)
                 continue
             delay = 0.0
