@@ -83,6 +83,8 @@ Answer = tuple[int, str, bytes]
 Handler = Callable[[str], Answer]
 
 _TEXT = "text/plain; charset=utf-8"
+#: Reason phrases of RFC 9110 that older Pythons name otherwise.
+_REASONS = {413: b"Content Too Large"}
 
 
 @dataclasses.dataclass
@@ -360,7 +362,7 @@ async def _send(
         ("Connection", "close"),
         *(extra or []),
     ]
-    reason = http.HTTPStatus(status).phrase.encode("ascii")
+    reason = _REASONS.get(status) or http.HTTPStatus(status).phrase.encode("ascii")
     out = conn.send(h11.Response(status_code=status, headers=headers, reason=reason)) or b""
     if not head_only:
         out += conn.send(h11.Data(data=body)) or b""

@@ -30,11 +30,10 @@ loss is told. Stuck means that did not happen. The observer's clock (default
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -269,13 +268,23 @@ class HealthServer:
         self.port: int = port
         #: Once entered, what the server had to refuse (shed connections, timeouts, ...).
         self.stats = ServerStats()
-        self._running_cm: contextlib.AbstractAsyncContextManager[HealthServer] | None = None
+        self._running: tuple[anyio.abc.TaskGroup, anyio.abc.Listener[Any]] | None = None
 
     async def __aenter__(self) -> HealthServer:
-        running = self._running()
-        entered = await running.__aenter__()
-        self._running_cm = running
-        return entered
+        # Listen before the task group, so a port in use raises OSError itself, not a group.
+        listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
+        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        server = _server(self.health, self.metrics)
+        self.stats = server.stats
+        group = anyio.create_task_group()
+        try:
+            await group.__aenter__()
+        except BaseException:
+            await anyio.aclose_forcefully(listener)
+            raise
+        group.start_soon(server.serve, listener)
+        self._running = group, listener
+        return self
 
     async def __aexit__(
         self,
@@ -283,26 +292,17 @@ class HealthServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        running, self._running_cm = self._running_cm, None
-        assert running is not None, "HealthServer was not entered"
-        return await running.__aexit__(exc_type, exc, tb)
-
-    @contextlib.asynccontextmanager
-    async def _running(self) -> AsyncIterator[HealthServer]:
-        # Listen before the task group, so a port in use raises OSError itself, not a group.
-        listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
-        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        server = _server(self.health, self.metrics)
-        self.stats = server.stats
+        assert self._running is not None, "HealthServer was not entered"
+        (group, listener), self._running = self._running, None
+        # serve() never raises (it logs a failure and stops serving), so the group is only
+        # ever cancelled here: the block never sees the server fail. The block's own error
+        # is not handed to the group, so it leaves as itself, not inside an exception group.
+        group.cancel_scope.cancel()
         try:
-            # serve() never raises (a failure is logged and ends the serving), so this task
-            # group is only ever cancelled here: the block's code never sees the server fail.
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(server.serve, listener)
-                yield self
-                tg.cancel_scope.cancel()
+            await group.__aexit__(None, None, None)
         finally:
             await anyio.aclose_forcefully(listener)  # in case the task never started
+        return None
 
 
 _public.publish(globals())
