@@ -15,6 +15,7 @@ import itertools
 import resource
 import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -193,3 +194,74 @@ def test_thousands_of_idle_connections_leave_renewals_on_time_and_rss_bounded(
     scrape = until_status(base + "/metrics", 200).text
     shed = metric(scrape, "trio_lease_probe_connections_shed_total")
     assert shed is not None and shed >= 3000 - 128, scrape
+
+
+@contextlib.contextmanager
+def slow_and_flooding_clients(port: int, slow: int, flooders: int) -> Iterator[list[int]]:
+    """``slow`` connections sending a request head a byte every 100 ms, and ``flooders``
+    threads sending whole requests back to back, each on a new connection; the list counts
+    the flood's requests. All stopped and closed on exit."""
+    stop = threading.Event()
+    counts = [0] * flooders
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    def trickle() -> None:
+        sockets: list[socket.socket] = []
+        try:
+            for _ in range(slow):
+                with contextlib.suppress(OSError):
+                    sockets.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            offset = 0
+            while not stop.wait(0.1):
+                for sock in sockets:
+                    with contextlib.suppress(OSError):
+                        sock.send(request[offset % len(request) : offset % len(request) + 1])
+                offset += 1
+        finally:
+            for sock in sockets:
+                sock.close()
+
+    def flood(index: int) -> None:
+        while not stop.is_set():
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", port), timeout=5) as sock,
+            ):
+                sock.sendall(request)
+                while sock.recv(4096):
+                    pass
+                counts[index] += 1
+
+    threads = [threading.Thread(target=trickle)]
+    threads += [threading.Thread(target=flood, args=(i,)) for i in range(flooders)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield counts
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+
+
+@loops
+def test_slow_and_flooding_clients_leave_probes_and_renewals_on_time(cli: Cli, loop: str) -> None:
+    """64 clients trickling their request a byte every 100 ms and 4 threads sending requests
+    back to back, for 8 heartbeat intervals: three kubelet-style probes (1 s timeout; the
+    kubelet restarts after three failures in a row) get at least one 200, the record keeps its
+    holder and gets a new version at least every 4 R, and the trickling clients are timed out
+    (counted on /metrics)."""
+    running, base, port = start_holder(cli, loop)
+    before = read_record(cli.db)
+    assert before is not None
+    with slow_and_flooding_clients(port, slow=64, flooders=4) as flooded:
+        seen, longest_gap = watch_renewals(cli.db, 8 * R)
+        answered = [probe(base + "/healthz") for _ in range(3)]
+    assert running.process.poll() is None, running.stderr()
+    assert 200 in answered, answered
+    assert sum(flooded) > 0
+    assert {(r.holder, r.fencing_token) for r in seen} == {(before.holder, before.fencing_token)}
+    assert len(seen) >= 4 and longest_gap < 4 * R, (seen, longest_gap)
+    scrape = until_status(base + "/metrics", 200).text
+    timeouts = metric(scrape, "trio_lease_probe_timeouts_total")
+    assert timeouts is not None and timeouts >= 64, scrape
