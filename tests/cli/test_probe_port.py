@@ -198,12 +198,14 @@ def test_thousands_of_idle_connections_leave_renewals_on_time_and_rss_bounded(
 
 @contextlib.contextmanager
 def slow_and_flooding_clients(port: int, slow: int, flooders: int) -> Iterator[list[int]]:
-    """``slow`` connections sending a request head a byte every 100 ms, and ``flooders``
-    threads sending whole requests back to back, each on a new connection; the list counts
-    the flood's requests. All stopped and closed on exit."""
+    """``slow`` connections sending a 140-byte request head a byte every 100 ms (14 s for the
+    whole head, longer than the test), and ``flooders`` threads sending whole requests back to
+    back, each on a new connection; the list counts the flood's requests. All stopped and
+    closed on exit."""
     stop = threading.Event()
     counts = [0] * flooders
     request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    padded = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 100 + b"\r\n\r\n"
 
     def trickle() -> None:
         sockets: list[socket.socket] = []
@@ -215,7 +217,7 @@ def slow_and_flooding_clients(port: int, slow: int, flooders: int) -> Iterator[l
             while not stop.wait(0.1):
                 for sock in sockets:
                     with contextlib.suppress(OSError):
-                        sock.send(request[offset % len(request) : offset % len(request) + 1])
+                        sock.send(padded[offset : offset + 1])
                 offset += 1
         finally:
             for sock in sockets:
