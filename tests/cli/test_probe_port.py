@@ -267,3 +267,30 @@ def test_slow_and_flooding_clients_leave_probes_and_renewals_on_time(cli: Cli, l
     scrape = until_status(base + "/metrics", 200).text
     timeouts = metric(scrape, "trio_lease_probe_timeouts_total")
     assert timeouts is not None and timeouts >= 64, scrape
+
+
+def test_healthz_answers_with_a_reason_phrase_and_nosniff(cli: Cli) -> None:
+    """`trio-lease run --health-port 0`: /healthz's status line is ``HTTP/1.1 200 OK`` and the
+    answer says ``X-Content-Type-Options: nosniff``."""
+    _, _, port = start_holder(cli, "asyncio")
+    with socket.create_connection(("127.0.0.1", port), timeout=PATIENCE) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+    head = reply.partition(b"\r\n\r\n")[0].split(b"\r\n")
+    assert head[0] == b"HTTP/1.1 200 OK"
+    assert b"X-Content-Type-Options: nosniff" in head
+
+
+def test_the_probe_server_binds_ipv6(cli: Cli) -> None:
+    """--health-host ::1 listens on IPv6 loopback: the serving line shows ``http://[::1]:PORT``
+    and /healthz answers there."""
+    log, child = cli.child("child")
+    running = cli.start(
+        "run", "job", *FAST, "--health-port", "0", "--health-host", "::1", "--", *child
+    )
+    base = served(running, 1)["/healthz"]
+    assert base.startswith("http://[::1]:")
+    wait_for_event(log, "start", running)
+    assert until_status(base + "/healthz", 200).status_code == 200
