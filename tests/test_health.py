@@ -481,3 +481,17 @@ async def test_an_error_in_the_block_leaves_the_server_as_itself() -> None:
     assert type(caught.value) is LookupError
     with pytest.raises(OSError):
         await anyio.connect_tcp("127.0.0.1", server.port)
+
+
+@real_time
+async def test_a_cancelled_block_leaves_the_server_promptly() -> None:
+    """A cancel scope around the HealthServer block, expiring while the block waits: the scope
+    catches its cancellation (nothing else comes out) well within its 10 s bound, and the port
+    is closed."""
+    with anyio.move_on_after(10) as outer:
+        with anyio.move_on_after(0.2) as inner:
+            async with HealthServer(HealthObserver()) as server:
+                await anyio.sleep_forever()
+    assert inner.cancelled_caught and not outer.cancelled_caught
+    with pytest.raises(OSError):
+        await anyio.connect_tcp("127.0.0.1", server.port)

@@ -23,6 +23,12 @@ request                 answer
 ``/metrics``            the Prometheus text format of ``registry`` (when one is given), else 404.
 ======================  ===========================================================================
 
+The server answers one request per connection and bounds every client's work (at most 128
+connections, the oldest waiting one closed for a new one; 2 s from accept to answer; a 4 KiB
+head; no body); its failures are logged and never reach the lease or the ``async with`` block
+(:mod:`trio_lease._serve`, docs/operations.md "The probe server"). With ``metrics``, ``/metrics``
+also has the server's own ``trio_lease_probe_*`` counters.
+
 A lease that fails to renew is not stuck: its heartbeat loses it at its deadline, and the
 loss is told. Stuck means that did not happen. The observer's clock (default
 :func:`anyio.current_time`) is the one its deadlines are measured on.
