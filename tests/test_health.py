@@ -495,3 +495,27 @@ async def test_a_cancelled_block_leaves_the_server_promptly() -> None:
     assert inner.cancelled_caught and not outer.cancelled_caught
     with pytest.raises(OSError):
         await anyio.connect_tcp("127.0.0.1", server.port)
+
+
+class ServeOnlyListener(FailingListener):
+    """A listener that can only serve(), not accept(): the probe server cannot use it."""
+
+    accept = None  # type: ignore[assignment]
+
+
+async def test_a_server_that_cannot_run_logs_and_returns_without_raising(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """serve() on a listener it cannot accept from: a WARNING with the reason, and serve()
+    returns instead of raising into the caller's task group, whose other task runs on."""
+    server = ProbeServer(lambda target: (200, "text/plain", b"ok\n"))
+    ticks = 0
+    with caplog.at_level(logging.WARNING, logger="trio_lease"):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve, ServeOnlyListener(0))
+            for _ in range(10):
+                await anyio.sleep(1)
+                ticks += 1
+    assert ticks == 10
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "stopped by an error" in warning.getMessage() and warning.exc_info is not None

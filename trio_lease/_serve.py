@@ -160,6 +160,9 @@ class ProbeServer:
             async with listener, anyio.create_task_group() as tg:
                 listeners = getattr(listener, "listeners", [listener])
                 for one in listeners:
+                    if not callable(getattr(one, "accept", None)):
+                        raise TypeError(f"cannot accept from a {type(one).__name__}")
+                for one in listeners:
                     tg.start_soon(self._accept_loop, one, tg)
         except Exception:
             logger.warning(
@@ -252,10 +255,8 @@ async def serve_http(listener: anyio.abc.Listener[anyio.abc.ByteStream], handler
 
 
 async def _accept(listener: anyio.abc.Listener[anyio.abc.ByteStream]) -> anyio.abc.ByteStream:
-    accept = getattr(listener, "accept", None)
-    if accept is None:
-        raise TypeError(f"cannot accept from {type(listener).__name__}: it has no accept()")
-    stream: anyio.abc.ByteStream = await accept()
+    """The next connection (``serve`` checked that the listener has ``accept()``)."""
+    stream: anyio.abc.ByteStream = await listener.accept()  # type: ignore[attr-defined]
     return stream
 
 
