@@ -67,6 +67,12 @@ def idle_connections(port: int, count: int) -> Iterator[list[socket.socket]]:
     """``count`` connections to ``port`` that never send a byte, fewer if the port stops
     taking them (its server is gone: the test's checks then say why); all closed on exit."""
     sockets: list[socket.socket] = []
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = count + 256  # the sockets, and what pytest and the test already have open
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            pytest.fail(f"this test needs {needed} open files; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
     try:
         for _ in range(count):
             try:
