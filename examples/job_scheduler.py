@@ -1,4 +1,4 @@
-"""The seed's example: a job scheduler that must run on exactly one node, as a singleton.
+"""A job scheduler that runs on exactly one node at a time, as a singleton (Akka's use case).
 
     python examples/job_scheduler.py [DATABASE] [asyncio|trio]
 

@@ -8,7 +8,7 @@ instead, by overriding ``anyio_backend`` in their module.
 
 ``every_world`` is the backend-parametrised fixture: a :class:`World` (a shared store, its
 settings and its clients) on each :class:`Store` of :data:`STORES`, on asyncio and trio. The
-DESIGN §4 guarantee tests (tests/core/test_guarantees.py) and the conformance suite
+docs/design.md §4 guarantee tests (tests/core/test_guarantees.py) and the conformance suite
 (tests/backends/test_conformance.py) take it, so both run on every backend. A store decides its
 clock: ``anyio_backend`` gives a test that uses ``every_world`` real time when its store needs
 it (SQLite, etcd), and such a test is bounded by the store's ``limit``.
@@ -63,7 +63,7 @@ REAL_TIME_LIMIT = 60.0
 
 #: How often a test on a real-time store runs again when its holder lost the lease by its
 #: deadline (:data:`STARVED`). There a store that answered no renewal for L = 1.2 s (etcd's
-#: fsync, SQLite's writer, the machine's other work) makes the holder lose, as DESIGN §4.3
+#: fsync, SQLite's writer, the machine's other work) makes the holder lose, as docs/design.md §4.3
 #: requires, and says nothing about the guarantee the test checks; a test broken by the code
 #: fails every run. Each rerun shows in the summary ("rerun"); virtual time never reruns.
 REAL_TIME_RERUNS = 2

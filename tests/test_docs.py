@@ -47,11 +47,11 @@ PRESETS = table_rows(section(DOCS / "tuning.md", "Presets"))
 
 
 def test_tuning_presets_table_is_not_empty() -> None:
-    """docs/tuning.md has a presets table including the CLI's and the seed's defaults."""
+    """docs/tuning.md has a presets table including the CLI's and Akka's defaults."""
     names = [row[0] for row in PRESETS]
     assert len(names) >= 4
     assert any("CLI default" in name for name in names)
-    assert any("seed default" in name for name in names)
+    assert any("Akka default" in name for name in names)
 
 
 @pytest.mark.parametrize("row", PRESETS, ids=[row[0] for row in PRESETS])
@@ -111,11 +111,14 @@ def test_tuning_snippet_prints_what_its_comment_says() -> None:
     ids=["interval", "safety"],
 )
 def test_tuning_error_examples_are_the_real_messages(options: dict[str, float]) -> None:
-    """The validation messages quoted in docs/tuning.md are the ones LeaseSettings raises."""
+    """The validation messages quoted in docs/tuning.md are, line for line and with their
+    `invalid lease settings:` prefix, the ones LeaseSettings raises."""
     with pytest.raises(LeaseConfigError) as caught:
         LeaseSettings(**options)
-    message = str(caught.value).removeprefix("invalid lease settings: ")
-    assert message in section(DOCS / "tuning.md", "Validation rules")
+    message = str(caught.value)
+    assert message.startswith("invalid lease settings: ")
+    [quoted] = code_blocks(section(DOCS / "tuning.md", "Validation rules"), "")
+    assert message in quoted.splitlines()
 
 
 def snippet_files_of_the_testing_guide() -> dict[str, str]:

@@ -32,7 +32,7 @@ def test_hold_examples_run_and_print_a_token(tmp_path: Path, program: str) -> No
 
 
 def test_akka_style_example(tmp_path: Path) -> None:
-    """acquire/check_lease/release behave as the seed's contract says."""
+    """acquire/check_lease/release behave as Akka's Lease contract says."""
     out = run_example("akka_style.py", str(tmp_path / "leases.sqlite3"))
     assert out.splitlines() == [
         "node-a acquired: True",

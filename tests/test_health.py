@@ -1,4 +1,4 @@
-"""trio_lease.health (issue 16 item 5): /healthz, /readyz and /metrics over real sockets.
+"""trio_lease.health: /healthz, /readyz and /metrics over real sockets.
 
 HealthObserver's judgement of real leases runs on virtual time (memory store, faults from
 FaultyBackend). The stuck heartbeat is made with a controllable clock given to the observer: the
@@ -9,10 +9,17 @@ connection where a client misbehaves on purpose.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import itertools
+import logging
+import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -22,7 +29,14 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from trio_lease import Lease, LeaseInfo, LeaseLost
-from trio_lease._serve import MAX_REQUEST_BYTES
+from trio_lease._serve import (
+    ACCEPT_BACKOFF,
+    ACCEPT_BACKOFF_MAX,
+    MAX_CONNECTIONS,
+    MAX_REQUEST_BYTES,
+    TIMEOUT,
+    ProbeServer,
+)
 from trio_lease.backends.memory import MemoryBackend
 from trio_lease.health import HealthObserver, HealthServer, serve_health
 from trio_lease.metrics import PrometheusMetrics
@@ -273,3 +287,235 @@ def test_the_operations_guide_snippet_prints_what_its_comments_say(tmp_path: Pat
     assert result.returncode == 0, result.stderr
     expected = re.findall(r"# (\S+)$", snippet, flags=re.MULTILINE)
     assert result.stdout.split() == expected == ["503", "200", "200", "True"]
+
+
+# -- the probe server's bounds and its answers to what it does not serve ------------------------
+
+
+async def raw_head(port: int, data: bytes) -> tuple[bytes, dict[bytes, bytes], bytes]:
+    """Send ``data``, read the whole reply: (status line, headers by lowercase name, body)."""
+    reply = await raw_exchange(port, data)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    status, *lines = head.split(b"\r\n")
+    headers = {name.lower(): value for name, _, value in (li.partition(b": ") for li in lines)}
+    return status, headers, body
+
+
+@real_time
+async def test_every_answer_has_a_reason_phrase_and_nosniff() -> None:
+    """200, 404 and 503 answers: a status line with its reason phrase (``200 OK``), plain text,
+    ``X-Content-Type-Options: nosniff``, ``Connection: close``."""
+    async with HealthServer(HealthObserver()) as server:
+        for target, line in (
+            (b"/healthz", b"HTTP/1.1 200 OK"),
+            (b"/nothing", b"HTTP/1.1 404 Not Found"),
+            (b"/readyz?leader=1", b"HTTP/1.1 503 Service Unavailable"),
+        ):
+            request = b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+            status, headers, _ = await raw_head(server.port, request)
+            assert status == line
+            assert headers[b"x-content-type-options"] == b"nosniff"
+            assert headers[b"content-type"].startswith(b"text/plain")
+            assert headers[b"connection"] == b"close"
+
+
+@real_time
+async def test_refusals_say_what_they_refuse() -> None:
+    """405 names the allowed methods in Allow; 413 (a GET announcing a body, answered before
+    the body is sent), 431 and 505 have their own reason and text, not "bad request"; absolute-
+    form and asterisk targets get 400."""
+    async with HealthServer(HealthObserver()) as server:
+        status, headers, body = await raw_head(
+            server.port, b"POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        )
+        assert (status, headers[b"allow"]) == (b"HTTP/1.1 405 Method Not Allowed", b"GET, HEAD")
+        with anyio.fail_after(5):  # the 10 announced bytes never come: no wait for them
+            status, _, body = await raw_head(
+                server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n"
+            )
+        assert status == b"HTTP/1.1 413 Content Too Large" and b"no body" in body
+        huge = b"X-Big: " + b"a" * MAX_REQUEST_BYTES + b"\r\n"
+        status, _, body = await raw_head(server.port, b"GET / HTTP/1.1\r\n" + huge)
+        assert status == b"HTTP/1.1 431 Request Header Fields Too Large"
+        assert f"at most {MAX_REQUEST_BYTES} bytes".encode() in body
+        status, _, body = await raw_head(server.port, b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n")
+        assert status == b"HTTP/1.1 505 HTTP Version Not Supported" and b"HTTP/1.1" in body
+        for target in (b"http://x/healthz", b"*"):
+            request = b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+            status, _, body = await raw_head(server.port, request)
+            assert status == b"HTTP/1.1 400 Bad Request" and b"path" in body
+        for reply in (b"bad request", b"bad request\n"):
+            assert body != reply
+
+
+@real_time
+async def test_a_requested_lease_name_is_repeated_as_bounded_plain_text() -> None:
+    """/readyz?leader=1&name=... answers 503 naming the lease with control and non-ASCII
+    characters as ``?``, no repr() quoting, and at most 64 characters of it."""
+    async with HealthServer(HealthObserver()) as server, httpx.AsyncClient() as client:
+        base = f"http://127.0.0.1:{server.port}/readyz?leader=1&name="
+        odd = await client.get(base + "a%0D%0AX-Evil:%201%27%C3%A9")
+        assert odd.status_code == 503
+        assert odd.text == "not holding the lease named a??X-Evil: 1'?\n"
+        long = await client.get(base + "n" * 500)
+        assert long.text == f"not holding the lease named {'n' * 64}...\n"
+
+
+@real_time
+async def test_a_silent_connection_is_closed_at_its_deadline_and_counted() -> None:
+    """A connection that sends nothing is closed TIMEOUT after accept (the wait for its close
+    is bounded generously, at TIMEOUT + 8 s, against a loaded machine) and counted as a
+    timeout."""
+    async with HealthServer(HealthObserver()) as server:
+        async with await anyio.connect_tcp("127.0.0.1", server.port) as silent:
+            started = anyio.current_time()
+            with anyio.fail_after(TIMEOUT + 8), pytest.raises(anyio.EndOfStream):
+                await silent.receive()
+            assert anyio.current_time() - started >= TIMEOUT * 0.9
+        with anyio.fail_after(5):
+            while server.stats.open:
+                await anyio.sleep(0.01)
+        assert (server.stats.timeouts, server.stats.shed) == (1, 0)
+
+
+@real_time
+async def test_a_full_server_sheds_its_oldest_waiting_connection_for_a_probe() -> None:
+    """MAX_CONNECTIONS idle connections fill the server; a probe still gets its 200, the
+    oldest idle connection is the one closed, and each shed connection is counted."""
+    async with HealthServer(HealthObserver()) as server, contextlib.AsyncExitStack() as stack:
+        idle = [
+            await stack.enter_async_context(await anyio.connect_tcp("127.0.0.1", server.port))
+            for _ in range(MAX_CONNECTIONS)
+        ]
+        with anyio.fail_after(5):
+            while server.stats.open < MAX_CONNECTIONS:
+                await anyio.sleep(0.01)
+        async with httpx.AsyncClient() as client:
+            with anyio.fail_after(5):
+                reply = await client.get(f"http://127.0.0.1:{server.port}/healthz")
+        assert reply.status_code == 200
+        assert server.stats.shed == 1
+        with anyio.fail_after(5), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+            await idle[0].receive()
+
+
+@real_time
+async def test_metrics_count_what_the_probe_server_refused() -> None:
+    """With a registry, /metrics also has the probe server's own counters and gauges: a
+    timed-out connection shows in trio_lease_probe_timeouts_total."""
+    registry = CollectorRegistry()
+    async with HealthServer(metrics=registry) as server, httpx.AsyncClient() as client:
+        async with await anyio.connect_tcp("127.0.0.1", server.port) as silent:
+            with anyio.fail_after(TIMEOUT + 8), pytest.raises(anyio.EndOfStream):
+                await silent.receive()
+        scraped = (await client.get(f"http://127.0.0.1:{server.port}/metrics")).text
+    samples = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(scraped)
+        for sample in family.samples
+    }
+    assert samples["trio_lease_probe_timeouts_total"] == 1
+    assert samples["trio_lease_probe_connections_shed_total"] == 0
+    assert samples["trio_lease_probe_accept_errors_total"] == 0
+    assert samples["trio_lease_probe_connections_max"] == MAX_CONNECTIONS
+    assert samples["trio_lease_probe_connections"] == 1  # the scrape itself
+
+
+class FailingListener(anyio.abc.Listener[anyio.abc.ByteStream]):
+    """A listener whose accept() fails like a process out of file descriptors, then waits."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls: list[float] = []
+
+    async def accept(self) -> anyio.abc.ByteStream:
+        self.calls.append(anyio.current_time())
+        if len(self.calls) <= self.failures:
+            error = OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+            if len(self.calls) % 2:  # as trio's arrive through anyio
+                raise anyio.BrokenResourceError from error
+            raise error
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def serve(self, handler: Any, task_group: Any = None) -> None:
+        raise AssertionError("the probe server accepts by itself")
+
+    async def aclose(self) -> None:
+        pass
+
+    @property
+    def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
+        return {}
+
+
+async def test_accept_errors_back_off_doubling_are_counted_and_warned_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Twelve EMFILE accept errors in a row (plain and wrapped in BrokenResourceError): the
+    pauses double from ACCEPT_BACKOFF to ACCEPT_BACKOFF_MAX, all are counted, one WARNING
+    names EMFILE (rate-limited), the cap drops, and the caller's task never sees an error."""
+    listener = FailingListener(12)
+    server = ProbeServer(lambda target: (200, "text/plain", b"ok\n"))
+    with caplog.at_level(logging.WARNING, logger="trio_lease"):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve, listener)
+            await anyio.sleep(30)
+            tg.cancel_scope.cancel()
+    pauses = [round(b - a, 3) for a, b in itertools.pairwise(listener.calls)]
+    expected = [min(ACCEPT_BACKOFF * 2**n, ACCEPT_BACKOFF_MAX) for n in range(12)]
+    assert pauses == pytest.approx(expected, abs=0.002)
+    assert server.stats.accept_errors == 12
+    assert server.stats.capacity < MAX_CONNECTIONS
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "EMFILE" in warnings[0], warnings
+
+
+@real_time
+async def test_an_error_in_the_block_leaves_the_server_as_itself() -> None:
+    """An exception raised in the HealthServer block comes out as itself, not in a group, and
+    the port is closed."""
+    with pytest.raises(LookupError, match="from the block") as caught:
+        async with HealthServer(HealthObserver()) as server:
+            raise LookupError("from the block")
+    assert type(caught.value) is LookupError
+    with pytest.raises(OSError):
+        await anyio.connect_tcp("127.0.0.1", server.port)
+
+
+@real_time
+async def test_a_cancelled_block_leaves_the_server_promptly() -> None:
+    """A cancel scope around the HealthServer block, expiring while the block waits: the scope
+    catches its cancellation (nothing else comes out) well within its 10 s bound, and the port
+    is closed."""
+    with anyio.move_on_after(10) as outer:
+        with anyio.move_on_after(0.2) as inner:
+            async with HealthServer(HealthObserver()) as server:
+                await anyio.sleep_forever()
+    assert inner.cancelled_caught and not outer.cancelled_caught
+    with pytest.raises(OSError):
+        await anyio.connect_tcp("127.0.0.1", server.port)
+
+
+class ServeOnlyListener(FailingListener):
+    """A listener that can only serve(), not accept(): the probe server cannot use it."""
+
+    accept = None  # type: ignore[assignment]
+
+
+async def test_a_server_that_cannot_run_logs_and_returns_without_raising(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """serve() on a listener it cannot accept from: a WARNING with the reason, and serve()
+    returns instead of raising into the caller's task group, whose other task runs on."""
+    server = ProbeServer(lambda target: (200, "text/plain", b"ok\n"))
+    ticks = 0
+    with caplog.at_level(logging.WARNING, logger="trio_lease"):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve, ServeOnlyListener(0))
+            for _ in range(10):
+                await anyio.sleep(1)
+                ticks += 1
+    assert ticks == 10
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "stopped by an error" in warning.getMessage() and warning.exc_info is not None

@@ -1,4 +1,4 @@
-"""trio_lease.metrics (issue 16 item 2): Prometheus metrics of real leases, in a real registry.
+"""trio_lease.metrics: Prometheus metrics of real leases, in a real registry.
 
 The lease tests run on virtual time (memory store, faults injected by FaultyBackend); the scrape
 test serves the registry over a real socket on both loops and parses the text format with

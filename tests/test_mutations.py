@@ -1,4 +1,4 @@
-"""Each DESIGN §4 guarantee, broken on purpose, makes its named test fail.
+"""Each docs/design.md §4 guarantee, broken on purpose, makes its named test fail.
 
 Every mutation below edits one spot of a temporary copy of the package (the edit must apply
 exactly once) and runs the guarantee's test there; the test must fail. This keeps the guarantee
@@ -77,7 +77,7 @@ MUTATIONS = [
         "4.2 the deadline is anchored at send time",
         "trio_lease/_writing.py",
         "            send_time=send,\n",
-        "            send_time=self._clock(),\n",
+        "            send_time=self._state.clock(),\n",
         f"{GUARANTEES}::test_g2_deadline_is_anchored_at_send_time_not_reply",
     ),
     Mutation(
@@ -128,9 +128,9 @@ MUTATIONS = [
         "4.4 release is shielded",
         "trio_lease/_writing.py",
         "            anyio.CancelScope(shield=True),\n"
-        "            anyio.move_on_after(self.settings.lease_operation_timeout) as scope,",
+        "            anyio.move_on_after(self._state.settings.lease_operation_timeout) as scope,",
         "            anyio.CancelScope(),\n"
-        "            anyio.move_on_after(self.settings.lease_operation_timeout) as scope,",
+        "            anyio.move_on_after(self._state.settings.lease_operation_timeout) as scope,",
         f"{GUARANTEES}::test_g4_release_is_shielded_and_bounded",
     ),
     Mutation(
@@ -138,7 +138,7 @@ MUTATIONS = [
         "trio_lease/_held.py",
         "                if holding.lost_cause is not None:\n                    body.cancel()",
         "                if holding.lost_cause is not None:\n                    body.cancel()\n"
-        "                    raise LeaseLost(self.name, holding.lost_cause)",
+        "                    raise LeaseLost(self._state.name, holding.lost_cause)",
         f"{GUARANTEES}::test_g5_loss_cancels_body_and_raises_bare_lease_lost",
     ),
     Mutation(
@@ -188,9 +188,9 @@ MUTATIONS = [
     ),
     Mutation(
         "4.7 identity includes a per-process incarnation",
-        "trio_lease/_reading.py",
-        'self.identity: str = f"{owner}_{incarnation()}"',
-        "self.identity: str = owner",
+        "trio_lease/_lease.py",
+        'identity = f"{owner}_{incarnation()}"',
+        "identity = owner",
         f"{GUARANTEES}::test_g7_identity_is_owner_plus_incarnation",
     ),
     Mutation(

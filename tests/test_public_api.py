@@ -1,4 +1,4 @@
-"""`import trio_lease` exposes the names of DESIGN §3; the exception tree is as documented;
+"""`import trio_lease` exposes the names of docs/design.md §3; the exception tree is as documented;
 public names report public modules, are documented, and the version is the package's."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ DESIGN_NAMES = {
 
 
 def test_design_names_are_exported() -> None:
-    """Every public name of DESIGN §3 is importable from trio_lease and listed in __all__."""
+    """Every public name of docs/design.md §3 is importable from trio_lease and in __all__."""
     missing = {name for name in DESIGN_NAMES if not hasattr(trio_lease, name)}
     assert missing == set()
     assert set(trio_lease.__all__) >= DESIGN_NAMES

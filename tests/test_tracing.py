@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing (issue 16 item 3): acquire, hold and release spans of each grant.
+"""OpenTelemetry tracing: acquire, hold and release spans of each grant.
 
 Spans go to an SDK TracerProvider made per test (never the global one) with an in-memory
 exporter. Timestamps follow the event loop's clock, so on virtual time span durations are the

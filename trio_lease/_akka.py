@@ -2,13 +2,15 @@
 
 ``acquire()`` tries once and, when granted, leaves the grant's heartbeat running in a host
 task group (:mod:`._host`) opened by ``async with lease:`` or by the :class:`LeaseProvider` that
-handed the lease out (:meth:`AkkaLease.attach_host`). ``on_lost(cause)`` is called once if the
-grant is later lost. ``release()`` (or leaving the host) drops the hold; :func:`end_hosted_hold`
-is how a closing :class:`LeaseProvider` ends the holds of the leases it hosts.
+handed the lease out (:meth:`AkkaHost.attach`). ``on_lost(cause)`` is called once if the
+grant is later lost. ``release()`` (or leaving the host) drops the hold;
+:meth:`AkkaHost.end_hosted` is how a closing host (``async with lease:`` or a
+:class:`LeaseProvider`) ends it.
 
-This layer of :class:`~trio_lease.Lease` sits on :mod:`._writing` (see :mod:`._reading` for
-why layers) and beside :mod:`._held`: the two ways of holding share grants (reentrancy) but not
-code.
+:class:`AkkaHost` is the part of a :class:`~trio_lease.Lease` that does this; it attempts and
+releases through the lease's :class:`~._writing.GrantWriter`. It sits beside :mod:`._held`: the
+two ways of holding share grants (reentrancy, docs/design.md §4.6) through the process's registry
+of holdings (:mod:`._heartbeat`), not through code or state.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import logging
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Self
 
 import anyio
 from anyio.abc import TaskGroup
@@ -27,47 +28,53 @@ from . import _algorithm as algo
 from ._exceptions import LeaseError, LeaseLost
 from ._heartbeat import Holding
 from ._host import close_host, open_host
-from ._writing import LeaseWriting
+from ._state import LeaseState
+from ._writing import GrantWriter
 
-__all__ = ["AkkaLease", "LostCallback", "end_hosted_hold"]
+__all__ = ["AkkaHost", "LostCallback"]
 
 logger = logging.getLogger("trio_lease")
 
 LostCallback = Callable[[BaseException | None], object]
 
 
-class AkkaLease(LeaseWriting):
-    """The layer of :class:`~trio_lease.Lease` with the Akka-style API and its host."""
+class AkkaHost:
+    """The Akka-style API of a lease: what :meth:`acquire` holds, and the task group hosting it."""
 
-    # The host and what acquire() holds (class-level defaults: no layer needs __init__).
-    _host: TaskGroup | None = None
-    _host_stack: AsyncExitStack | None = None
-    _akka: _AkkaHold | None = None
+    __slots__ = ("_hold", "_host", "_host_stack", "_state", "_writer")
 
-    async def __aenter__(self) -> Self:
+    def __init__(self, state: LeaseState, writer: GrantWriter) -> None:
+        self._state = state
+        self._writer = writer
+        # The host and what acquire() holds.
+        self._host: TaskGroup | None = None
+        self._host_stack: AsyncExitStack | None = None
+        self._hold: _AkkaHold | None = None
+
+    async def enter(self) -> None:
         """Open the task group that hosts the heartbeat of :meth:`acquire`."""
         if self._host is not None:
-            raise LeaseError(f"lease {self.name!r} is already entered")
+            raise LeaseError(f"lease {self._state.name!r} is already entered")
         self._host_stack, self._host = await open_host()
-        return self
 
-    async def __aexit__(
+    async def exit(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
+        """End what :meth:`acquire` holds, then close the host task group (one error out bare)."""
         stack, self._host_stack = self._host_stack, None
 
         async def end_hold() -> None:
-            await end_hosted_hold(self)
+            await self.end_hosted()
 
         try:
             return await close_host(stack, end_hold, exc_type, exc, tb)  # noqa: ASYNC102  close_host shields and bounds the release
         finally:
             self._host = None
 
-    def attach_host(self, host: TaskGroup | None) -> None:
+    def attach(self, host: TaskGroup | None) -> None:
         """Host :meth:`acquire`'s heartbeat in ``host`` (used by :class:`LeaseProvider`)."""
         self._host = host
 
@@ -82,15 +89,15 @@ class AkkaLease(LeaseWriting):
         if self._host is None:
             raise LeaseError(
                 f"acquire() needs a task group to host the heartbeat: call it inside "
-                f"`async with lease:` (or `async with provider:`) for lease {self.name!r}"
+                f"`async with lease:` (or `async with provider:`) for lease {self._state.name!r}"
             )
-        if self._akka is not None and self._akka.holding.is_valid():
+        if self._hold is not None and self._hold.holding.is_valid():
             return True
-        attempt = await self._attempt()
+        attempt = await self._writer.attempt()
         if isinstance(attempt, algo.Busy):
             return False
         hold = _AkkaHold(attempt, on_lost)
-        self._akka = hold
+        self._hold = hold
         self._host.start_soon(self._run_akka_hold, hold)
         return True
 
@@ -99,16 +106,16 @@ class AkkaLease(LeaseWriting):
             await hold.holding.guard()
         if hold.holding.lost_cause is not None and not hold.dropped:
             hold.dropped = True
-            await self._drop_hold(hold.holding, raise_unknown=False)
-            if self._akka is hold:
-                self._akka = None
+            await self._writer.drop_hold(hold.holding, raise_unknown=False)
+            if self._hold is hold:
+                self._hold = None
             if hold.on_lost is not None:
                 try:
-                    outcome = hold.on_lost(LeaseLost(self.name, hold.holding.lost_cause))
+                    outcome = hold.on_lost(LeaseLost(self._state.name, hold.holding.lost_cause))
                     if inspect.isawaitable(outcome):
                         await outcome
                 except Exception:
-                    logger.exception("lease %r: the on_lost callback raised", self.name)
+                    logger.exception("lease %r: the on_lost callback raised", self._state.name)
 
     async def release(self) -> bool:
         """Release what :meth:`acquire` took: True if released, False if we did not hold it.
@@ -116,29 +123,29 @@ class AkkaLease(LeaseWriting):
         Raises :class:`BackendUnavailable` if the outcome is unknown. If ``held()`` scopes of the
         same owner are still open, they keep the lease (reentrancy) and this returns True.
         """
-        if self._akka is None:
+        if self._hold is None:
             return False
-        return await self._end_akka(raise_unknown=True)
+        return await self.end_hold(raise_unknown=True)
 
-    async def _end_akka(self, *, raise_unknown: bool) -> bool:
-        hold, self._akka = self._akka, None
+    async def end_hold(self, *, raise_unknown: bool) -> bool:
+        """Stop the heartbeat of what :meth:`acquire` holds and drop the hold (release it)."""
+        hold, self._hold = self._hold, None
         assert hold is not None
         hold.scope.cancel()
         if hold.dropped:
             return False
         hold.dropped = True
-        return await self._drop_hold(hold.holding, raise_unknown=raise_unknown)
+        return await self._writer.drop_hold(hold.holding, raise_unknown=raise_unknown)
 
     def check_lease(self) -> bool:
         """True only while this owner holds a grant whose deadline has not passed (no I/O)."""
-        return self._live_holding() is not None
+        return self._state.live_holding() is not None
 
-
-async def end_hosted_hold(lease: AkkaLease) -> None:
-    """End what :meth:`AkkaLease.acquire` holds on ``lease`` (if anything), never raising for an
-    unknown outcome: its host task group is closing (``async with lease:`` or a provider)."""
-    if lease._akka is not None:
-        await lease._end_akka(raise_unknown=False)
+    async def end_hosted(self) -> None:
+        """End what :meth:`acquire` holds (if anything), never raising for an unknown outcome:
+        its host task group is closing (``async with lease:`` or a provider)."""
+        if self._hold is not None:
+            await self.end_hold(raise_unknown=False)
 
 
 class _AkkaHold:

@@ -5,7 +5,7 @@ event loop (tests/core/test_algorithm.py):
 
 - A contender treats a held record as expired only after it has observed the *same version*
   unchanged for L (or the record's own ``lease_duration`` if larger) on its own monotonic clock,
-  counted from when the read that first showed that version returned (DESIGN §4.1). The
+  counted from when the read that first showed that version returned (docs/design.md §4.1). The
   record's wall-clock timestamps are never compared with anything.
 - Every new grant gets ``fencing_token = previous + 1``; renewals keep it (§4.3).
 - The holder's deadline is anchored at the *send* time of its last confirmed write (§4.2): the
@@ -244,7 +244,7 @@ def next_renewal(last_send: float, settings: LeaseSettings) -> float:
     Every holder of a process with the same R renews on the same grid, so one wake-up of the
     event loop starts many renewals instead of one each; a process that sleeps between
     renewals pays for every wake-up, more the longer it slept (tools/benchmarks/README.md,
-    "Issue 15, session 12": at R = 3 s and 1,000 leases, a quarter to a third less CPU per
+    "Design measurements": at R = 3 s and 1,000 leases, a quarter to a third less CPU per
     renewal). After a renewal sent on the grid, ``last_send + R`` is on it too, so a holder
     still renews every R. A value within a millionth of a tick of a multiple counts as on it:
     float division must not turn R into R − R/32.

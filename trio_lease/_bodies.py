@@ -2,7 +2,7 @@
 
 Every body runs in a cancel scope that is cancelled once the grant's deadline passes, also when
 the event loop stalled past it: the cancellation then comes with the other timers that expired
-in the stall, not later, when the heartbeat's watchdog gets its turn (DESIGN §4.5,
+in the stall, not later, when the heartbeat's watchdog gets its turn (docs/design.md §4.5,
 tests/core/test_stall.py). The deadline moves later with every confirmed renewal.
 
 On trio (and any loop but asyncio) each scope carries the deadline itself, and every renewal
@@ -14,7 +14,7 @@ On asyncio, anyio arms a loop timer for a scope's deadline and, when the deadlin
 that timer and arms a new one. The cancelled timer stays in the loop's heap until its time (the
 deadline is L ahead, so some L / R of them per grant), and each is a few objects the garbage
 collector promotes and walks: at 1,000 leases that was about a tenth of the client's CPU per
-renewal (tools/benchmarks/README.md, "Issue 15, session 18"). There the scopes carry no deadline;
+renewal (tools/benchmarks/README.md, "Design measurements"). There the scopes carry no deadline;
 one loop timer per grant, the alarm, fires at the deadline it last read, reads the deadline again,
 and either cancels every body's scope or sets itself for the new deadline: about one timer per
 lease duration instead of one per renewal, with the same timing (a timer callback like anyio's

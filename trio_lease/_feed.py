@@ -8,7 +8,7 @@ prefix watch, one poller of a SQLite file) returns a :class:`WatchFeed` from
 :meth:`~trio_lease.abc.LeaseBackend.watch_feed`. The core keeps one
 :class:`~trio_lease._shared_watch.SharedWatch` per backend object, which runs the feed in one
 task and hands each change to every waiter and holder of that lease in the process
-(DESIGN §5, docs/architecture.md). A backend with only ``watch(name)`` gets
+(docs/design.md §5, docs/architecture.md). A backend with only ``watch(name)`` gets
 :class:`PerNameFeed`: the same hub, one ``watch(name)`` stream per watched name.
 
 Writing a feed:

@@ -204,7 +204,7 @@ class Holding:
                     await self._renew_loop()
                 tg.cancel_scope.cancel()
 
-    # -- loss seen on the watch (DESIGN §4.2: a faster way to learn of a loss, never a new one) --
+    # -- loss seen on the watch (docs/design.md §4.2: learnt sooner, never a new loss) --
 
     def note_handover(self, record: LeaseRecord) -> None:
         """Set :attr:`handover_requested` if ``record`` (read or confirmed) carries a request."""
@@ -343,7 +343,7 @@ class Holding:
         self._last_error = None
         # No _notify(): the deadline only moves later, and the watchdog re-reads it when its
         # timer fires, so waking it on every renewal would only cost a task switch and a new
-        # cancel scope per renewal (measured in tools/benchmarks/README.md).
+        # cancel scope per renewal (tools/benchmarks/README.md, "Design measurements").
         return True
 
     def _unknown(self, exc: Exception | None) -> None:

@@ -2,11 +2,13 @@
 
 The body runs in a task group next to the grant's heartbeat (:meth:`Holding.guard`), in a
 cancel scope carrying the grant's deadline. If the lease is lost, the body is cancelled and a
-bare :class:`LeaseLost` comes out (never an ``ExceptionGroup``, DESIGN §4.5); an outer
+bare :class:`LeaseLost` comes out (never an ``ExceptionGroup``, docs/design.md §4.5); an outer
 cancellation passes through unchanged while renewals go on until the body's own cleanup has
 exited; only then is the hold dropped and the lease released (:mod:`._writing`).
 
-This is the fourth layer of :class:`~trio_lease.Lease` (see :mod:`._reading` for why layers).
+:class:`HeldScopes` is the part of a :class:`~trio_lease.Lease` that holds it as a scope: it
+waits through the lease's :class:`~._waiting.Waiter`, attempts and releases through its
+:class:`~._writing.GrantWriter`.
 """
 
 from __future__ import annotations
@@ -20,13 +22,22 @@ from . import _algorithm as algo
 from ._exceptions import LeaseBusy, LeaseLost
 from ._grant import Grant
 from ._heartbeat import Holding
-from ._waiting import LeaseWaiting
+from ._state import LeaseState
+from ._waiting import Waiter
+from ._writing import GrantWriter
 
-__all__ = ["HeldLease"]
+__all__ = ["HeldScopes"]
 
 
-class HeldLease(LeaseWaiting):
-    """The layer of :class:`~trio_lease.Lease` that holds it for the duration of a scope."""
+class HeldScopes:
+    """Holds a lease for the duration of a scope: ``held()`` and ``try_held()``."""
+
+    __slots__ = ("_state", "_waiter", "_writer")
+
+    def __init__(self, state: LeaseState, writer: GrantWriter, waiter: Waiter) -> None:
+        self._state = state
+        self._writer = writer
+        self._waiter = waiter
 
     @asynccontextmanager
     async def held(self, *, timeout: float | None = None) -> AsyncIterator[Grant]:
@@ -38,16 +49,16 @@ class HeldLease(LeaseWaiting):
         have overlapped another holder's). An outer cancellation passes through unchanged, and
         renewals continue while the body's own cleanup runs.
         """
-        holding = await self._acquire_waiting(timeout)
+        holding = await self._waiter.acquire(timeout)
         async with self._hold(holding) as grant:
             yield grant
 
     @asynccontextmanager
     async def try_held(self) -> AsyncIterator[Grant]:
         """Like :meth:`held`, but raise :class:`LeaseBusy` at once if another owner holds it."""
-        attempt = await self._attempt()
+        attempt = await self._writer.attempt()
         if isinstance(attempt, algo.Busy):
-            raise LeaseBusy(self.name, attempt.holder, attempt.expires_in)
+            raise LeaseBusy(self._state.name, attempt.holder, attempt.expires_in)
         async with self._hold(attempt) as grant:
             yield grant
 
@@ -74,7 +85,7 @@ class HeldLease(LeaseWaiting):
                 tg.start_soon(heartbeat)
                 try:
                     with body:
-                        yield Grant(holding, self.owner, self._clock)
+                        yield Grant(holding, self._state.owner, self._state.clock)
                 except (anyio.get_cancelled_exc_class(), GeneratorExit):
                     raise  # cancellation must pass through the scopes it belongs to
                 except BaseException as exc:  # re-raised bare below, never in an ExceptionGroup
@@ -87,13 +98,13 @@ class HeldLease(LeaseWaiting):
                     holding.check_deadline(passed=body.cancel_called)
                     heartbeat_scope.cancel()
         finally:
-            await self._drop_hold(holding, raise_unknown=False)  # noqa: ASYNC102  _drop_hold shields and bounds the release
+            await self._writer.drop_hold(holding, raise_unknown=False)  # noqa: ASYNC102  drop_hold shields and bounds the release
         if body_error is not None and not isinstance(body_error, Exception):
             raise body_error  # KeyboardInterrupt, SystemExit: never turned into LeaseLost
         if holding.lost_cause is not None:
             if body_error is not None and not _is_own_loss(body_error, holding):
-                raise LeaseLost(self.name, holding.lost_cause) from body_error
-            raise LeaseLost(self.name, holding.lost_cause)
+                raise LeaseLost(self._state.name, holding.lost_cause) from body_error
+            raise LeaseLost(self._state.name, holding.lost_cause)
         if body_error is not None:
             raise body_error
 

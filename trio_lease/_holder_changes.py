@@ -17,9 +17,9 @@ from typing import Protocol
 
 import anyio
 
-from ._abc import LeaseBackend, LeaseRecord
+from ._abc import LeaseRecord
 from ._exceptions import BackendUnavailable
-from ._settings import LeaseSettings
+from ._state import LeaseState
 from ._streams import Changes, Emit
 
 __all__ = ["holder_changes"]
@@ -28,43 +28,36 @@ logger = logging.getLogger("trio_lease")
 
 
 class Reader(Protocol):
-    """What this needs of a lease: its record as last read, and the reads that update it."""
+    """What this needs of a lease's reader: the holder as last read, a read, the watch."""
 
-    @property
-    def name(self) -> str: ...
-    @property
-    def backend(self) -> LeaseBackend: ...
-    @property
-    def settings(self) -> LeaseSettings: ...
     def holder(self) -> str | None: ...
-    def _observe(self, record: LeaseRecord | None) -> None: ...
-    async def _read(self) -> LeaseRecord | None: ...
-    def _watch_records(self) -> Changes[LeaseRecord | None]: ...
+    async def read(self) -> LeaseRecord | None: ...
+    def watch_records(self) -> Changes[LeaseRecord | None]: ...
 
 
-def holder_changes(lease: Reader) -> Changes[str | None]:
-    """The stream of ``lease``'s holder identity (None when free); see the module docstring."""
-    return Changes(functools.partial(_follow, lease), what="Lease.watch_holder()")
+def holder_changes(reader: Reader, state: LeaseState) -> Changes[str | None]:
+    """The stream of the lease's holder identity (None when free); see the module docstring."""
+    return Changes(functools.partial(_follow, reader, state), what="Lease.watch_holder()")
 
 
-async def _follow(lease: Reader, emit: Emit[str | None]) -> None:
+async def _follow(reader: Reader, state: LeaseState, emit: Emit[str | None]) -> None:
     """Uses the backend's watch when it has one, else reads every ``wait_interval``."""
     last: object = object()
-    if lease.backend.supports_watch:
-        async with lease._watch_records() as records:
+    if state.backend.supports_watch:
+        async with reader.watch_records() as records:
             async for record in records:
-                lease._observe(record)
-                if lease.holder() != last:
-                    last = lease.holder()
-                    await emit(lease.holder())
+                state.observe(record)
+                if reader.holder() != last:
+                    last = reader.holder()
+                    await emit(reader.holder())
         return
     while True:
         try:
-            await lease._read()
+            await reader.read()
         except BackendUnavailable as exc:
-            logger.info("lease %r: reading the holder failed: %s", lease.name, exc)
+            logger.info("lease %r: reading the holder failed: %s", state.name, exc)
         else:
-            if lease.holder() != last:
-                last = lease.holder()
-                await emit(lease.holder())
-        await anyio.sleep(lease.settings.wait_interval)
+            if reader.holder() != last:
+                last = reader.holder()
+                await emit(reader.holder())
+        await anyio.sleep(state.settings.wait_interval)

@@ -4,7 +4,7 @@
 group opened by ``async with lease:`` (or ``async with provider:``). Such a task group spans
 ``__aenter__`` and ``__aexit__``, so it is opened by hand on an :class:`AsyncExitStack`
 (:func:`open_host`) and closed by :func:`close_host`, which first ends the hosted holds, then lets
-one error out bare instead of wrapped in an ``ExceptionGroup`` (DESIGN §4.5). The CLI uses
+one error out bare instead of wrapped in an ``ExceptionGroup`` (docs/design.md §4.5). The CLI uses
 :func:`reraise` and :func:`sole_error` for the same unwrapping.
 """
 
@@ -47,7 +47,7 @@ async def close_host(
         return await stack.__aexit__(exc_type, exc, tb)
     except BaseExceptionGroup as group:
         # The task group wraps the body's own exception (anyio does, on both loops): one error
-        # comes out bare, the body's own unchanged (DESIGN §4.5).
+        # comes out bare, the body's own unchanged (docs/design.md §4.5).
         single = sole_error(group)
         if single is None:
             raise

@@ -3,12 +3,12 @@
 Why not h11: the renewal's request path spent about a third of its CPU in h11's event and
 state machinery (header normalization twice per exchange, a state machine for both sides, an
 event object per step), for a client that only ever sends one small request and reads one reply
-per exchange (tools/benchmarks/README.md, "Issue 15, session 7"). This module does just that,
+per exchange (tools/benchmarks/README.md, "Design measurements"). This module does just that,
 as strictly as h11 or more so: ``tests/test_http11.py`` checks it against h11 on generated and
 damaged replies (every reply it accepts, h11 reads the same way), and ``tests/test_http.py``
 runs the client on every framing over real sockets.
 
-A reply is input (DESIGN §4, the trust boundary): every byte is checked against the grammar of
+A reply is input (docs/design.md §4.8): every byte is checked against the grammar of
 RFC 9112 before it counts, every buffer is bounded, and anything else is a
 :class:`ReplyError` naming the rule that failed, never the bytes. Accepted:
 

@@ -2,7 +2,7 @@
 
 A holder identity is the owner name plus this id (``worker-1_3f2a9c1b7d4e``), so a restarted
 process (or a forked child) never silently inherits a lease that its previous life still holds
-in the store: it waits like any other contender (DESIGN §4.7).
+in the store: it waits like any other contender (docs/design.md §4.7).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _new_incarnation() -> None:
     _incarnation = uuid.uuid4().hex[:12]
 
 
-# A forked child is a new process: it must not inherit the parent's identity (DESIGN §4.7).
+# A forked child is a new process: it must not inherit the parent's identity (docs/design.md §4.7).
 os.register_at_fork(after_in_child=_new_incarnation)
 
 

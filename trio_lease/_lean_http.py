@@ -1,7 +1,7 @@
 """The lean HTTP/1.1 client: the production :class:`~trio_lease._http.Unary` seam.
 
 Why it exists: a renewal is one small request, and in the benchmarks (tools/benchmarks/README.md,
-"Lean HTTP path") httpx spent about four times the CPU of a bare HTTP/1.1 exchange per request:
+"Design measurements") httpx spent about four times the CPU of a bare HTTP/1.1 exchange per request:
 URL parsing and merging, cookie extraction, header models, auth flows, and a connection pool
 that scans every pooled connection with system calls on each request. The renewal CPU is what
 limits how many leases one process can hold, so the hot path speaks HTTP/1.1 itself

@@ -123,7 +123,7 @@ class Reader(asyncio.Protocol):
 class NativeConnection:
     """One connection on asyncio's own transport: the lean path's hot loop, on asyncio.
 
-    Measured (tools/benchmarks/README.md, "Issue 15, session 7"): per request, anyio's stream
+    Measured (tools/benchmarks/README.md, "Design measurements"): per request, anyio's stream
     costs a checkpoint, a resource guard and two ``epoll_ctl`` system calls on top of the
     transport; this class costs a future.
     """

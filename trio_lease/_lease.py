@@ -1,27 +1,50 @@
-"""Lease: one public class joining the layers of a lease, each a module of its own.
+"""Lease: one public class, made of parts that each do one thing with the state they are given.
 
 =================  ==========================================================================
-:mod:`._reading`   construction, the record as last read, ``holder()``, ``watch_holder()``
-:mod:`._writing`   one acquire attempt (grant write, unknown outcomes, conflicts), release
-:mod:`._waiting`   waiting for the grant (watch or jittered polls), its warnings
-:mod:`._held`      ``held()`` / ``try_held()``: the body guarded by the heartbeat
-:mod:`._akka`      ``acquire()`` / ``release()`` / ``check_lease()`` and their host task group
+:mod:`._state`     :class:`LeaseState`: who the lease is, its store, clocks, what it has seen
+:mod:`._reading`   :class:`RecordReader`: every read and watch of the record, ``holder()``
+:mod:`._writing`   :class:`GrantWriter`: one acquire attempt, release, handover requests
+:mod:`._waiting`   :class:`Waiter`: waiting for the grant (watch or jittered polls), warnings
+:mod:`._held`      :class:`HeldScopes`: ``held()`` / ``try_held()``, the body beside its heartbeat
+:mod:`._akka`      :class:`AkkaHost`: ``acquire()`` / ``release()`` / ``check_lease()``, the host
 =================  ==========================================================================
 
-The two ways of holding, :mod:`._held` and :mod:`._akka`, are independent layers on the same
-base; they share grants (reentrancy, DESIGN §4.6) through the process's registry of holdings
-(:mod:`._heartbeat`), not through code. See :mod:`._reading` for why layers, not composition.
+:class:`Lease` checks its arguments, makes one :class:`LeaseState` and each part, handing every
+part the state and the parts it calls (a part never reaches the lease itself), and forwards its
+public methods to them. The two ways of holding, :class:`HeldScopes` and :class:`AkkaHost`, share
+grants (reentrancy, docs/design.md §4.6) through the process's registry of holdings
+(:mod:`._heartbeat`), not through code.
 """
 
 from __future__ import annotations
 
-from ._akka import AkkaLease
-from ._held import HeldLease
+from collections.abc import Callable, Iterable
+from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Self
 
-__all__ = ["Lease"]
+import anyio
+from anyio.abc import TaskGroup
+
+from ._abc import LeaseBackend, LeaseRecord
+from ._akka import AkkaHost, LostCallback
+from ._exceptions import BackendError, LeaseConfigError
+from ._grant import Grant
+from ._held import HeldScopes
+from ._identity import incarnation
+from ._observer import LeaseInfo, LeaseObserver, observers_of
+from ._reading import RecordReader
+from ._settings import LeaseSettings
+from ._state import LeaseState
+from ._streams import Changes
+from ._waiting import Waiter
+from ._writing import GrantWriter
+
+__all__ = ["Lease", "end_hosted_hold"]
 
 
-class Lease(HeldLease, AkkaLease):
+class Lease:
     """A named distributed lease, held by ``owner`` through ``backend``.
 
     The identity written to the record is ``owner`` plus a per-process incarnation id, so a
@@ -34,3 +57,213 @@ class Lease(HeldLease, AkkaLease):
     Hold it as a scope with :meth:`held` (or :meth:`try_held`), or Akka-style with
     :meth:`acquire`, :meth:`release` and :meth:`check_lease` inside ``async with lease:``.
     """
+
+    def __init__(
+        self,
+        name: str,
+        owner: str,
+        backend: LeaseBackend,
+        settings: LeaseSettings | None = None,
+        *,
+        clock: Callable[[], float] | None = None,
+        wall_clock: Callable[[], datetime] | None = None,
+        observers: Iterable[LeaseObserver] = (),
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise LeaseConfigError(f"a lease name must be a non-empty string, got {name!r}")
+        if not isinstance(owner, str) or not owner:
+            raise LeaseConfigError(f"an owner must be a non-empty string, got {owner!r}")
+        for what, text in (("lease name", name), ("owner", owner)):
+            if not _is_text(text):  # no store could keep it: every one writes UTF-8
+                raise LeaseConfigError(
+                    f"the {what} {text!r} holds a lone UTF-16 surrogate (\\ud800-\\udfff), "
+                    "which is not Unicode text: no store can keep it; fix the name"
+                )
+        if not isinstance(backend, LeaseBackend):
+            raise LeaseConfigError(
+                f"backend must be a trio_lease.abc.LeaseBackend, got {type(backend).__name__}"
+            )
+        settings = settings if settings is not None else LeaseSettings()
+        backend.validate_settings(settings)
+        identity = f"{owner}_{incarnation()}"
+        state = LeaseState(
+            name=name,
+            owner=owner,
+            identity=identity,
+            backend=backend,
+            settings=settings,
+            clock=clock if clock is not None else anyio.current_time,
+            wall_clock=wall_clock if wall_clock is not None else _utc_now,
+            info=LeaseInfo(name, owner, identity),
+            observers=observers_of(observers),
+        )
+        self._state = state
+        self._reader = RecordReader(state)
+        self._writer = GrantWriter(state, self._reader)
+        self._waiter = Waiter(state, self._reader, self._writer)
+        self._scopes = HeldScopes(state, self._writer, self._waiter)
+        self._akka = AkkaHost(state, self._writer)
+
+    @property
+    def name(self) -> str:
+        """The lease name (the record's key in the store)."""
+        return self._state.name
+
+    @property
+    def owner(self) -> str:
+        """The owner name; the identity written to the record adds the incarnation id."""
+        return self._state.owner
+
+    @property
+    def backend(self) -> LeaseBackend:
+        """The store of the record."""
+        return self._state.backend
+
+    @property
+    def settings(self) -> LeaseSettings:
+        """The lease's timing (validated, and accepted by the backend)."""
+        return self._state.settings
+
+    @property
+    def identity(self) -> str:
+        """The holder identity this lease writes: ``owner`` plus the process's incarnation id."""
+        return self._state.identity
+
+    def __repr__(self) -> str:
+        return f"Lease(name={self.name!r}, owner={self.owner!r}, backend={self.backend!r})"
+
+    # Holding it as a scope (._held).
+
+    def held(self, *, timeout: float | None = None) -> AbstractAsyncContextManager[Grant]:
+        """Wait until this owner holds the lease, run the body, then release.
+
+        Raises :class:`AcquireTimeout` if ``timeout`` seconds pass first. If the lease is lost
+        while the body runs, the body is cancelled and a bare :class:`LeaseLost` is raised here
+        (also when the body finished without reaching a checkpoint after the loss: its work may
+        have overlapped another holder's). An outer cancellation passes through unchanged, and
+        renewals continue while the body's own cleanup runs.
+        """
+        return self._scopes.held(timeout=timeout)
+
+    def try_held(self) -> AbstractAsyncContextManager[Grant]:
+        """Like :meth:`held`, but raise :class:`LeaseBusy` at once if another owner holds it."""
+        return self._scopes.try_held()
+
+    # Waiting for it (._waiting).
+
+    @property
+    def failing_since(self) -> float | None:
+        """While waiting: when (on the lease's clock) the backend started failing, else None."""
+        return self._waiter.failing_since
+
+    @property
+    def last_error(self) -> BackendError | None:
+        """While waiting and the backend fails: the error of the last attempt, else None."""
+        return self._waiter.last_error
+
+    # The Akka-style API (._akka).
+
+    async def __aenter__(self) -> Self:
+        """Open the task group that hosts the heartbeat of :meth:`acquire`."""
+        await self._akka.enter()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        """End what :meth:`acquire` holds (releasing it), then close the host task group."""
+        return await self._akka.exit(exc_type, exc, tb)  # noqa: ASYNC102  AkkaHost.exit shields and bounds the release
+
+    def attach_host(self, host: TaskGroup | None) -> None:
+        """Host :meth:`acquire`'s heartbeat in ``host`` (used by :class:`LeaseProvider`)."""
+        self._akka.attach(host)
+
+    async def acquire(self, on_lost: LostCallback | None = None) -> bool:
+        """Try once to acquire: True if held, False if another owner holds it.
+
+        Raises :class:`BackendUnavailable` when the backend cannot be reached (after cleaning up
+        a write that may have landed). The heartbeat runs in the task group opened by
+        ``async with lease:`` (or ``async with provider:``). ``on_lost(cause)`` is called once
+        if this grant is later lost. Acquiring again while held returns True (reentrant).
+        """
+        return await self._akka.acquire(on_lost)
+
+    async def release(self) -> bool:
+        """Release what :meth:`acquire` took: True if released, False if we did not hold it.
+
+        Raises :class:`BackendUnavailable` if the outcome is unknown. If ``held()`` scopes of the
+        same owner are still open, they keep the lease (reentrancy) and this returns True.
+        """
+        return await self._akka.release()
+
+    def check_lease(self) -> bool:
+        """True only while this owner holds a grant whose deadline has not passed (no I/O)."""
+        return self._akka.check_lease()
+
+    # The record (._reading, ._writing).
+
+    @property
+    def last_record(self) -> LeaseRecord | None:
+        """The record as last read by this lease (None: never read, or no record stored).
+
+        For status displays: its wall-clock fields are the writer's, informational only, and
+        ``unreadable`` says what could not be read. Decisions never use it without a fresh read.
+        """
+        return self._state.last_record
+
+    def holder(self) -> str | None:
+        """The holder identity as last read (None when free or never read).
+
+        A record that could not be read is held by an unknown holder: this returns
+        ``"(unknown: the record is unreadable)"``, never None.
+        """
+        return self._reader.holder()
+
+    def watch_holder(self) -> Changes[str | None]:
+        """The holder identity (None when free) now and whenever it changes.
+
+        ``async with lease.watch_holder() as holders: async for holder in holders: ...``: the
+        watch runs in a task the block owns, never around the loop's body.
+
+        Uses the backend's watch when it has one, else polls every ``wait_interval``. A dead
+        holder's record does not change, so this reports what the record says, not expiry.
+        """
+        return self._reader.watch_holder()
+
+    async def request_handover(self) -> bool:
+        """Ask the current holder to hand the lease over to this owner; then wait with ``held()``.
+
+        Writes this lease's identity into the record (compare-and-swap, holder and token
+        unchanged). The holder notices at its next renewal, sooner where it watches: its
+        ``grant.handover_requested`` is set, ``run_singleton`` stops ``fn`` gracefully, and the
+        release reserves the lease for this identity: other contenders wait until the released
+        record has stood for L, this one takes it at once. Fencing tokens still increase.
+
+        Returns True when the request is in the record (written now or before), False when there
+        is nothing to hand over (the lease is free, or this owner holds it): acquire it instead.
+        Raises :class:`LeaseConfigError` if the backend does not store handover requests, and
+        :class:`BackendUnavailable` if the record is unreadable or the writes keep conflicting.
+        """
+        return await self._writer.request_handover()
+
+
+async def end_hosted_hold(lease: Lease) -> None:
+    """End what ``lease.acquire()`` holds (if anything), never raising for an unknown outcome:
+    the task group hosting it is closing (a :class:`LeaseProvider`'s)."""
+    await lease._akka.end_hosted()
+
+
+def _is_text(value: str) -> bool:
+    """Whether ``value`` is Unicode text (encodable as UTF-8: no lone surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)

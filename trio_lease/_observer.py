@@ -1,7 +1,7 @@
 """Observers: what a lease does, told to metrics, traces, events and health checks.
 
 The core calls a :class:`LeaseObserver` at each step of a lease's life, from one place per step
-(DESIGN §5; docs/operations.md):
+(docs/design.md §5; docs/operations.md):
 
 ==================  ==========================================  ==============================
 call                when                                        with

@@ -1,6 +1,6 @@
 """LeaseProvider: load leases by (name, config section, owner) from a TOML file.
 
-A section names its backend and settings in the seed's kebab-case keys::
+A section names its backend and settings in Akka's kebab-case keys::
 
     [leases.nightly]
     lease-class = "sqlite"              # a registered name, or "package.module:Class"
@@ -24,7 +24,6 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import os
-import tomllib
 from collections.abc import Iterable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -34,12 +33,12 @@ from typing import Any
 import anyio
 
 from ._abc import LeaseBackend
-from ._akka import end_hosted_hold
 from ._exceptions import LeaseConfigError
 from ._host import close_host, open_host
-from ._lease import Lease
+from ._lease import Lease, end_hosted_hold
 from ._observer import LeaseObserver, observers_of
 from ._settings import SECTION_KEYS, SETTINGS_KEYS, LeaseSettings
+from ._toml import load_toml as load_toml  # kubernetes._cli imports it from here
 
 __all__ = ["LeaseProvider", "load_backend_class"]
 
@@ -113,31 +112,6 @@ def build_backend(cls: type[LeaseBackend], config: Mapping[str, Any], where: str
     if not isinstance(backend, LeaseBackend):
         raise LeaseConfigError(f"{where}: {cls.__name__}.from_config did not return a backend")
     return backend
-
-
-def load_toml(path: Path) -> dict[str, Any]:
-    """The lease configuration file at ``path``, parsed; :class:`LeaseConfigError` saying what
-    is wrong with it otherwise (missing, unreadable, not UTF-8, not TOML). Nothing of the file's
-    text is quoted: it may hold a secret."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise LeaseConfigError(f"lease configuration file {path} does not exist") from None
-    except OSError as exc:
-        raise LeaseConfigError(
-            f"cannot read the lease configuration file {path}: {exc.strerror or exc}"
-        ) from None
-    try:
-        text: str | None = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        text = None  # raised below, not chained: the error holds the file's bytes
-    if text is None:
-        raise LeaseConfigError(f"{path} is not UTF-8 text (line {line}); TOML files are UTF-8")
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise LeaseConfigError(f"{path} is not valid TOML: {exc}") from None
 
 
 class LeaseProvider:

@@ -1,6 +1,6 @@
 """LeaseSettings: the timing of a lease, validated at construction.
 
-Notation (DESIGN §4): L = ``heartbeat_timeout``, R = ``heartbeat_interval``,
+Notation (docs/design.md §4): L = ``heartbeat_timeout``, R = ``heartbeat_interval``,
 T = ``lease_operation_timeout``, D = the holder's self-expiry (``holder_deadline``),
 ρ = ``clock_rate_tolerance``, T_stop = ``stop_timeout``.
 
@@ -93,8 +93,9 @@ def _kebab(name: str) -> str:
 
 
 #: How an unset setting follows from the others (``derive`` gets the settings resolved so far).
-#: R = L/10 is the seed's own ratio (120 s / 12 s); T = R/2, at most 5 s (the seed's T), so a
-#: request is abandoned in time for a retry; T_stop = 1 s (the seed's) where the safety margin
+#: R = L/10 is the ratio of Akka's defaults (120 s / 12 s); T = R/2, at most 5 s (Akka's default
+#: lease-operation-timeout), so a request is abandoned in time for a retry; T_stop = 1 s where the
+#: safety margin
 #: holds it, else half the margin, so stopping work never eats the whole margin.
 _DERIVED: dict[str, tuple[str, Callable[[LeaseSettings], float]]] = {
     "heartbeat_interval": ("heartbeat_timeout / 10", lambda s: s.heartbeat_timeout / 10),
@@ -113,13 +114,13 @@ class LeaseSettings(BaseModel):
     """Timing of a lease (frozen; validated at construction).
 
     Every duration accepts seconds, a ``timedelta`` or a string ("1.5s", "250ms", "2m").
-    Keys may be given in snake_case or in the seed's kebab-case (``heartbeat-timeout``).
+    Keys may be given in snake_case or in Akka's kebab-case (``heartbeat-timeout``).
     Settings left unset follow from those given (docs/tuning.md), so
     ``LeaseSettings(heartbeat_timeout="2s")`` alone is valid.
 
     Attributes:
         heartbeat_timeout: L. How long a silent holder keeps the lease, as judged by contenders
-            on their own clocks. Default 120 s (the seed's default).
+            on their own clocks. Default 120 s (Akka's default).
         heartbeat_interval: R. How often the holder renews. Default: L/10 (12 s for the
             default L).
         lease_operation_timeout: T. Upper bound of one backend request. Default: R/2, at most
@@ -228,7 +229,7 @@ class LeaseSettings(BaseModel):
         return f" [not given: {', '.join(notes)}]" if notes else ""
 
     def _inequalities(self) -> list[str]:
-        """Every failed inequality of DESIGN §6 (all of them, not only the first)."""
+        """Every failed inequality of docs/design.md §6 (all of them, not only the first)."""
         L, R, T = self.heartbeat_timeout, self.heartbeat_interval, self.lease_operation_timeout
         problems = []
         if R >= L / 2:

@@ -1,6 +1,6 @@
-"""run_singleton: run one task cluster-wide, only while holding the lease (DESIGN §7).
+"""run_singleton: run one task cluster-wide, only while holding the lease (docs/design.md §7).
 
-The seed's Cluster Singleton with a lease, in structured form. A :class:`Singleton` loops
+Akka's Cluster Singleton with a lease, in structured form. A :class:`Singleton` loops
 forever: wait for the lease, run ``fn`` inside ``held()``; on loss ``fn`` is cancelled at once
 (no graceful drain: another owner may already be taking over), and only after it has fully
 exited does the runner wait ``retry_interval`` (jittered) and compete again. When ``fn``
@@ -9,7 +9,7 @@ stops, with ``stop_when_done=True``). An exception from ``fn`` propagates out of
 after the lease is released.
 
 Leaving the runner's scope (its task is cancelled, for example on SIGTERM) is a *graceful
-stop*: ``fn`` sees ``ctx.stopping`` set (the seed's stop message) and gets up to ``stop_grace``
+stop*: ``fn`` sees ``ctx.stopping`` set (Akka's stop message) and gets up to ``stop_grace``
 seconds to finish, while renewals continue; then it is cancelled, then the lease is released.
 """
 

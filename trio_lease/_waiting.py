@@ -8,10 +8,12 @@ next wake-up by the watch wait a short pause first, so a watch cannot drive read
 A backend that keeps failing
 (:class:`BackendUnavailable`) is retried with backoff and reported at WARNING once it has failed
 for a while (then at most every :data:`WARN_EVERY` seconds), and its recovery likewise; errors
-retrying cannot fix end the wait at once. :attr:`LeaseWaiting.failing_since` and
-:attr:`LeaseWaiting.last_error` let a program report the wait itself (the CLI's waiting line).
+retrying cannot fix end the wait at once. :attr:`Waiter.failing_since` and
+:attr:`Waiter.last_error` (``Lease.failing_since``, ``Lease.last_error``) let a program report
+the wait itself (the CLI's waiting line).
 
-This is the third layer of :class:`~trio_lease.Lease` (see :mod:`._reading` for why layers).
+:class:`Waiter` is the part of a :class:`~trio_lease.Lease` that waits: it attempts through the
+lease's :class:`~._writing.GrantWriter`, and keeps the state of the wait (the warnings) itself.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from ._abc import LeaseRecord
 from ._exceptions import AcquireTimeout, BackendError, BackendUnavailable
 from ._heartbeat import CONFIRM_PAUSE, Holding, infinite_or
 from ._observer import everywhere, notify
+from ._reading import RecordReader
 from ._shared_watch import FeedFailure, shared_watch
-from ._writing import LeaseWriting
+from ._state import LeaseState
+from ._writing import GrantWriter
 
-__all__ = ["EXPIRY_JITTER", "WAITING_LOG", "WARN_AFTER", "WARN_EVERY", "LeaseWaiting"]
+__all__ = ["EXPIRY_JITTER", "WAITING_LOG", "WARN_AFTER", "WARN_EVERY", "Waiter"]
 
 logger = logging.getLogger("trio_lease")
 
@@ -45,14 +49,28 @@ WARN_AFTER = 1.0
 WARN_EVERY = 30.0
 
 
-class LeaseWaiting(LeaseWriting):
-    """The layer of :class:`~trio_lease.Lease` that waits until an attempt is granted."""
+class Waiter:
+    """Waits until an attempt of a lease is granted; keeps the state of the wait."""
 
-    # The waiting state, reset by each wait (class-level defaults: no layer needs __init__).
-    _failing_since: float | None = None
-    _last_error: BackendError | None = None
-    _warned_at: float | None = None
-    _warned_unreadable: str | None = None
+    __slots__ = (
+        "_failing_since",
+        "_last_error",
+        "_reader",
+        "_state",
+        "_warned_at",
+        "_warned_unreadable",
+        "_writer",
+    )
+
+    def __init__(self, state: LeaseState, reader: RecordReader, writer: GrantWriter) -> None:
+        self._state = state
+        self._reader = reader
+        self._writer = writer
+        # The waiting state, reset by each wait.
+        self._failing_since: float | None = None
+        self._last_error: BackendError | None = None
+        self._warned_at: float | None = None
+        self._warned_unreadable: str | None = None
 
     @property
     def failing_since(self) -> float | None:
@@ -64,7 +82,8 @@ class LeaseWaiting(LeaseWriting):
         """While waiting and the backend fails: the error of the last attempt, else None."""
         return self._last_error if self._failing_since is not None else None
 
-    async def _acquire_waiting(self, timeout: float | None) -> Holding:
+    async def acquire(self, timeout: float | None) -> Holding:
+        """Attempt until granted (the new hold) or ``timeout`` passes (:class:`AcquireTimeout`)."""
         box: list[Holding] = []
         try:
             await self._wait_for_grant(timeout, box)
@@ -72,19 +91,19 @@ class LeaseWaiting(LeaseWriting):
             # Cancelled after the grant was written but before the caller got it: release it
             # before the cancellation propagates (shielded and bounded inside _drop_hold).
             if box:
-                await self._drop_hold(box[0], raise_unknown=False)  # noqa: ASYNC102  _drop_hold shields and bounds the release
+                await self._writer.drop_hold(box[0], raise_unknown=False)  # noqa: ASYNC102  drop_hold shields and bounds the release
             raise
         if not box:
             last = self.last_error
-            detail = f"holder: {self.holder() or 'none'}"
-            record = self._last_record
+            detail = f"holder: {self._reader.holder() or 'none'}"
+            record = self._state.last_record
             if record is not None and record.unreadable:
                 detail += f"; the record is unreadable: {record.unreadable}"
             if last is not None and self._failing_since is not None:
-                failing = self._clock() - self._failing_since
+                failing = self._state.clock() - self._failing_since
                 detail += f"; the backend has been failing for {failing:.1f} s, last error: {last}"
             raise AcquireTimeout(
-                f"lease {self.name!r} was not acquired within {timeout:g} s ({detail})",
+                f"lease {self._state.name!r} was not acquired within {timeout:g} s ({detail})",
                 last_error=last,
             )
         return box[0]
@@ -93,7 +112,7 @@ class LeaseWaiting(LeaseWriting):
         self._failing_since = None
         self._last_error = None
         self._warned_at = None
-        self._wait_started = self._clock()
+        self._state.wait_started = self._state.clock()
         error: list[Exception] = []
         try:
             with anyio.move_on_after(infinite_or(timeout)):  # noqa: ASYNC912  a deadline; the awaits in it checkpoint
@@ -104,7 +123,7 @@ class LeaseWaiting(LeaseWriting):
                         error.append(exc)
                     tg.cancel_scope.cancel()
         finally:
-            self._wait_started = None
+            self._state.wait_started = None
         if error:
             raise error[0]
 
@@ -118,18 +137,18 @@ class LeaseWaiting(LeaseWriting):
         read_version: str | None = None  # the version the last attempt read
         # After a wake-up by the watch that the read did not bear out, the next one waits this
         # long first (as a holder pauses after a watch event its read showed to be no loss).
-        pause = min(self.settings.wait_interval / 10, CONFIRM_PAUSE)
+        pause = min(self._state.settings.wait_interval / 10, CONFIRM_PAUSE)
         while True:
             until_expiry = False
             expires_in: float | None = None
-            started = self._clock()
+            started = self._state.clock()
             try:
-                attempt = await self._attempt()
+                attempt = await self._writer.attempt()
             except BackendUnavailable as exc:
                 failures += 1
                 self._note_failure(exc, started, failures)
                 # (The exponent is capped: 2**1024 overflows a float, after ~35 min down.)
-                delay = min(self.settings.wait_interval, 0.1 * 2 ** min(failures, 30))
+                delay = min(self._state.settings.wait_interval, 0.1 * 2 ** min(failures, 30))
                 unfounded = woken
             else:
                 failures = 0
@@ -138,22 +157,22 @@ class LeaseWaiting(LeaseWriting):
                     box.append(attempt)
                     return
                 expires_in = attempt.expires_in
-                read = self._last_record  # what this attempt read (._reading._read)
+                read = self._state.last_record  # what this attempt read (._reading._read)
                 before, read_version = read_version, None if read is None else read.version
                 unfounded = woken and read_version == before
-                if self._observers or everywhere():
+                if self._state.observers or everywhere():
                     notify(
-                        self._observers,
+                        self._state.observers,
                         "waiting",
-                        self._info,
+                        self._state.info,
                         holder=attempt.holder,
                         expires_in=expires_in,
                     )
-                delay = min(expires_in, self.settings.wait_interval)
-                until_expiry = expires_in <= self.settings.wait_interval
+                delay = min(expires_in, self._state.settings.wait_interval)
+                until_expiry = expires_in <= self._state.settings.wait_interval
                 if attempt.unreadable:
                     self._warn_unreadable(attempt.unreadable)
-            if self.backend.supports_watch and not watching:
+            if self._state.backend.supports_watch and not watching:
                 # Watch only once there is something to wait for: an acquisition that
                 # succeeds at once opens no stream (on Kubernetes a watch holds one
                 # pooled connection, so 100 concurrent acquisitions starved the pool).
@@ -161,8 +180,8 @@ class LeaseWaiting(LeaseWriting):
                 tg.start_soon(self._wake_on_changes, wakeup)
             # Jitter spreads contenders out; waiting past expiry is safe, before is not.
             # The wait that ends at the holder's expiry gets at most EXPIRY_JITTER of it,
-            # so a crash failover lands close to L (up to 20 % of the poll period late
-            # before: p99 +0.46 s at R = 1.5 s, tools/benchmarks/README.md).
+            # so a crash failover lands close to L (the full jitter there put it up to 20 % of
+            # the poll period late: tools/benchmarks/README.md, "Design measurements").
             jitter = delay * random.uniform(0.0, 0.2)
             if until_expiry:
                 jitter = min(jitter, EXPIRY_JITTER)
@@ -174,7 +193,7 @@ class LeaseWaiting(LeaseWriting):
 
     def _note_failure(self, exc: BackendUnavailable, started: float, failures: int) -> None:
         """Remember a failed attempt; say so at WARNING once it lasts (then every WARN_EVERY)."""
-        now = self._clock()
+        now = self._state.clock()
         if self._failing_since is None:
             self._failing_since = started
         self._last_error = exc
@@ -184,34 +203,34 @@ class LeaseWaiting(LeaseWriting):
             self._warned_at = now
             logger.warning(
                 "lease %r: cannot use the backend (failing for %.1f s): %s; still trying",
-                self.name,
+                self._state.name,
                 failing,
                 exc,
                 extra={WAITING_LOG: True},
             )
         else:
-            logger.info("lease %r: acquire failed (%s); retrying", self.name, exc)
+            logger.info("lease %r: acquire failed (%s); retrying", self._state.name, exc)
 
     def _note_recovery(self) -> None:
         if self._failing_since is not None and self._warned_at is not None:
             logger.warning(
                 "lease %r: the backend answers again after %.1f s",
-                self.name,
-                self._clock() - self._failing_since,
+                self._state.name,
+                self._state.clock() - self._failing_since,
             )
         self._failing_since = None
         self._last_error = None
         self._warned_at = None
 
     def _warn_unreadable(self, problem: str) -> None:
-        record = self._last_record
+        record = self._state.last_record
         version = record.version if record is not None else None
         if self._warned_unreadable != version:
             self._warned_unreadable = version
             logger.warning(
                 "lease %r: the stored record is unreadable (%s); it counts as held by an unknown "
                 "holder%s",
-                self.name,
+                self._state.name,
                 problem,
                 " and is never taken over (its fencing token is unreadable): fix or delete it"
                 if record is not None and record.fencing_token < 0
@@ -220,14 +239,14 @@ class LeaseWaiting(LeaseWriting):
 
     async def _wake_on_changes(self, wakeup: _Wakeup) -> None:
         """Wake the waiting contender on every record change the shared watch reports."""
-        hub = shared_watch(self.backend)
+        hub = shared_watch(self._state.backend)
         if hub is None:
             return
         # The subscription reads the record once subscribed: if that already differs from
         # what our last attempt read (released in between), wake at once, not a poll later.
         # A renewal by the same holder only restarts the countdown (observed here): waking for
         # it would cost a read per renewal per waiter, and the wait ends no sooner.
-        known = [self._last_record]
+        known = [self._state.last_record]
 
         async def receive(state: LeaseRecord | FeedFailure | None) -> None:  # noqa: ASYNC124  the shared watch's Receive is async
             if isinstance(state, FeedFailure):
@@ -235,19 +254,19 @@ class LeaseWaiting(LeaseWriting):
                 # error too and ends the wait with it.
                 wakeup.set()
                 return
-            self._observe(state)
+            self._state.observe(state)
             if _may_end_the_wait(known[0], state):
                 wakeup.set()
             known[0] = state
 
-        await hub.follow(self.name, receive, first=self._read_quietly)
+        await hub.follow(self._state.name, receive, first=self._read_quietly)
 
     async def _read_quietly(self) -> LeaseRecord | None:
         """The watch's first state: a bounded read, whose failure only logs (see follow)."""
-        with anyio.fail_after(self.settings.lease_operation_timeout):
-            record = await self.backend.get(self.name)
+        with anyio.fail_after(self._state.settings.lease_operation_timeout):
+            record = await self._state.backend.get(self._state.name)
         if record is not None and not isinstance(record, LeaseRecord):
-            raise TypeError(f"{self.backend!r} returned {type(record).__name__} from get")
+            raise TypeError(f"{self._state.backend!r} returned {type(record).__name__} from get")
         return record
 
 

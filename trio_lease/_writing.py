@@ -2,17 +2,21 @@
 
 Both are compare-and-swap writes decided by :mod:`._algorithm` from a fresh read:
 
-- :meth:`LeaseWriting._attempt` reads, and writes a new grant if the lease can be taken (or
-  shares this owner's live grant: reentrancy, DESIGN §4.6). A write whose outcome is unknown
+- :meth:`GrantWriter.attempt` reads, and writes a new grant if the lease can be taken (or
+  shares this owner's live grant: reentrancy, docs/design.md §4.6). A write whose outcome is unknown
   (an error, a timeout, a cancellation, an answer that does not show our write) is resolved by
   reading again: a landed grant is adopted, or released at once if the caller is being
-  cancelled (DESIGN §5.1). Conflicting writes are retried after a short jittered pause, a few
-  times at most.
-- :meth:`LeaseWriting._drop_hold` removes one hold of a grant; the last one ends the grant and
-  :meth:`LeaseWriting._release` writes an empty holder, only if a fresh read still shows our
-  grant (DESIGN §4.4), shielded from cancellation and bounded by the lease operation timeout.
+  cancelled (docs/design.md §5.1). Conflicting writes are retried after a short jittered
+  pause, a few times at most.
+- :meth:`GrantWriter.drop_hold` removes one hold of a grant; the last one ends the grant and
+  :meth:`GrantWriter._release` writes an empty holder, only if a fresh read still shows our
+  grant (docs/design.md §4.4), shielded from cancellation and bounded by the lease operation
+  timeout.
 
-This is the second layer of :class:`~trio_lease.Lease` (see :mod:`._reading` for why layers).
+:class:`GrantWriter` is the part of a :class:`~trio_lease.Lease` that writes; it reads through
+the lease's :class:`~._reading.RecordReader` and notes what it writes in the lease's
+:class:`~._state.LeaseState`. ``request_handover()`` is here too: a compare-and-swap write of
+the handover request.
 """
 
 from __future__ import annotations
@@ -34,10 +38,11 @@ from ._exceptions import (
 )
 from ._heartbeat import Holding, registry
 from ._observer import everywhere
-from ._reading import LeaseReading, untyped
+from ._reading import RecordReader, untyped
 from ._slots import urgent
+from ._state import LeaseState
 
-__all__ = ["CONFLICT_PAUSE", "MAX_CONFLICTS", "LeaseWriting"]
+__all__ = ["CONFLICT_PAUSE", "MAX_CONFLICTS", "GrantWriter"]
 
 logger = logging.getLogger("trio_lease")
 
@@ -50,10 +55,16 @@ MAX_CONFLICTS = 4
 CONFLICT_PAUSE = 0.005
 
 
-class LeaseWriting(LeaseReading):
-    """The layer of :class:`~trio_lease.Lease` that writes grants and releases them."""
+class GrantWriter:
+    """Writes a lease's grants and releases them (and its handover requests)."""
 
-    async def _attempt(self) -> Holding | algo.Busy:
+    __slots__ = ("_reader", "_state")
+
+    def __init__(self, state: LeaseState, reader: RecordReader) -> None:
+        self._state = state
+        self._reader = reader
+
+    async def attempt(self) -> Holding | algo.Busy:
         """One acquire attempt (re-reading on conflicts). Adds a hold on success.
 
         A conflicting write is followed by a short jittered pause (doubling each time) and a
@@ -61,33 +72,33 @@ class LeaseWriting(LeaseReading):
         """
         conflicts = 0
         while True:
-            holding = self._live_holding()
+            holding = self._state.live_holding()
             if holding is not None:  # reentrant: share the live grant
                 holding.holds += 1
                 return holding
-            record = await self._read()
+            record = await self._reader.read()
             decision = algo.decide_acquire(
                 record,
-                name=self.name,
-                identity=self.identity,
-                observation=self._observation,
-                now=self._clock(),
-                settings=self.settings,
-                wall_now=self._wall_clock(),
-                token_floor=self._token_floor,
+                name=self._state.name,
+                identity=self._state.identity,
+                observation=self._state.observation,
+                now=self._state.clock(),
+                settings=self._state.settings,
+                wall_now=self._state.wall_clock(),
+                token_floor=self._state.token_floor,
             )
             if isinstance(decision, algo.Busy):
                 return decision
             holding = await self._write_grant(decision)
             if holding is not None:
-                self._token_floor = max(self._token_floor, holding.token)
+                self._state.token_floor = max(self._state.token_floor, holding.token)
                 holding.holds += 1
                 return holding
             conflicts += 1
             if conflicts >= MAX_CONFLICTS:
                 raise BackendUnavailable(
-                    f"lease {self.name!r}: {conflicts} writes in a row conflicted although each "
-                    "read before them showed the lease could be taken; the store may be "
+                    f"lease {self._state.name!r}: {conflicts} writes in a row conflicted although "
+                    "each read before them showed the lease could be taken; the store may be "
                     "misbehaving"
                 )
             await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, 1.5))
@@ -109,60 +120,65 @@ class LeaseWriting(LeaseReading):
         for conflicts in range(MAX_CONFLICTS):
             if conflicts:
                 await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, 1.5))
-            record = await self._read()
+            record = await self._reader.read()
             if record is not None and record.unreadable:
                 raise BackendUnavailable(
-                    f"lease {self.name!r}: cannot ask for a handover, the record is unreadable "
-                    f"({record.unreadable})"
+                    f"lease {self._state.name!r}: cannot ask for a handover, the record is "
+                    f"unreadable ({record.unreadable})"
                 )
-            if record is None or record.is_free or record.holder == self.identity:
+            if record is None or record.is_free or record.holder == self._state.identity:
                 return False
-            if record.handover_to == self.identity:
+            if record.handover_to == self._state.identity:
                 return True
-            asked = dataclasses.replace(record, handover_to=self.identity)
+            asked = dataclasses.replace(record, handover_to=self._state.identity)
             try:
-                with anyio.fail_after(self.settings.lease_operation_timeout):
-                    stored = await self.backend.update(asked, record.version)
+                with anyio.fail_after(self._state.settings.lease_operation_timeout):
+                    stored = await self._state.backend.update(asked, record.version)
             except ConflictError:
                 continue  # a renewal moved the version: read again
             except TimeoutError:
                 raise BackendUnavailable(
-                    f"asking for a handover of lease {self.name!r} timed out"
+                    f"asking for a handover of lease {self._state.name!r} timed out"
                 ) from None
             except LeaseError:
                 raise
             except Exception as exc:
-                raise untyped(exc, self.backend, f"writing lease {self.name!r}") from exc
+                raise untyped(
+                    exc, self._state.backend, f"writing lease {self._state.name!r}"
+                ) from exc
             problem = algo.echo_problem(stored, asked, record.version)
             if problem:
                 raise BackendUnavailable(
-                    f"asking for a handover of lease {self.name!r}: {problem}; the outcome is "
-                    "unknown, ask again"
+                    f"asking for a handover of lease {self._state.name!r}: {problem}; the outcome "
+                    "is unknown, ask again"
                 )
             assert isinstance(stored, LeaseRecord)
-            self._observe(stored)
-            if stored.handover_to != self.identity:
+            self._state.observe(stored)
+            if stored.handover_to != self._state.identity:
                 raise LeaseConfigError(
-                    f"{self.backend!r} does not store handover requests (the record it returned "
-                    "has no handover_to): it cannot hand leases over"
+                    f"{self._state.backend!r} does not store handover requests (the record it "
+                    "returned has no handover_to): it cannot hand leases over"
                 )
             return True
         raise BackendUnavailable(
-            f"lease {self.name!r}: {MAX_CONFLICTS} handover requests in a row conflicted"
+            f"lease {self._state.name!r}: {MAX_CONFLICTS} handover requests in a row conflicted"
         )
 
     async def _write_grant(self, decision: algo.Write) -> Holding | None:
         """Write a new grant; None if we lost the race. Cleans up if the outcome is unknown."""
-        send = self._clock()
+        send = self._state.clock()
         try:
-            with anyio.move_on_after(self.settings.lease_operation_timeout) as scope:
+            with anyio.move_on_after(self._state.settings.lease_operation_timeout) as scope:
                 if decision.expected_version is None:
-                    stored = await self.backend.create(decision.record)
+                    stored = await self._state.backend.create(decision.record)
                 else:
-                    stored = await self.backend.update(decision.record, decision.expected_version)
+                    stored = await self._state.backend.update(
+                        decision.record, decision.expected_version
+                    )
             if scope.cancelled_caught:
                 raise BackendUnavailable(
-                    f"writing lease {self.name!r} took longer than the lease operation timeout"
+                    f"writing lease {self._state.name!r} took longer than the lease operation "
+                    "timeout"
                 )
         except ConflictError:
             return None
@@ -170,10 +186,12 @@ class LeaseWriting(LeaseReading):
             # Unknown outcome (error, timeout, or our caller was cancelled): the write may have
             # landed. Learn the truth; adopt it, or, if we are being cancelled, release it.
             cancelled = not isinstance(exc, Exception)
-            current = await self._resolve_unknown_grant(decision.record, release=cancelled)  # noqa: ASYNC102  _resolve_unknown_grant shields and bounds
+            current = await self._resolve_unknown_grant(decision.record, release=cancelled)  # noqa: ASYNC102  resolve_unknown_grant shields and bounds
             if current is None or cancelled:
                 if isinstance(exc, Exception) and not isinstance(exc, LeaseError):
-                    raise untyped(exc, self.backend, f"writing lease {self.name!r}") from exc  # noqa: ASYNC104  only an Exception is made typed
+                    raise untyped(  # noqa: ASYNC104  only an Exception is made typed
+                        exc, self._state.backend, f"writing lease {self._state.name!r}"
+                    ) from exc
                 raise
             stored = current
         else:
@@ -183,25 +201,25 @@ class LeaseWriting(LeaseReading):
                 current = await self._resolve_unknown_grant(decision.record, release=False)
                 if current is None:
                     raise BackendProtocolError(
-                        f"writing lease {self.name!r}: {problem}, and a fresh read does not show "
-                        "our grant; the outcome is unknown"
+                        f"writing lease {self._state.name!r}: {problem}, and a fresh read does not "
+                        "show our grant; the outcome is unknown"
                     )
                 stored = current
-        self._observe(stored)
+        self._state.observe(stored)
         holding = Holding(
-            key=self._key,
-            backend=self.backend,
-            settings=self.settings,
+            key=self._state.key,
+            backend=self._state.backend,
+            settings=self._state.settings,
             record=stored,
             send_time=send,
-            clock=self._clock,
-            wall_clock=self._wall_clock,
-            info=self._info,
-            observers=self._observers,
+            clock=self._state.clock,
+            wall_clock=self._state.wall_clock,
+            info=self._state.info,
+            observers=self._state.observers,
         )
-        registry[self._key] = holding
-        if self._observers or everywhere():
-            started, now = self._wait_started, self._clock()
+        registry[self._state.key] = holding
+        if self._state.observers or everywhere():
+            started, now = self._state.wait_started, self._state.clock()
             holding.tell(
                 "acquired",
                 waited=0.0 if started is None else now - started,
@@ -219,28 +237,28 @@ class LeaseWriting(LeaseReading):
         """
         with (
             anyio.CancelScope(shield=True),  # noqa: ASYNC912  a shield for cleanup
-            anyio.move_on_after(self.settings.lease_operation_timeout),  # noqa: ASYNC912  bounds backend calls
+            anyio.move_on_after(self._state.settings.lease_operation_timeout),  # noqa: ASYNC912  bounds backend calls
         ):
             try:
-                current = await self.backend.get(self.name)
-                if not algo.still_ours(current, self.identity, intended.fencing_token):
+                current = await self._state.backend.get(self._state.name)
+                if not algo.still_ours(current, self._state.identity, intended.fencing_token):
                     return None
                 assert current is not None
                 if release:
-                    await self.backend.update(
-                        algo.release_record(current, self._wall_clock()), current.version
+                    await self._state.backend.update(
+                        algo.release_record(current, self._state.wall_clock()), current.version
                     )
                 return current
             except Exception as exc:
                 logger.warning(
                     "lease %r: could not resolve an acquire whose outcome is unknown (%s); "
                     "if it landed, the lease expires after the heartbeat timeout",
-                    self.name,
+                    self._state.name,
                     exc,
                 )
         return None
 
-    async def _drop_hold(self, holding: Holding, *, raise_unknown: bool) -> bool:
+    async def drop_hold(self, holding: Holding, *, raise_unknown: bool) -> bool:
         """Remove one hold; the last one ends the grant and releases it (shielded, bounded)."""
         holding.holds -= 1
         if holding.holds > 0:
@@ -254,37 +272,37 @@ class LeaseWriting(LeaseReading):
             written = await self._release(holding, raise_unknown=raise_unknown)
         finally:
             if holding.observers or everywhere():
-                held = self._clock() - holding.granted_at
+                held = self._state.clock() - holding.granted_at
                 holding.tell("released", held=held, written=written)
         return written
 
     async def _release(self, holding: Holding, *, raise_unknown: bool) -> bool:
-        """Write an empty holder if a fresh read still shows our grant (DESIGN §4.4)."""
+        """Write an empty holder if a fresh read still shows our grant (docs/design.md §4.4)."""
         error: BaseException | None = None
         with (
             anyio.CancelScope(shield=True),  # noqa: ASYNC912  a shield for cleanup
-            anyio.move_on_after(self.settings.lease_operation_timeout) as scope,  # noqa: ASYNC912  bounds backend calls
+            anyio.move_on_after(self._state.settings.lease_operation_timeout) as scope,  # noqa: ASYNC912  bounds backend calls
             urgent(),  # a release hands the lease over: it goes before acquisitions
         ):
             try:
-                current = await self.backend.get(self.name)
-                self._observe(current)
+                current = await self._state.backend.get(self._state.name)
+                self._state.observe(current)
                 if not algo.still_ours(current, holding.identity, holding.token):
                     return False
                 assert current is not None
-                written = algo.release_record(current, self._wall_clock())
-                released = await self.backend.update(written, current.version)
+                written = algo.release_record(current, self._state.wall_clock())
+                released = await self._state.backend.update(written, current.version)
                 problem = algo.echo_problem(released, written, current.version)
                 if problem:
                     raise BackendProtocolError(f"the answer to the release: {problem}")
-                self._observe(released)
+                self._state.observe(released)
                 return True
             except ConflictError:
                 return False
             except Exception as exc:
                 error = exc
         message = (
-            f"releasing lease {self.name!r} "
+            f"releasing lease {self._state.name!r} "
             + ("timed out" if scope.cancelled_caught else f"failed: {error}")
             + "; it expires after the heartbeat timeout"
         )

@@ -23,6 +23,12 @@ request                 answer
 ``/metrics``            the Prometheus text format of ``registry`` (when one is given), else 404.
 ======================  ===========================================================================
 
+The server answers one request per connection and bounds every client's work (at most 128
+connections, the oldest waiting one closed for a new one; 2 s from accept to answer; a 4 KiB
+head; no body); its failures are logged and never reach the lease or the ``async with`` block
+(:mod:`trio_lease._serve`, docs/operations.md "The probe server"). With ``metrics``, ``/metrics``
+also has the server's own ``trio_lease_probe_*`` counters.
+
 A lease that fails to renew is not stuck: its heartbeat loses it at its deadline, and the
 loss is told. Stuck means that did not happen. The observer's clock (default
 :func:`anyio.current_time`) is the one its deadlines are measured on.
@@ -30,11 +36,10 @@ loss is told. Stuck means that did not happen. The observer's clock (default
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import urllib.parse
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +48,7 @@ import anyio.abc
 
 from . import _public
 from ._observer import LeaseInfo, LeaseObserver
-from ._serve import Answer, serve_http
+from ._serve import Answer, ProbeServer, ServerStats
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -51,6 +56,15 @@ if TYPE_CHECKING:
 __all__ = ["HealthObserver", "HealthServer", "serve_health"]
 
 _TEXT = "text/plain; charset=utf-8"
+#: The longest lease name a 503 body repeats from a request.
+_NAME_SHOWN = 64
+
+
+def _plain(text: str) -> str:
+    """``text`` from a request, safe to repeat in a plain-text body: printable ASCII only
+    (anything else is ``?``), at most :data:`_NAME_SHOWN` characters."""
+    shown = "".join(c if c.isascii() and c.isprintable() else "?" for c in text[:_NAME_SHOWN])
+    return shown + ("..." if len(text) > _NAME_SHOWN else "")
 
 
 @dataclasses.dataclass
@@ -132,10 +146,58 @@ class HealthObserver(LeaseObserver):
         ]
 
 
+class _StatsCollector:
+    """The probe server's own counters, for ``/metrics`` next to the registry's."""
+
+    def __init__(self, stats: ServerStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        stats = self.stats
+        yield CounterMetricFamily(
+            "trio_lease_probe_connections_shed",
+            "Probe server connections closed unanswered to make room for newer ones",
+            value=stats.shed,
+        )
+        yield CounterMetricFamily(
+            "trio_lease_probe_timeouts",
+            "Probe server connections closed at their deadline from accept",
+            value=stats.timeouts,
+        )
+        yield CounterMetricFamily(
+            "trio_lease_probe_accept_errors",
+            "Errors of accept() on the probe port (each one backs off)",
+            value=stats.accept_errors,
+        )
+        yield GaugeMetricFamily(
+            "trio_lease_probe_connections", "Probe server connections open", value=stats.open
+        )
+        yield GaugeMetricFamily(
+            "trio_lease_probe_connections_max",
+            "Probe server connections served at once at most",
+            value=stats.capacity,
+        )
+
+
+def _server_metrics(stats: ServerStats) -> CollectorRegistry:
+    """A registry of the probe server's counters alone."""
+    import prometheus_client
+
+    registry = prometheus_client.CollectorRegistry(auto_describe=True)
+    registry.register(_StatsCollector(stats))
+    return registry
+
+
 def _answer(
-    health: HealthObserver | None, metrics: CollectorRegistry | None, target: str
+    health: HealthObserver | None,
+    metrics: CollectorRegistry | None,
+    target: str,
+    server: CollectorRegistry | None = None,
 ) -> Answer:
-    """The answer to a GET of ``target`` (path and query)."""
+    """The answer to a GET of ``target`` (path and query); ``server``: the probe server's own
+    metrics, served after ``metrics``."""
     parts = urllib.parse.urlsplit(target)
     query = urllib.parse.parse_qs(parts.query)
     if health is not None and parts.path == "/healthz":
@@ -149,7 +211,7 @@ def _answer(
         name = query.get("name", [None])[-1]
         if health.holding(name):
             return 200, _TEXT, b"leading\n"
-        which = f"lease {name!r}" if name is not None else "any lease"
+        which = f"the lease named {_plain(name)}" if name is not None else "any lease"
         return 503, _TEXT, f"not holding {which}\n".encode()
     if metrics is not None and parts.path == "/metrics":
         import prometheus_client
@@ -157,7 +219,8 @@ def _answer(
         return (
             200,
             prometheus_client.CONTENT_TYPE_LATEST,
-            prometheus_client.generate_latest(metrics),
+            prometheus_client.generate_latest(metrics)
+            + (b"" if server is None else prometheus_client.generate_latest(server)),
         )
     return 404, _TEXT, b"not found: try /healthz, /readyz or /metrics\n"
 
@@ -177,7 +240,14 @@ async def serve_health(
     """
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
     task_status.started(listener.extra(anyio.abc.SocketAttribute.local_port))
-    await serve_http(listener, lambda target: _answer(health, metrics, target))
+    await _server(health, metrics).serve(listener)
+
+
+def _server(health: HealthObserver | None, metrics: CollectorRegistry | None) -> ProbeServer:
+    """A probe server answering from ``health`` and ``metrics`` (its own counters included)."""
+    stats = ServerStats()
+    own = None if metrics is None else _server_metrics(stats)
+    return ProbeServer(lambda target: _answer(health, metrics, target, own), stats=stats)
 
 
 class HealthServer:
@@ -202,13 +272,25 @@ class HealthServer:
         self.host = host
         #: The port asked for; once entered, the port listened on.
         self.port: int = port
-        self._running_cm: contextlib.AbstractAsyncContextManager[HealthServer] | None = None
+        #: Once entered, what the server had to refuse (shed connections, timeouts, ...).
+        self.stats = ServerStats()
+        self._running: tuple[anyio.abc.TaskGroup, anyio.abc.Listener[Any]] | None = None
 
     async def __aenter__(self) -> HealthServer:
-        running = self._running()
-        entered = await running.__aenter__()
-        self._running_cm = running
-        return entered
+        # Listen before the task group, so a port in use raises OSError itself, not a group.
+        listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
+        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        server = _server(self.health, self.metrics)
+        self.stats = server.stats
+        group = anyio.create_task_group()
+        try:
+            await group.__aenter__()
+        except BaseException:
+            await anyio.aclose_forcefully(listener)  # not shielded: forceful, no wait
+            raise
+        group.start_soon(server.serve, listener)  # noqa: ASYNC113  the listener is bound above; serving may start later
+        self._running = group, listener
+        return self
 
     async def __aexit__(
         self,
@@ -216,23 +298,17 @@ class HealthServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        running, self._running_cm = self._running_cm, None
-        assert running is not None, "HealthServer was not entered"
-        return await running.__aexit__(exc_type, exc, tb)  # noqa: ASYNC102  exits the server's task group
-
-    @contextlib.asynccontextmanager
-    async def _running(self) -> AsyncIterator[HealthServer]:
-        # Listen before the task group, so a port in use raises OSError itself, not a group.
-        listener = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
-        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        health, metrics = self.health, self.metrics
+        assert self._running is not None, "HealthServer was not entered"
+        (group, listener), self._running = self._running, None
+        # serve() never raises (it logs a failure and stops serving), so the group is only
+        # ever cancelled here: the block never sees the server fail. The block's own error
+        # is not handed to the group, so it leaves as itself, not inside an exception group.
+        group.cancel_scope.cancel()
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(serve_http, listener, lambda target: _answer(health, metrics, target))
-                yield self
-                tg.cancel_scope.cancel()
+            await group.__aexit__(None, None, None)  # noqa: ASYNC102  exits the server's task group, cancelled above
         finally:
             await anyio.aclose_forcefully(listener)  # if never started; forceful, no wait
+        return None
 
 
 _public.publish(globals())

@@ -27,6 +27,9 @@ metric                                                type       what
                                                                  ``written="false"``: left to expire
 ====================================================  =========  ==================================
 
+A :class:`~trio_lease.health.HealthServer` given the registry adds its own
+``trio_lease_probe_*`` counters to what it serves (shed connections, timeouts, accept errors).
+
 The ``cause`` label is a category from a fixed set (:func:`cause_category`), never the cause's
 text, so the number of series stays bounded whatever the backend says.
 """

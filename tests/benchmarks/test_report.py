@@ -23,3 +23,18 @@ def test_the_recorded_tables_are_rendered_from_the_json_with_each_rerun_named() 
                     + ", ".join(part["sections"])))
         assert part["date_utc"] in line and part["raw"] in line
         assert (RESULTS / part["raw"].removeprefix("results/") / "full.json").exists()
+
+
+def test_the_readme_quotes_the_recorded_run() -> None:
+    """Every table row under the README's "Results" is a row of results/full.md, and the README
+    names that run's commit and date."""
+    readme = (RESULTS.parent / "README.md").read_text()
+    results = readme[readme.index("\n## Results\n") : readme.index("\n## Design measurements\n")]
+    recorded = set((RESULTS / "full.md").read_text().splitlines())
+    rows = [line for line in results.splitlines() if line.startswith("|")]
+    assert len(rows) > 40
+    assert [row for row in rows if row not in recorded] == []
+    doc = json.loads((RESULTS / "full.json").read_text())
+    commit = doc["results"]["source"]["head"].split()[0]
+    assert f"`{commit}`" in results
+    assert doc["machine"]["date_utc"][:10] in results

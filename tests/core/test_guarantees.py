@@ -1,4 +1,4 @@
-"""DESIGN §4: one or more named tests per guarantee, on every backend, on asyncio and trio.
+"""docs/design.md §4: one or more named tests per guarantee, on every backend, on asyncio and trio.
 
 docs/guarantees.md maps each guarantee to these tests.
 

@@ -1,4 +1,4 @@
-"""Cooperative handover (issue 16 item 6): ask the holder, who finishes and releases to you."""
+"""Cooperative handover: ask the holder, who finishes and releases to you."""
 
 from __future__ import annotations
 

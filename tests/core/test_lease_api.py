@@ -320,7 +320,7 @@ async def test_release_between_first_read_and_watch_start_wakes_the_waiter(world
 
             async def follow(emit: Emit[LeaseRecord | None]) -> None:
                 if not released_at:
-                    await a._end_akka(raise_unknown=True)  # a releases before the watch opens
+                    await a._akka.end_hold(raise_unknown=True)  # a releases before the watch opens
                     released_at.append(anyio.current_time())
                 async with inner as states:
                     async for state in states:

@@ -1,4 +1,4 @@
-"""Observers (issue 16 item 1): each step of a lease's life told once, from one place."""
+"""Observers: each step of a lease's life told once, from one place."""
 
 from __future__ import annotations
 

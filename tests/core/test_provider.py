@@ -59,7 +59,7 @@ def test_section_settings_and_backend_keys(config_file: Path) -> None:
     assert isinstance(disk.backend, SqliteBackend)
     assert disk.backend.path == config_file.parent / "db.sqlite3"
     assert disk.backend.busy_timeout == 2
-    assert disk.settings.heartbeat_timeout == 120  # the seed's default
+    assert disk.settings.heartbeat_timeout == 120  # Akka's default
     custom = provider.get_lease("r", "app.leases.custom", "w")
     assert isinstance(custom.backend, MemoryBackend)
 

@@ -1,4 +1,4 @@
-"""LeaseSettings: defaults, duration parsing, and validation per DESIGN §6."""
+"""LeaseSettings: defaults, duration parsing, and validation per docs/design.md §6."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ SECTION = {
 
 
 def test_defaults_are_the_seeds() -> None:
-    """The seed's reference defaults: 120 s timeout, 12 s interval, 5 s operation timeout."""
+    """Akka's reference defaults: 120 s timeout, 12 s interval, 5 s operation timeout."""
     s = LeaseSettings()
     assert (s.heartbeat_timeout, s.heartbeat_interval, s.lease_operation_timeout) == (120, 12, 5)
     assert s.deadline == 80
@@ -152,7 +152,7 @@ def test_every_failed_inequality_is_listed_at_once_with_unset_values_marked() ->
 
 
 def test_kebab_case_keys_and_strings() -> None:
-    """The seed's kebab-case keys and duration strings are accepted."""
+    """Akka's kebab-case keys and duration strings are accepted."""
     s = LeaseSettings(
         **{
             "heartbeat-timeout": "15s",

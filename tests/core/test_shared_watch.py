@@ -1,4 +1,4 @@
-"""The shared watch (issue 15): one feed per backend object, its waiters and its holders.
+"""The shared watch: one feed per backend object, its waiters and its holders.
 
 The hub (trio_lease/_shared_watch.py) runs one :class:`~trio_lease.abc.WatchFeed` for every
 subscriber of a backend object; waiters wake on it (trio_lease/_waiting.py) and holders learn of

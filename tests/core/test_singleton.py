@@ -1,4 +1,4 @@
-"""run_singleton / Singleton (DESIGN §7), on virtual time."""
+"""run_singleton / Singleton (docs/design.md §7), on virtual time."""
 
 from __future__ import annotations
 

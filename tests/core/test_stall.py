@@ -6,7 +6,7 @@ signals when the event loop stalls past the holder's deadline: when the loop run
 guarded body's own timer fired before the heartbeat's watchdog had cancelled it, so the body
 started a new side effect although its deadline had passed.
 
-The fix (DESIGN §4.5, docs/guarantees.md): the body's cancel scope carries the grant's deadline,
+The fix (docs/design.md §4.5): the body's cancel scope carries the grant's deadline,
 pushed forward on each confirmed renewal. On trio, expired deadlines are all delivered before any
 task resumes, so a body that was waiting on a timer when the stall began never runs again. On
 asyncio, anyio does not cancel a task whose wait has already completed, so the body runs until its

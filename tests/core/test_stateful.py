@@ -106,7 +106,7 @@ class Simulation:
             owner = self.owners[i]
             from trio_lease._heartbeat import registry
 
-            holding = registry.get(owner.lease._key)
+            holding = registry.get(owner.lease._state.key)
             paused_past = (
                 owner.clock.paused_at is not None
                 and holding is not None

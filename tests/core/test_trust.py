@@ -1,4 +1,4 @@
-"""The core trusts no backend answer (issue "Trust nothing the server says").
+"""The core trusts no backend answer (docs/design.md §4.8, the trust boundary).
 
 A scripted store rewrites what the backend answers while a true memory store underneath records
 what really happened, so each test can compare what the core believed with the truth: unreadable

@@ -5,7 +5,7 @@ outcomes are :class:`~trio_lease.LeaseError` subclasses; anything else (``KeyErr
 ``TypeError``, ``RecursionError``, an ``ExceptionGroup``, a hang past the call's bound) is a
 failure. Failures are collected, not raised at once, so one run reports every distinct problem;
 each names the backend, the call, the reply that caused it and what went wrong, and the
-assertion message carries the seed to replay the run.
+assertion message carries the random seed to replay the run.
 
 Request-rate bound (the "no spinning" check), derived from the library's waits: the shortest
 pause of any retry loop is 5 ms (the acquire conflict pause, doubling from there), 50 ms (the

@@ -363,7 +363,7 @@ async def core_worker(
 
 
 def _akka_token(lease: Lease) -> int:
-    hold = lease._akka  # the grant acquire() made
+    hold = lease._akka._hold  # the grant acquire() made
     assert hold is not None
     return hold.holding.token
 

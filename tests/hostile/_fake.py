@@ -101,7 +101,7 @@ class FakeBase:
     def begin(self, key: tuple[str, str]) -> random.Random:
         """Draw this request's reply from the lease's own random stream (and return it).
 
-        Each lease name has its own stream, so the replies one call gets depend on the seed
+        Each lease name has its own stream, so the replies one call gets depend on the random seed
         and on that call's requests only, not on how concurrent calls interleave: a failure
         replays with the same seed. Called again after every ``await`` in a handler.
         """

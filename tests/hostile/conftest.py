@@ -38,7 +38,7 @@ def hostile_seed() -> int:
 
 @pytest.fixture
 def rng(hostile_seed: int, request: pytest.FixtureRequest) -> random.Random:
-    """This test's own random stream, from the seed and the test id."""
+    """This test's own random stream, from the run's seed and the test id."""
     return random.Random(f"{hostile_seed}/{request.node.nodeid}")
 
 

@@ -1,4 +1,4 @@
-"""One named regression test per class of failure issue 12 lists ("trust nothing the server says").
+"""One named regression test per class of failure of a server that cannot be trusted.
 
 (1) a live lease taken at once, (2) a grant the server does not show, (3) untyped exceptions,
 (4) spinning, (5) an ExceptionGroup instead of our errors, (6) silent waits, (7) secrets in

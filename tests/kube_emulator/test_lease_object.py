@@ -1,4 +1,4 @@
-"""KUBERNETES-API.md §1: the Lease object, its fields, validation and MicroTime."""
+"""docs/design.md §8.1: the Lease object, its fields, validation and MicroTime."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""KUBERNETES-API.md §3: LIST with labelSelector, fieldSelector, limit and continue."""
+"""docs/design.md §8.3: LIST with labelSelector, fieldSelector, limit and continue."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 14: where the emulator answered unlike kube-apiserver (create, 404, CRDs, gate, errors)."""
+"""The emulator answers like kube-apiserver (create, 404, CRDs, gate, errors)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""KUBERNETES-API.md §4 (Status bodies, reasons, field order) and §5 (names)."""
+"""docs/design.md §8.4 (Status bodies, reasons, field order) and §8.5 (names)."""
 
 from __future__ import annotations
 

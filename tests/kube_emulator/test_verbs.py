@@ -1,4 +1,4 @@
-"""KUBERNETES-API.md §2 and §3: URLs, ?timeout=, and the semantics of each verb."""
+"""docs/design.md §8.2 and §8.3: URLs, ?timeout=, and the semantics of each verb."""
 
 from __future__ import annotations
 

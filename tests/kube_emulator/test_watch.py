@@ -1,4 +1,4 @@
-"""KUBERNETES-API.md §6: watch streams, resume, bookmarks, 410 Expired, timeouts, cuts."""
+"""docs/design.md §8.6: watch streams, resume, bookmarks, 410 Expired, timeouts, cuts."""
 
 from __future__ import annotations
 

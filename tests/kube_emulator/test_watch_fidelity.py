@@ -1,4 +1,4 @@
-"""KUBERNETES-API.md §3, §6: resourceNames for list/watch, selectors on watches, the bookmark
+"""docs/design.md §8.3, §8.6: resourceNames for list/watch, selectors on watches, the bookmark
 cadence and the time-based compaction window."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ watch), so what is measured is the machine, the event loop and the emulator's pa
   evenly (the steady row's rhythm: 1,000 leases renewed every 1.5 s);
 - ``paced on a grid``: as ``paced``, each due time rounded down to a multiple of
   ``interval / 32``, so one wake-up starts about 30 requests (tools/benchmarks/README.md,
-  "Issue 15, session 12": holders renew on this grid, ``trio_lease._algorithm.next_renewal``);
+  "Design measurements": holders renew on this grid, ``trio_lease._algorithm.next_renewal``);
 - ``timers only``: as ``paced`` with no request at all: each task only wakes up every
   ``interval`` seconds (CPU per wake-up, no I/O: the machine and the event loop alone);
 - ``renewals paced`` and ``renewals on a grid``: the least a *renewal* costs any client in the
@@ -28,7 +28,7 @@ watch), so what is measured is the machine, the event loop and the emulator's pa
 The difference between ``back-to-back`` and ``paced`` is what the process pays for waking up
 between requests, on this machine, before any client does any work of its own; ``timers only``
 shows that cost without the emulator (on the benchmark VM, about as much per wake-up as a
-whole back-to-back request: tools/benchmarks/README.md, "Issue 15, session 12").
+whole back-to-back request: tools/benchmarks/README.md, "Design measurements").
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ a fresh emulator, writes ``leftover`` Lease objects held for an hour by a proces
 L = 15 s, R = 1.5 s, T = 1 s, 20 leases, SIGKILL the holder ``kills`` times) and prints each
 lease's start after the kill minus L, in ms.
 
-It is the experiment behind "The late failovers" in tools/benchmarks/README.md: the steady and
-capacity steps of ``--full`` leave thousands of labelled Leases behind, and a failover measured
-after them came seconds late.
+It is the experiment behind "The late failovers" in tools/benchmarks/README.md ("Design
+measurements"): the steady and capacity steps of ``--full`` leave thousands of labelled Leases
+behind, and a failover measured after them came seconds late.
 """
 
 from __future__ import annotations

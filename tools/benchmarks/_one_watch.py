@@ -1,4 +1,4 @@
-"""The shared-watch benchmarks of issue 15 ("One watch per process"), runner side.
+"""The shared-watch benchmarks (one watch per process), runner side.
 
 Three libraries side by side: trio_lease (``ours``), kubernetes_asyncio's elector (``theirs``)
 and the official ``kubernetes`` client's elector (``official``, :mod:`._official`):
@@ -10,10 +10,11 @@ and the official ``kubernetes`` client's elector (``official``, :mod:`._official
   kubernetes_asyncio and of the official client never watch (they poll: one GET per retry
   period per contender), so they are not run here.
 - ``replicas``: requests per hour on the server for one lease held by one of three replicas,
-  at the same worst-case crash failover F for every library (mapping in :data:`FULL`,
-  README "Issue 15"): trio_lease F = L (a waiting contender re-reads at the holder's expiry
-  observed on its own clock); the electors F = RP × (1 + ceil(LD / RP)) (a follower sees the
-  last renewal up to one retry period RP late, then polls every RP until LD has passed since).
+  at the same worst-case crash failover F for every library (mapping in :data:`FULL`;
+  README, "What each benchmark measures"): trio_lease F = L (a waiting contender re-reads at
+  the holder's expiry observed on its own clock); the electors F = RP × (1 + ceil(LD / RP))
+  (a follower sees the last renewal up to one retry period RP late, then polls every RP until
+  LD has passed since).
 - ``renewal_cpu``: client CPU per renewal at ``n`` held leases (:func:`run.Runner.steady`),
   then the same run again under a sampling profiler (:mod:`._ours_watch` ``profile``).
 """
@@ -53,7 +54,7 @@ FULL: Params = {
         "official": {"L": 13, "R": 1.5, "RD": 10},
     },
     # R = 3 s: at R = 1.5 s (667 renewals per second) the shared, loaded 2-core machine of
-    # 2026-11-23 could not serve the ramp to 1,000 leases, on this code or before issue 15
+    # 2026-11-23 could not serve the ramp to 1,000 leases
     # (acquisitions stalled at ~510 leases: reads queued behind renewals past T).
     "renewal_cpu": {"L": 30, "R": 3.0, "T": 1.0, "n": 1000, "window": 30.0,
                     "profile_window": 15.0},
@@ -84,7 +85,7 @@ def source() -> Params:
                               check=False)
         return done.stdout.rstrip("\n")  # porcelain lines start with a space (" M path")
 
-    return {"head": git("log", "-1", "--format=%h %s")[:120],
+    return {"head": git("log", "-1", "--format=%h %cI"),
             "changed": git("status", "--porcelain", "--untracked-files=no").splitlines()}
 
 
@@ -148,7 +149,7 @@ def run_all(runner: Any, plan: Params, want: Any) -> Params:
 
 
 def render(doc: Params) -> str:
-    """The issue-15 tables (Markdown) of a results document; empty when none ran."""
+    """The shared-watch tables (Markdown) of a results document; empty when none ran."""
     res = doc.get("results", {})
     lines: list[str] = []
     if "source" in res:

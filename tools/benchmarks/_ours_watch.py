@@ -1,4 +1,4 @@
-"""trio_lease's side of the shared-watch benchmarks (issue 15), one scenario per run.
+"""trio_lease's side of the shared-watch benchmarks, one scenario per run.
 
 ``python -m tools.benchmarks._ours_watch SCENARIO PARAMS_JSON``, the same events as
 :mod:`._ours` (whose helpers it uses). Scenarios:

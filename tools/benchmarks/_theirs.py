@@ -11,7 +11,7 @@ the body is done it cancels the elector and writes an empty holder, so the succe
 on its next poll. The "guarded body" is the ``onstarted_leading`` task, which the elector
 cancels when its renew deadline passes without a renewal.
 
-``replicas`` (issue 15): three electors, each with its own ``ApiClient``, on one lease; ``start``
+``replicas``: three electors, each with its own ``ApiClient``, on one lease; ``start``
 / ``end`` bracket a window in which the runner counts the server's requests.
 """
 

@@ -34,12 +34,12 @@ BENCHMARKS = ["steady", "capacity", "confirm", "pool", "handover", "cold", "loss
 
 #: Acquisitions per second while a steady run builds up its leases. An acquisition costs two
 #: requests (GET 404, POST); much faster ramps overload a loaded 2-core machine and the
-#: acquisitions then starve the renewals (README, "Findings").
+#: acquisitions then starve the renewals (README, "Design measurements").
 ACQUIRE_RATE = 100
 
 #: HTTP client alternatives for trio_lease: requests in flight, connections, idle connections
 #: kept alive, and whether unary requests take the lean HTTP/1.1 path (trio_lease._http) or
-#: httpx. "httpx default" is what the backend used before issue 8 (no in-flight cap, httpx).
+#: httpx. "httpx default" is httpx with its own pool limits and no in-flight cap.
 POOLS: dict[str, list[int | bool | None]] = {
     "httpx default (100 conns, 20 idle, no cap)": [1_000_000, 100, 20, False],
     "httpx, cap 100, 100 idle": [100, None, 100, False],
@@ -49,7 +49,7 @@ POOLS: dict[str, list[int | bool | None]] = {
     "lean HTTP/1.1, cap 16, 16 idle": [16, None, 16, True],
     "lean HTTP/1.1, cap 4, 4 idle (chosen)": [4, None, 4, True],
 }
-#: Timings. "steady": the issue's 15 s timeout and 1.5 s interval (kubernetes_asyncio:
+#: Timings. "steady": a 15 s timeout and 1.5 s interval (kubernetes_asyncio:
 #: lease_duration 15, renew_deadline 10, retry_period 1.5). The smoke run shortens them.
 FULL: Params = {
     "steady": {"L": 15, "R": 1.5, "T": 1.0, "RD": 10, "n": 1000, "window": 60.0},
@@ -57,7 +57,7 @@ FULL: Params = {
     "capacity_ours": [100, 200, 300, 400, 500, 750, 1000],
     "capacity_theirs": [100, 200, 500],
     "capacity_window": 40.0,
-    # The largest step that passed (under 20 % of a core) held again for the issue's 10 minutes.
+    # The largest step that passed (under 20 % of a core) held again for 10 minutes.
     "capacity_confirm_window": 600.0,
     "trio_n": 500,
     "pool_n": 500,
@@ -70,7 +70,7 @@ FULL: Params = {
     "failover_libs": ["ours", "theirs", "sqlite", "etcd"],
     "sqlite_n": 1000,
     "etcd_n": 1000,
-    "issue15": _one_watch.FULL,
+    "shared_watch": _one_watch.FULL,
 }
 SMOKE: Params = {
     "steady": {"L": 2, "R": 0.5, "T": 0.15, "RD": 1.5, "stop": 0.3, "n": 10, "window": 1.0},
@@ -92,7 +92,7 @@ SMOKE: Params = {
     "failover_libs": ["ours", "theirs"],
     "sqlite_n": 10,
     "etcd_n": 10,
-    "issue15": _one_watch.SMOKE,
+    "shared_watch": _one_watch.SMOKE,
 }
 
 
@@ -157,7 +157,8 @@ class Runner:
         params = {**self.base(lib, "steady", timings), **extra}
         params.update(n=n, window=window, ramp=max(params["R"], n / ACQUIRE_RATE))
         if params["backend"] == "kube":
-            # Fresh: earlier steps' Leases fill the shared watch's first LIST (README, session 8).
+            # Fresh: earlier steps' Leases fill the shared watch's first LIST
+            # (README, "Design measurements").
             self.emulator.restart()
         raw = self.worker(lib, scenario, params, params["ramp"] + window + 180, module)
         return {"params": params, "raw": raw, **derive_steady(raw, params)}
@@ -309,7 +310,7 @@ def run(mode: str, out: Path, only: set[str] | None = None) -> Params:
                     for lib in libs
                 }
             if want("confirm") and "capacity" in res:
-                # The knee, held for the issue's full window (10 minutes in --full).
+                # The knee, held for the confirmation window (10 minutes in --full).
                 res["capacity_confirm"] = {}
                 for lib in libs:
                     knee = _knee(res["capacity"][lib])
@@ -325,7 +326,7 @@ def run(mode: str, out: Path, only: set[str] | None = None) -> Params:
                 }
             if any(want(name) for name in ("handover", "cold", "loss", "failover")):
                 # Latencies against a fresh emulator: earlier steps leave thousands of Leases
-                # behind (README, "Rerun of the latencies": failovers one R late against them).
+                # behind (README, "Design measurements": failovers late against them).
                 emulator.stop()
                 emulator = runner.emulator = Emulator(Path(tmp) / "kubeconfig")
             if want("handover"):
@@ -348,7 +349,7 @@ def run(mode: str, out: Path, only: set[str] | None = None) -> Params:
                     lib: runner.failover(lib, failover, failover["kills"])
                     for lib in plan["failover_libs"] if lib != "etcd" or etcd is not None
                 }
-            res.update(_one_watch.run_all(runner, plan["issue15"], want))
+            res.update(_one_watch.run_all(runner, plan["shared_watch"], want))
         finally:
             emulator.stop()
     results["machine"]["loadavg_end"] = list(os.getloadavg())

@@ -1,4 +1,4 @@
-"""Jepsen-style safety campaign for trio_lease (issue 7).
+"""Jepsen-style safety campaign for trio_lease.
 
 Worker processes contend for one lease through the public API while a seeded nemesis injects
 faults (process kills and pauses, a TCP fault proxy, API-emulator faults, clock-rate skew). Every

@@ -6,7 +6,7 @@ re-anchors, so readings stay continuous and never go backwards.
 
 :class:`ReplyAnchorClock` is a deliberately *broken* clock for the checker's self-test: it stops
 while a write is in flight, so a deadline computed as "send time + D" really ends D after the
-*reply* (the anchoring DESIGN §4.2 forbids).
+*reply* (the anchoring docs/design.md §4.2 forbids).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run parameters: the backend, the seed, the lease timing, the fault mix and the stop rule."""
+"""Run parameters: the backend, the random seed, the lease timing, the faults and the stop rule."""
 
 from __future__ import annotations
 

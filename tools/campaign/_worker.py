@@ -62,7 +62,7 @@ class SlowReplyBackend(LeaseBackend):
     wrote. A new grant replies at once, so the next holder's belief starts at its commit. With a
     :class:`ReplyAnchorClock` the clock stands still while a renewal is in flight, so the
     library's send-anchored deadline effectively starts at the reply: the deliberately broken
-    variant of DESIGN §4.2.
+    variant of docs/design.md §4.2.
     """
 
     def __init__(self, inner: LeaseBackend, delay: float, clock: ReplyAnchorClock | None) -> None:

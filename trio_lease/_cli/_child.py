@@ -6,6 +6,12 @@ then SIGKILL after the grace period (the settings' ``stop_timeout``, which the s
 accounts for). On Linux the child is also SIGKILLed by the kernel if ``trio-lease`` itself dies
 (``kill -9``), so it can never outlive the lease it ran under. A child killed by signal N exits
 128+N, as shells report it.
+
+On Linux the kernel's parent-death signal belongs to the *thread* that forked the child, not to
+the process: a child forked by a worker thread is killed when that thread ends (trio ends an
+idle worker thread after 10 s, and ``trio.lowlevel.open_process`` forks from one). So on Linux
+the child is forked by the event loop's own thread, which lives as long as the run, and waited
+for through a pidfd; asyncio forks from the loop's thread anyway, so both loops behave alike.
 """
 
 from __future__ import annotations
@@ -13,10 +19,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 import sys
+from typing import Protocol
 
 import anyio
-from anyio.abc import Process
 
 from .._exceptions import LeaseConfigError
 
@@ -55,11 +62,84 @@ def check_command(command: list[str]) -> None:
         raise LeaseConfigError(f"cannot start {program!r}: no such executable")
 
 
+def _with_parent_death_signal() -> bool:
+    """Whether CMD runs under _LAUNCHER (Linux, with a Python executable to run it)."""
+    return sys.platform.startswith("linux") and bool(sys.executable)
+
+
 def _child_argv(command: list[str]) -> list[str]:
     """CMD, wrapped on Linux so that the kernel kills it if trio-lease dies (see _LAUNCHER)."""
-    if not sys.platform.startswith("linux") or not sys.executable:
+    if not _with_parent_death_signal():
         return command
     return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), *command]
+
+
+class _Child(Protocol):
+    """What run_child needs of a started child: anyio's Process has it, and so has _Forked."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+class _Forked:
+    """A child forked by the event loop's thread, waited for without a thread of its own.
+
+    The wait is a pidfd (readable once the child has exited), so no worker thread is held for the
+    child's life; on a kernel without ``pidfd_open`` (before Linux 5.3) it polls every 50 ms.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        try:
+            self._pidfd: int | None = os.pidfd_open(popen.pid)
+        except OSError:  # ENOSYS on an old kernel, EPERM under some seccomp profiles
+            self._pidfd = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    async def wait(self) -> int:
+        while (code := self._popen.poll()) is None:
+            if self._pidfd is None:
+                await anyio.sleep(0.05)
+            else:
+                await anyio.wait_readable(self._pidfd)
+        return code
+
+    def terminate(self) -> None:
+        self._popen.terminate()  # Popen signals only a child it has not reaped (no pid reuse)
+
+    def kill(self) -> None:
+        self._popen.kill()
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+async def _start(command: list[str], env: dict[str, str]) -> _Child:
+    """Start CMD; on Linux from this thread, the one the parent-death signal is tied to."""
+    argv = _child_argv(command)
+    if not _with_parent_death_signal():  # any thread may fork
+        return await anyio.open_process(argv, stdin=None, stdout=None, stderr=None, env=env)
+    return _fork_here(argv, env)
+
+
+def _fork_here(argv: list[str], env: dict[str, str]) -> _Forked:
+    """Fork and exec from the calling thread (the event loop's), blocking it meanwhile.
+
+    The block lasts as long as vfork and exec take, as in asyncio's own subprocess support; a
+    worker thread would take the child down with it when it ends (see the module docstring).
+    """
+    return _Forked(subprocess.Popen(argv, stdin=None, stdout=None, stderr=None, env=env))
 
 
 async def run_child(command: list[str], lease_env: dict[str, str], grace: float) -> int:
@@ -68,10 +148,7 @@ async def run_child(command: list[str], lease_env: dict[str, str], grace: float)
     Cancelled (the lease lost, or a signal to stop), it stops the child before returning.
     """
     try:
-        process = await anyio.open_process(
-            _child_argv(command), stdin=None, stdout=None, stderr=None,
-            env=os.environ | lease_env,
-        )
+        process = await _start(command, os.environ | lease_env)
     except OSError as exc:
         raise LeaseConfigError(f"cannot start {command[0]!r}: {exc}") from None
     try:
@@ -79,11 +156,17 @@ async def run_child(command: list[str], lease_env: dict[str, str], grace: float)
     finally:
         if process.returncode is None:
             await _stop(process, grace)  # noqa: ASYNC102  _stop shields itself; grace, then SIGKILL
+        if isinstance(process, _Forked):
+            process.close()
     return 128 - returncode if returncode < 0 else returncode
 
 
-async def _stop(process: Process, grace: float) -> None:
-    """SIGTERM, then SIGKILL after the grace period; shielded, as it runs when cancelled."""
+async def _stop(process: _Child, grace: float) -> None:
+    """SIGTERM, then SIGKILL after the grace period; shielded, as it runs when cancelled.
+
+    Not bounded as a whole: the SIGKILL is bounded by the kernel, and returning before the
+    child is gone would let it outlive the lease it runs under.
+    """
     with anyio.CancelScope(shield=True):
         with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
             process.terminate()

@@ -49,7 +49,8 @@ def add_serving_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--health-host",
         default=env("health_host", "127.0.0.1"),
-        help="address to serve health on (default: 127.0.0.1; 0.0.0.0 for a pod's probes)",
+        help="address to serve health on (default: 127.0.0.1; 0.0.0.0 for a pod's probes, "
+        ":: in an IPv6 cluster)",
     )
     group.add_argument(
         "--metrics-port",
@@ -61,7 +62,7 @@ def add_serving_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--metrics-host",
         default=env("metrics_host", "127.0.0.1"),
-        help="address to serve metrics on (default: 127.0.0.1)",
+        help="address to serve metrics on (default: 127.0.0.1; :: for IPv6)",
     )
 
 

@@ -17,7 +17,7 @@ import anyio.lowlevel
 
 from .._abc import LeaseBackend, LeaseRecord, Publish, Watched, WatchFeed
 from .._exceptions import ConflictError
-from .._streams import Changes, Emit
+from ..abc import Changes, Emit
 
 __all__ = ["MemoryBackend", "MemoryFeed", "MemoryStore"]
 

@@ -189,7 +189,7 @@ async def test_strict_names_reject_invalid_keys() -> None:
 
 
 def test_validate_settings_rejects_fractional_lease_durations() -> None:
-    """Kubernetes Leases need a whole number of seconds >= 1 as heartbeat_timeout (DESIGN §6)."""
+    """Kubernetes Leases need whole seconds >= 1 as heartbeat_timeout (docs/design.md §6)."""
     backend = make_backend(emulator_with_crd().transport())
     with pytest.raises(LeaseConfigError, match="whole number"):
         backend.validate_settings(LeaseSettings(heartbeat_timeout=30.5, heartbeat_interval=3,

@@ -1,4 +1,4 @@
-"""The backend against the emulator's real-server answers of issue 14 (404 bodies, the gate)."""
+"""The backend against the emulator's real-server answers (404 bodies, the gate)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""KubernetesEvents (issue 16 item 4): an events.k8s.io/v1 Event per acquire, release and loss.
+"""KubernetesEvents: an events.k8s.io/v1 Event per acquire, release and loss.
 
 Against the in-process emulator on virtual time, asyncio and trio. The Events are read back
 through the API as any client lists them; their fields follow client-go's leader election

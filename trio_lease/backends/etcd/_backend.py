@@ -40,8 +40,8 @@ import httpx
 from ..._abc import LeaseBackend, LeaseRecord
 from ..._exceptions import BackendAuthError, BackendError, ConflictError, LeaseConfigError
 from ..._settings import SECTION_KEYS
-from ..._streams import Changes, Emit
 from ..._wire import INT64_MAX
+from ...abc import Changes, Emit
 from ._client import EtcdClient
 from ._codec import b64, encode_record
 from ._feed import OWN_WRITES_KEPT, EtcdFeed

@@ -44,7 +44,7 @@ def _time(value: datetime | None) -> str | None:
 def _parse_time(value: object) -> datetime | None:
     """An informational timestamp; one that does not read as ISO 8601 reads as None.
 
-    Timestamps are never compared with a clock (DESIGN §4.1), so a bad one does not make the
+    Timestamps are never compared with a clock (docs/design.md §4.1), so a bad one does not make the
     record unreadable. A time without an offset is taken as UTC (the library writes UTC).
     """
     if not isinstance(value, str) or len(value) > _MAX_TIME_CHARS:

@@ -1,7 +1,8 @@
 """The Kubernetes backend: leases as ``coordination.k8s.io/v1`` Leases or ``akka.io/v1`` objects.
 
-Talks to the API server directly with httpx (no Kubernetes SDK), compare-and-swap on
-``resourceVersion``. See docs/kubernetes.md for RBAC, the CRD, configuration and tuning.
+Talks to the API server directly (no Kubernetes SDK): its own lean HTTP/1.1 client, or httpx
+behind a proxy or an injected transport; compare-and-swap on ``resourceVersion``. See
+docs/kubernetes.md for RBAC, the CRD, configuration and tuning.
 """
 
 from ... import _public

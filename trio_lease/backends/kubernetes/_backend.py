@@ -1,6 +1,6 @@
 """KubernetesBackend: the lease SPI on Kubernetes objects, compare-and-swap on resourceVersion.
 
-The protocol (KUBERNETES-API.md):
+The protocol (docs/design.md §8):
 
 - ``get``: a quorum GET (never ``resourceVersion=0``); 404 → ``None``.
 - ``create``: POST; 409 AlreadyExists → :class:`ConflictError`.
@@ -38,8 +38,8 @@ import httpx
 
 from ..._abc import LeaseBackend, LeaseRecord, WatchFeed
 from ..._exceptions import BackendProtocolError, ConflictError, LeaseConfigError
-from ..._streams import Changes
 from ..._wire import JsonObject, Malformed
+from ...abc import Changes
 from ._api import KubeApi
 from ._check import CheckReport, run_check
 from ._cluster import ClusterConfig
@@ -268,7 +268,7 @@ class KubernetesBackend(LeaseBackend):
         written: the core re-reads, still finds itself holder, and its deadline runs out, so the
         guarded body is cancelled and the lease expires for the preferred holder, the way
         client-go steps down. A body that ends first releases normally (a release is not a
-        renewal). Never writing a release here keeps DESIGN §4.4: release only after the body.
+        renewal). Not releasing here keeps docs/design.md §4.4: release only after the body.
         """
         spec = base.get("spec")
         if not isinstance(spec, dict):

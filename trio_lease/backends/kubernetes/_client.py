@@ -97,7 +97,7 @@ def _target(path: str, query: dict[str, str]) -> str:
 #: Requests in flight per pooled client (its slots) and idle connections kept alive. A
 #: renewal holds a connection for about a millisecond, so a few connections carry thousands of
 #: leases, and every idle pooled connection costs each request system calls in httpcore's
-#: ``has_expired`` check. The figures behind 4 are in tools/benchmarks/README.md ("pool").
+#: ``has_expired`` check (figures: tools/benchmarks/README.md, "HTTP client options").
 MAX_IN_FLIGHT = 4
 MAX_KEEPALIVE = 4
 #: No cap on connections: each waiting contender's watch stream holds one for minutes, and a

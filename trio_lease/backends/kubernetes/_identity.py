@@ -2,7 +2,7 @@
 
 Set ``POD_NAME`` with the downward API (see docs/kubernetes.md). The identity written to the
 Lease is this owner name plus ``_`` and the process's incarnation id, which :class:`Lease` adds
-(DESIGN §4.7): a restarted pod with the same name does not silently inherit the lease its
+(docs/design.md §4.7): a restarted pod with the same name does not silently inherit the lease its
 previous incarnation held, it waits like any other contender.
 """
 

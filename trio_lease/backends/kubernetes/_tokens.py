@@ -21,7 +21,7 @@ an exec credential plugin (:mod:`._exec`). File reads are tiny and synchronous, 
 in-process path free of threads (virtual time).
 
 Token file re-reads: a read that fails (missing, unreadable) or finds the file empty keeps the
-old token (KUBERNETES-API.md §7: that is what a rotation looks like while the kubelet swaps the
+old token (docs/design.md §8.7: that is what a rotation looks like while the kubelet swaps the
 file). A read that finds content which is not a valid token drops the old token and raises at
 once, on that read and on every call until the file is fixed: the file says the credential
 changed and what it holds cannot be sent, so a broken rotation shows within one refresh

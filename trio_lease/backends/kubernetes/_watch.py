@@ -62,8 +62,8 @@ from ..._exceptions import (
     LeaseConfigError,
     LeaseError,
 )
-from ..._streams import Emit
 from ..._wire import JsonObject
+from ...abc import Emit
 from ._api import KubeApi, Streamed
 from ._errors import RequestContext, error_for, error_from, map_transport_error
 from ._pacing import FIRST_BACKOFF, Backoff, Cursor

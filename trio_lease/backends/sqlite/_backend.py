@@ -43,8 +43,8 @@ from ..._exceptions import (
 )
 from ..._paths import user_path
 from ..._settings import parse_duration
-from ..._streams import Changes, Emit
 from ..._wire import Malformed
+from ...abc import Changes, Emit
 from ._errors import translate
 from ._feed import SqliteFeed
 from ._file import default_path, rollback

@@ -85,7 +85,7 @@ def _informational_time(value: object, column: str) -> datetime | None:
     """A timestamp column: for humans only (never compared), so a bad one reads as None.
 
     The same rule as the other backends: an unreadable wall-clock time does not make the record
-    unreadable, since no decision depends on it (DESIGN §4.1).
+    unreadable, since no decision depends on it (docs/design.md §4.1).
     """
     try:
         return _time(value, column)
