@@ -46,7 +46,7 @@ import anyio
 
 from ._abc import LeaseBackend, LeaseRecord, Publish, Watched, WatchFeed
 from ._exceptions import BackendProtocolError, BackendUnavailable, LeaseError
-from ._host import sole_error
+from ._host import reraise, sole_error
 from ._streams import Changes, Emit
 
 __all__ = ["PerNameFeed", "checked_watch", "closing", "untyped"]
@@ -128,7 +128,7 @@ async def _forward_watch(
     except Exception as exc:
         single = sole_error(exc) if isinstance(exc, ExceptionGroup) else exc
         if isinstance(single, LeaseError):
-            raise single from None
+            reraise(single)
         raise untyped(exc, backend, what) from exc
 
 

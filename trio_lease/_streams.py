@@ -98,7 +98,8 @@ async def _running(produce: Produce[T]) -> AsyncIterator[MemoryObjectReceiveStre
             except anyio.BrokenResourceError:
                 pass  # the caller left while an item was on its way
             except Exception as exc:  # raised when the caller leaves the block
-                failures.append(exc)
+                single = sole_error(exc) if isinstance(exc, ExceptionGroup) else exc
+                failures.append(single if isinstance(single, Exception) else exc)
 
     try:
         async with anyio.create_task_group() as tg:

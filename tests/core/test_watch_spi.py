@@ -138,3 +138,23 @@ async def test_a_faulty_backend_watch_is_a_stream_too() -> None:
     assert first is not None and first.holder == "a"
     assert second is not None and second.holder == "b"
     assert faulty.calls["watch"] == 1
+
+
+async def test_a_producer_task_groups_single_error_leaves_bare() -> None:
+    """A producer whose own task group fails with one error: that error leaves the `async
+    with` by itself, not inside the producer's ExceptionGroup."""
+
+    async def fail() -> None:
+        raise BackendUnavailable("a child of the producer failed")
+
+    async def produce(emit: Emit[int]) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(fail)
+            await emit(1)
+            await anyio.sleep_forever()
+
+    with pytest.raises(BackendUnavailable, match="a child of the producer") as caught:
+        async with Changes(produce) as items:
+            async for _ in items:
+                pass
+    assert not isinstance(caught.value, BaseExceptionGroup)
