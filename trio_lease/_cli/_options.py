@@ -18,9 +18,11 @@ nor choices on a default), the option or variable for a path (:func:`source_of`)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from .._abc import LeaseBackend
@@ -31,7 +33,9 @@ from .._settings import LeaseSettings, parse_duration
 
 __all__ = [
     "ANYIO_BACKENDS",
+    "BACKEND_FLAGS",
     "CLI_DEFAULTS",
+    "BackendFlag",
     "add_backend_options",
     "default_owner",
     "duration",
@@ -151,6 +155,63 @@ def lease_name(value: str) -> str:
     return value
 
 
+@dataclasses.dataclass(frozen=True)
+class BackendFlag:
+    """An option of one backend: its flag, the backend and the section key it sets."""
+
+    backend: str
+    dest: str
+    key: str
+    metavar: str
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return f"--{self.dest.replace('_', '-')}"
+
+
+#: The Kubernetes and etcd options (kubectl's and etcdctl's names) and the keys they set.
+BACKEND_FLAGS: tuple[BackendFlag, ...] = (
+    BackendFlag(
+        "kubernetes", "kubeconfig", "kubeconfig", "PATH",
+        "kubeconfig file (default: KUBECONFIG, in a pod its service account, ~/.kube/config)",
+    ),
+    BackendFlag(
+        "kubernetes", "context", "context", "NAME", "kubeconfig context (default: its current one)"
+    ),
+    BackendFlag(
+        "kubernetes", "namespace", "namespace", "NAMESPACE",
+        "namespace of the leases (default: the context's, in a pod its own, else default)",
+    ),
+    BackendFlag(
+        "kubernetes", "lease_kind", "lease-kind", "KIND",
+        "coordination.k8s.io/v1 (the built-in Lease, default) or akka.io/v1",
+    ),
+    BackendFlag(
+        "etcd", "endpoints", "endpoints", "URLS",
+        "etcd client URLs, comma-separated (e.g. http://127.0.0.1:2379)",
+    ),
+    BackendFlag(
+        "etcd", "prefix", "prefix", "PREFIX", "etcd key prefix of the leases (default: trio_lease/)"
+    ),
+    BackendFlag(
+        "etcd", "user", "username", "NAME",
+        "etcd user; its password comes from --password-file or TRIO_LEASE_PASSWORD",
+    ),
+    BackendFlag(
+        "etcd", "password_file", "password-file", "FILE", "file holding the etcd user's password"
+    ),
+    BackendFlag(
+        "etcd", "cacert", "ca-file", "FILE", "CA bundle that signs the etcd members' certificates"
+    ),
+    BackendFlag("etcd", "cert", "cert-file", "FILE", "client certificate (etcd's TLS client auth)"),
+    BackendFlag("etcd", "key", "key-file", "FILE", "the client certificate's private key"),
+)
+
+#: The etcd password's variable: never a flag (a command line is visible to every local user).
+PASSWORD_VARIABLE = "TRIO_LEASE_PASSWORD"
+
+
 def add_backend_options(parser: argparse.ArgumentParser) -> None:
     """The backend and timing options of every command that touches leases."""
     group = parser.add_argument_group("backend")
@@ -161,15 +222,24 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--backend",
         action=_Given,
-        default=env("backend", "sqlite"),
-        help="backend name when no --config is given (default: sqlite)",
+        default=env("backend"),
+        help="backend name when no --config is given (default: the backend whose options are "
+        "given, else sqlite)",
     )
     group.add_argument(
         "--sqlite-path",
         action=_Given,
         default=env("sqlite_path"),
-        help="SQLite file (default: per-user path)",
+        help="SQLite file; its folder must exist (default: a per-user path, created)",
     )
+    for backend in ("kubernetes", "etcd"):
+        options = parser.add_argument_group(f"{backend} (naming one selects {backend})")
+        for flag in BACKEND_FLAGS:
+            if flag.backend == backend:
+                options.add_argument(
+                    flag.flag, dest=flag.dest, action=_Given, default=env(flag.dest),
+                    metavar=flag.metavar, help=flag.help,
+                )
     group.add_argument(
         "--anyio-backend",
         choices=ANYIO_BACKENDS,
@@ -229,13 +299,86 @@ def open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]
     if args.config:
         if not args.section:
             raise LeaseConfigError("--config needs --section (the TOML section of the lease)")
+        given = [flag.flag for flag in BACKEND_FLAGS if _on_command_line(args, flag.dest)]
+        if given:
+            raise LeaseConfigError(
+                f"{', '.join(given)}: with --config the section configures the backend; set "
+                "the key there, or leave out --config"
+            )
         provider = LeaseProvider(args.config)
         backend, section_settings = provider._backend_for(args.section)
         return backend, _settings(args, section_settings)
     settings = _settings(args, None)  # validate before opening anything
+    name = chosen_backend(args)
     config: dict[str, Any] = {}
-    if args.backend == "sqlite" and args.sqlite_path:
-        config["path"] = str(user_path(args.sqlite_path, source_of(args, "sqlite_path")))
-    where = source_of(args, "backend")
-    cls = load_backend_class(args.backend, where)
+    sources: list[str] = []
+    if name == "sqlite" and args.sqlite_path:
+        config["path"] = str(_explicit_sqlite_path(args))
+    for flag in BACKEND_FLAGS:
+        value = getattr(args, flag.dest, None)
+        if flag.backend == name and value is not None:
+            config[flag.key] = value
+            sources.append(source_of(args, flag.dest))
+    password = os.environ.get(PASSWORD_VARIABLE)
+    if name == "etcd" and "password-file" not in config and password is not None:
+        config["password"] = password
+        sources.append(PASSWORD_VARIABLE)
+    where = ", ".join(sources) or f"the {name} backend"
+    cls = load_backend_class(name, source_of(args, "backend"))
     return build_backend(cls, config, where), settings
+
+
+def _on_command_line(args: argparse.Namespace, dest: str) -> bool:
+    return dest in getattr(args, _GIVEN, ())
+
+
+def chosen_backend(args: argparse.Namespace) -> str:
+    """The backend the options name: ``--backend``, else the one whose options are given (on
+    the command line first, then in the environment), else ``sqlite``.
+
+    A command-line option of another backend than ``--backend`` names, or options of two
+    backends, are a configuration error: guessing would write the lease somewhere else.
+    """
+    typed = [flag for flag in BACKEND_FLAGS if _on_command_line(args, flag.dest)]
+    if args.backend:
+        wrong = [flag.flag for flag in typed if flag.backend != args.backend]
+        if wrong:
+            raise LeaseConfigError(
+                f"{', '.join(wrong)}: not an option of the {args.backend} backend "
+                f"({source_of(args, 'backend')}={args.backend})"
+            )
+        return str(args.backend)
+    if _on_command_line(args, "sqlite_path") and typed:
+        typed_names = ", ".join(flag.flag for flag in typed)
+        raise LeaseConfigError(
+            f"--sqlite-path and {typed_names} name different backends; give one backend's options"
+        )
+    from_env = [
+        flag for flag in BACKEND_FLAGS if getattr(args, flag.dest, None) is not None
+    ]
+    if os.environ.get(PASSWORD_VARIABLE) is not None:
+        from_env.append(BackendFlag("etcd", "password", "password", "", ""))
+    for named in (typed, from_env):
+        backends = sorted({flag.backend for flag in named})
+        if len(backends) > 1:
+            shown = ", ".join(sorted({source_of(args, flag.dest) for flag in named}))
+            raise LeaseConfigError(
+                f"{shown} name different backends ({' and '.join(backends)}); give one "
+                "backend's options, or --backend"
+            )
+        if backends:
+            return backends[0]
+    return "sqlite"
+
+
+def _explicit_sqlite_path(args: argparse.Namespace) -> Path:
+    """``--sqlite-path``, whose folder must exist: only the default location is created, so a
+    typo in a path never makes a second, empty database that another run also "holds"."""
+    where = source_of(args, "sqlite_path")
+    path = user_path(args.sqlite_path, where)
+    if not path.parent.is_dir():
+        raise LeaseConfigError(
+            f"{where}: the folder of {str(path)!r} does not exist ({str(path.parent)!r}); "
+            "create it, or fix the path"
+        )
+    return path

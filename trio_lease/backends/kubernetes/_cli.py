@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 
 from ..._exceptions import LeaseConfigError
-from ..._provider import load_toml
+from ..._toml import load_toml
 from ._backend import KubernetesBackend
 from ._check import CheckProblem, CheckReport
 
