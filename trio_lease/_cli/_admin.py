@@ -79,7 +79,9 @@ def add_admin_commands(commands: Any) -> None:
     )
     handover.add_argument("name", type=lease_name, help="lease name")
     handover.add_argument(
-        "--owner", default=default_owner(), help="owner name (default: hostname)"
+        "--owner",
+        default=default_owner(),
+        help="owner name (default: TRIO_LEASE_OWNER, else POD_NAME, else the hostname)",
     )
     handover.add_argument(
         "--timeout",

@@ -234,11 +234,15 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     )
     for backend in ("kubernetes", "etcd"):
         options = parser.add_argument_group(f"{backend} (naming one selects {backend})")
-        for flag in BACKEND_FLAGS:
-            if flag.backend == backend:
+        for backend_flag in BACKEND_FLAGS:
+            if backend_flag.backend == backend:
                 options.add_argument(
-                    flag.flag, dest=flag.dest, action=_Given, default=env(flag.dest),
-                    metavar=flag.metavar, help=flag.help,
+                    backend_flag.flag,
+                    dest=backend_flag.dest,
+                    action=_Given,
+                    default=env(backend_flag.dest),
+                    metavar=backend_flag.metavar,
+                    help=backend_flag.help,
                 )
     group.add_argument(
         "--anyio-backend",

@@ -42,7 +42,13 @@ def add_check_command(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "check",
         help="check the Kubernetes backend: server, credentials, RBAC, CRD",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        description=(
+            "Check the Kubernetes backend's configuration without writing anything: the server "
+            "is reachable, the credentials are accepted, the lease kind is served and the "
+            "identity may use every verb the backend needs. Exit 0 when all is well, 1 when a "
+            "problem was found (each printed with its fix), 78 when the configuration cannot "
+            "be loaded."
+        ),
     )
     parser.add_argument("--config", help="LeaseProvider TOML file")
     parser.add_argument("--section", help="section path in --config (e.g. leases.nightly)")
