@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import re
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import entry_points
@@ -182,5 +183,5 @@ def test_commands_come_from_the_entry_point_group(monkeypatch: pytest.MonkeyPatc
     assert all(".testing.kube:" in t or ".kubernetes:" in t for t in registered.values())
     assert {"check", "emulate"} <= _commands(build_parser()).keys()
     monkeypatch.setattr(_main, "_BUILTIN_COMMANDS", {})
-    monkeypatch.setattr(_main.importlib.metadata, "entry_points", lambda group: [])
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
     assert not {"check", "emulate"} & _commands(build_parser()).keys()
