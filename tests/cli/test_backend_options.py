@@ -155,3 +155,17 @@ def test_manifests_for_akka_add_the_crd_and_events_add_their_rule(cli: Cli) -> N
     assert groups == [["akka.io"], ["events.k8s.io"]]
     emulator = KubeEmulator(namespaces=["jobs"])
     emulator.apply(result.stdout)  # a manifest the API server accepts (CRD, Role, binding)
+
+
+def test_a_command_line_option_wins_over_another_backends_variable(cli: Cli) -> None:
+    """--sqlite-path on the command line selects SQLite although TRIO_LEASE_ENDPOINTS is set
+    (the variable alone would select etcd)."""
+    env = cli.env | {"TRIO_LEASE_ENDPOINTS": "http://127.0.0.1:1"}
+    db = cli.tmp / "chosen.sqlite3"
+    _, child = cli.child("once", sleep=0)
+    result = cli.run("run", "job", "--sqlite-path", str(db), *FAST, "--", *child, env=env)
+    assert result.returncode == 0, result.stderr
+    assert db.exists()
+    refused = cli.run("status", "job", env=env)
+    assert refused.returncode == 69
+    assert "connection refused by 127.0.0.1:1" in refused.stderr

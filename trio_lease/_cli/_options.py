@@ -352,11 +352,14 @@ def chosen_backend(args: argparse.Namespace) -> str:
                 f"({source_of(args, 'backend')}={args.backend})"
             )
         return str(args.backend)
-    if _on_command_line(args, "sqlite_path") and typed:
-        typed_names = ", ".join(flag.flag for flag in typed)
-        raise LeaseConfigError(
-            f"--sqlite-path and {typed_names} name different backends; give one backend's options"
-        )
+    if _on_command_line(args, "sqlite_path"):
+        if typed:
+            typed_names = ", ".join(flag.flag for flag in typed)
+            raise LeaseConfigError(
+                f"--sqlite-path and {typed_names} name different backends; give one backend's "
+                "options"
+            )
+        return "sqlite"
     from_env = [
         flag for flag in BACKEND_FLAGS if getattr(args, flag.dest, None) is not None
     ]
