@@ -105,3 +105,16 @@ def test_a_refused_endpoint_names_its_host_and_port(cli: Cli) -> None:
     result = cli.run("status", "job", "--endpoints", f"http://127.0.0.1:{port}")
     assert result.returncode == 69
     assert f"connection refused by 127.0.0.1:{port}; nothing was sent" in result.stderr
+
+
+def test_a_password_in_user_is_refused_without_showing_it(cli: Cli) -> None:
+    """etcdctl's --user NAME:PASSWORD puts the password on the command line: refused (exit 78)
+    naming --user or TRIO_LEASE_USER, the password not shown."""
+    result = cli.run("status", "--endpoints", "http://127.0.0.1:1", "--user", f"root:{PASSWORD}")
+    assert result.returncode == 78
+    assert result.stderr.startswith("trio-lease: --user: give the user name only")
+    env = cli.env | {"TRIO_LEASE_USER": f"root:{PASSWORD}", "TRIO_LEASE_ENDPOINTS": "http://x"}
+    from_env = cli.run("status", env=env)
+    assert from_env.returncode == 78
+    assert from_env.stderr.startswith("trio-lease: TRIO_LEASE_USER: give the user name only")
+    assert PASSWORD not in result.stderr + from_env.stderr

@@ -180,3 +180,8 @@ def test_kubeconfig_errors_name_the_option_or_variable(cli: Cli, emulator: Emula
     assert variable.returncode == 78
     assert f"KUBECONFIG: no kubeconfig file found (looked at {missing})" in variable.stderr
     assert "--backend" not in variable.stderr
+    check = cli.run("check", "--kubeconfig", missing)
+    assert (check.returncode, check.stderr) == (
+        78,
+        f"trio-lease: --kubeconfig: no kubeconfig file found (looked at {missing})\n",
+    )

@@ -327,6 +327,11 @@ def open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]
     if name == "etcd" and "password-file" not in config and password is not None:
         config["password"] = password
         sources.append(PASSWORD_VARIABLE)
+    if name == "etcd" and ":" in str(config.get("username", "")):  # never echo the value
+        raise LeaseConfigError(
+            f"{source_of(args, 'user')}: give the user name only; its password goes in "
+            f"--password-file or {PASSWORD_VARIABLE}, never on a command line"
+        )
     where = ", ".join(sources) or f"the {name} backend"
     cls = load_backend_class(name, source_of(args, "backend"))
     return build_backend(cls, config, where), settings
