@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.backends.etcd.test_security import tls_files, tls_server  # noqa: F401 (fixtures)
 from tests.conftest import require_etcd
 from tests.etcd_server import EtcdCluster, etcd_cluster
 
@@ -118,3 +120,29 @@ def test_a_password_in_user_is_refused_without_showing_it(cli: Cli) -> None:
     assert from_env.returncode == 78
     assert from_env.stderr.startswith("trio-lease: TRIO_LEASE_USER: give the user name only")
     assert PASSWORD not in result.stderr + from_env.stderr
+
+
+def test_tls_options_reach_a_member_that_requires_client_certificates(
+    cli: Cli, tls_server: EtcdCluster, tls_files: dict[str, Path]  # noqa: F811
+) -> None:
+    """--cacert, --cert and --key reach a TLS member requiring client certificates; without
+    --cacert the member's certificate does not verify: exit 78 saying what failed."""
+    endpoint = ["--endpoints", tls_server.endpoints[0], "--prefix", f"tls-{secrets.token_hex(4)}/"]
+    client = str(tls_files["client"])
+    tls = ["--cacert", str(tls_files["ca"]), "--cert", client, "--key", client]
+    _, child = cli.child("once", sleep=0)
+    assert cli.run("run", "job", *endpoint, *tls, *FAST, "--", *child).returncode == 0
+    assert cli.status("job", *endpoint, *tls)[0]["fencing_token"] == 1
+    untrusted = cli.run("status", "job", *endpoint, "--cert", client, "--key", client)
+    assert untrusted.returncode == 78
+    assert "the server's TLS certificate could not be verified" in untrusted.stderr
+    assert "(self-signed certificate in certificate chain)" in untrusted.stderr or (
+        "unable to get local issuer certificate" in untrusted.stderr
+    )
+
+
+def test_an_endpoint_whose_host_does_not_resolve_is_named(cli: Cli) -> None:
+    """An endpoint host name that does not resolve: exit 69 naming the host."""
+    result = cli.run("status", "job", "--endpoints", "http://no-such-host.invalid:2379")
+    assert result.returncode == 69
+    assert "cannot resolve the host name 'no-such-host.invalid'" in result.stderr
