@@ -4,7 +4,11 @@ Every option but ``release --force`` can come from the command line or from an e
 variable ``TRIO_LEASE_<OPTION>`` (``TRIO_LEASE_SQLITE_PATH``, ``TRIO_LEASE_OWNER``,
 ``TRIO_LEASE_NO_WAIT=1``); the environment gives the parser's defaults, so the command line
 wins. The backend comes from ``--config FILE --section PATH`` (a LeaseProvider TOML section),
-else from ``--backend NAME`` (default ``sqlite`` at the per-user path). Timings: the command
+else from ``--backend NAME``, else from the backend whose options are given
+(:data:`BACKEND_FLAGS`: kubectl's and etcdctl's names; :func:`chosen_backend`), else
+``sqlite`` at the per-user path (an explicit ``--sqlite-path`` must be in a folder that
+exists). The etcd password comes only from ``--password-file`` or ``TRIO_LEASE_PASSWORD``,
+never from the command line. Timings: the command
 line, else the environment, else the ``--config`` section (as LeaseProvider reads it), else,
 without ``--config``, :data:`CLI_DEFAULTS`; but when the heartbeat timeout is given and another
 timing is not, that one follows from it as in :class:`~trio_lease.LeaseSettings` (R = L/10 ...),
