@@ -22,7 +22,6 @@ nor choices on a default), the option or variable for a path (:func:`source_of`)
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import socket
 from collections.abc import Callable
@@ -34,12 +33,11 @@ from .._exceptions import LeaseConfigError
 from .._paths import user_path
 from .._provider import LeaseProvider, build_backend, load_backend_class
 from .._settings import LeaseSettings, parse_duration
+from ._backend_flags import BACKEND_FLAGS, PASSWORD_VARIABLE, BackendFlag
 
 __all__ = [
     "ANYIO_BACKENDS",
-    "BACKEND_FLAGS",
     "CLI_DEFAULTS",
-    "BackendFlag",
     "add_backend_options",
     "default_owner",
     "duration",
@@ -157,63 +155,6 @@ def lease_name(value: str) -> str:
     if not value.strip():
         raise argparse.ArgumentTypeError("a lease name cannot be blank")
     return value
-
-
-@dataclasses.dataclass(frozen=True)
-class BackendFlag:
-    """An option of one backend: its flag, the backend and the section key it sets."""
-
-    backend: str
-    dest: str
-    key: str
-    metavar: str
-    help: str
-
-    @property
-    def flag(self) -> str:
-        return f"--{self.dest.replace('_', '-')}"
-
-
-#: The Kubernetes and etcd options (kubectl's and etcdctl's names) and the keys they set.
-BACKEND_FLAGS: tuple[BackendFlag, ...] = (
-    BackendFlag(
-        "kubernetes", "kubeconfig", "kubeconfig", "PATH",
-        "kubeconfig file (default: KUBECONFIG, in a pod its service account, ~/.kube/config)",
-    ),
-    BackendFlag(
-        "kubernetes", "context", "context", "NAME", "kubeconfig context (default: its current one)"
-    ),
-    BackendFlag(
-        "kubernetes", "namespace", "namespace", "NAMESPACE",
-        "namespace of the leases (default: the context's, in a pod its own, else default)",
-    ),
-    BackendFlag(
-        "kubernetes", "lease_kind", "lease-kind", "KIND",
-        "coordination.k8s.io/v1 (the built-in Lease, default) or akka.io/v1",
-    ),
-    BackendFlag(
-        "etcd", "endpoints", "endpoints", "URLS",
-        "etcd client URLs, comma-separated (e.g. http://127.0.0.1:2379)",
-    ),
-    BackendFlag(
-        "etcd", "prefix", "prefix", "PREFIX", "etcd key prefix of the leases (default: trio_lease/)"
-    ),
-    BackendFlag(
-        "etcd", "user", "username", "NAME",
-        "etcd user; its password comes from --password-file or TRIO_LEASE_PASSWORD",
-    ),
-    BackendFlag(
-        "etcd", "password_file", "password-file", "FILE", "file holding the etcd user's password"
-    ),
-    BackendFlag(
-        "etcd", "cacert", "ca-file", "FILE", "CA bundle that signs the etcd members' certificates"
-    ),
-    BackendFlag("etcd", "cert", "cert-file", "FILE", "client certificate (etcd's TLS client auth)"),
-    BackendFlag("etcd", "key", "key-file", "FILE", "the client certificate's private key"),
-)
-
-#: The etcd password's variable: never a flag (a command line is visible to every local user).
-PASSWORD_VARIABLE = "TRIO_LEASE_PASSWORD"
 
 
 def add_backend_options(parser: argparse.ArgumentParser) -> None:
