@@ -89,13 +89,14 @@ class Emulator:
         return path
 
 
-def start_emulator(cli: Cli) -> Emulator:
-    """`trio-lease emulate` with lease.yml applied and namespace ``jobs``, once it serves."""
+def start_emulator(cli: Cli, *extra: str, token: str | None = None) -> Emulator:
+    """`trio-lease emulate` with lease.yml applied and namespace ``jobs``, once it serves
+    (``extra``: more options, such as ``--plain-http`` or ``--port``)."""
     kubeconfig = cli.tmp / "emulator.kubeconfig"
-    token = secrets.token_hex(16)
+    token = token or secrets.token_hex(16)
     process = cli.start(
         "emulate", "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE, "--token", token,
-        "--apply", str(LEASE_YML),
+        "--apply", str(LEASE_YML), *extra,
     )
     deadline = time.monotonic() + PATIENCE
     while "Press Ctrl-C" not in process.stdout():

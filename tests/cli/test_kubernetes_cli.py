@@ -116,6 +116,29 @@ def test_status_watch_prints_each_change_until_interrupted(cli: Cli, emulator: E
     assert watcher.wait() == 0
 
 
+def test_status_watch_keeps_watching_while_the_server_is_away(cli: Cli) -> None:
+    """status --watch says once that the server cannot be reached and goes on; once a server
+    answers on that address again, it prints the leases there as before."""
+    port = str(closed_port())
+    first = start_emulator(cli, "--plain-http", "--port", port)
+    watcher = cli.start("status", "--watch", "--kubeconfig", str(first.kubeconfig))
+    _wait_for_lines(watcher.stdout, 1)  # the header: nothing in the namespace yet
+    os.kill(first.process.pid, signal.SIGTERM)
+    assert first.process.wait() == 0
+    watcher.wait_for_stderr(f"connection refused by 127.0.0.1:{port}; nothing was sent")
+    watcher.wait_for_stderr("; still watching")
+    again = start_emulator(cli, "--plain-http", "--port", port, token=first.token)
+    _, child = cli.child("once", sleep=0)
+    assert cli.run("run", "job", *_kube(again), *FAST, "--", *child).returncode == 0
+    deadline = time.monotonic() + PATIENCE
+    while ["job", "(free)"] not in [line.split()[:2] for line in watcher.stdout().splitlines()]:
+        assert time.monotonic() < deadline, watcher.stdout()
+        time.sleep(0.05)
+    assert watcher.stderr().count("still watching") == 1
+    os.kill(watcher.pid, signal.SIGTERM)
+    assert watcher.wait() == 0
+
+
 def _wait_for_lines(read: object, count: int) -> None:
     deadline = time.monotonic() + PATIENCE
     while len(read().splitlines()) < count:  # type: ignore[operator]
@@ -143,6 +166,8 @@ def test_a_refused_connection_names_the_host_and_port(cli: Cli, emulator: Emulat
     assert f"create of a SelfSubjectAccessReview (asking which verbs this identity may use on " \
         f"leases.coordination.k8s.io in namespace '{NAMESPACE}')" in check.stdout
     assert refused in check.stdout and "'selfsubjectaccessreview'" not in check.stdout
+    for shown in (status.stderr, run.stderr, check.stdout + check.stderr):
+        assert emulator.token not in shown
 
 
 def test_an_unknown_host_name_is_named(cli: Cli, emulator: Emulator) -> None:
@@ -165,6 +190,7 @@ def test_a_certificate_that_does_not_verify_says_what_failed(
     assert "(self-signed certificate in certificate chain)" in result.stderr or (
         "unable to get local issuer certificate" in result.stderr
     )
+    assert emulator.token not in result.stderr
 
 
 def test_kubeconfig_errors_name_the_option_or_variable(cli: Cli, emulator: Emulator) -> None:

@@ -151,9 +151,18 @@ async def _watch(
                     return
 
             tg.start_soon(stop_on_signal)
+            failing = ""
             while True:
                 await anyio.sleep(WATCH_POLL_INTERVAL)
-                for row in await _rows(backend, list(args.names)):
+                try:
+                    now = await _rows(backend, list(args.names))
+                except BackendUnavailable as exc:  # transient: say so once, keep watching
+                    if str(exc) != failing:
+                        print(f"trio-lease: {exc}; still watching", file=sys.stderr, flush=True)
+                    failing = str(exc)
+                    continue
+                failing = ""
+                for row in now:
                     if seen.get(row["name"]) != _state(row):
                         seen[row["name"]] = _state(row)
                         print(json.dumps(row) if args.json else _table_line(row), flush=True)
