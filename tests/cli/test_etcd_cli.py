@@ -65,9 +65,13 @@ def test_every_command_reaches_etcd_through_its_options(cli: Cli, etcd: list[str
     assert not cli.db.exists()
 
 
-def test_etcd_options_come_from_the_environment(cli: Cli, etcd_server: EtcdCluster) -> None:
-    """TRIO_LEASE_ENDPOINTS (with TRIO_LEASE_PREFIX) alone selects etcd."""
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_etcd_options_come_from_the_environment(
+    loop: str, cli: Cli, etcd_server: EtcdCluster
+) -> None:
+    """TRIO_LEASE_ENDPOINTS (with TRIO_LEASE_PREFIX) alone selects etcd, on either loop."""
     env = cli.env | {
+        "TRIO_LEASE_ANYIO_BACKEND": loop,
         "TRIO_LEASE_ENDPOINTS": etcd_server.endpoints[0],
         "TRIO_LEASE_PREFIX": f"env-{secrets.token_hex(4)}/",
     }

@@ -66,9 +66,14 @@ def test_every_command_reaches_kubernetes_through_its_options(
     assert not cli.db.exists()  # never the SQLite default
 
 
-def test_kubernetes_options_come_from_the_environment(cli: Cli, emulator: Emulator) -> None:
-    """TRIO_LEASE_KUBECONFIG and TRIO_LEASE_NAMESPACE alone select the Kubernetes backend."""
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_kubernetes_options_come_from_the_environment(
+    loop: str, cli: Cli, emulator: Emulator
+) -> None:
+    """TRIO_LEASE_KUBECONFIG and TRIO_LEASE_NAMESPACE alone select the Kubernetes backend, on
+    either event loop."""
     env = cli.env | {
+        "TRIO_LEASE_ANYIO_BACKEND": loop,
         "TRIO_LEASE_KUBECONFIG": str(emulator.kubeconfig),
         "TRIO_LEASE_NAMESPACE": NAMESPACE,
     }
