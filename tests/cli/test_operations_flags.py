@@ -186,7 +186,7 @@ def test_metrics_without_prometheus_client_is_a_configuration_error_naming_the_e
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """--metrics-port without prometheus_client: LeaseConfigError (exit 78) saying
-    `pip install trio_lease[prometheus]`."""
+    `pip install 'trio_lease[prometheus]'`, quoted so that zsh does not expand the brackets."""
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import now fails
-    with pytest.raises(LeaseConfigError, match=r"pip install trio_lease\[prometheus\]"):
+    with pytest.raises(LeaseConfigError, match=r"pip install 'trio_lease\[prometheus\]'"):
         _serving._registry()
