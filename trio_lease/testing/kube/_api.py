@@ -31,6 +31,7 @@ from ._faults import Fault
 from ._http import DropReply, RecordedRequest, Request, Response
 from ._managed import field_manager
 from ._openapi import openapi_v3
+from ._options import check_options, dry_run_values
 from ._patch import patch
 from ._rbac import forbidden_reason, is_allowed
 from ._resources import ResourceType
@@ -181,11 +182,16 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
         emulator.store.warnings = []
         emulator.store.strict = request.query.get("fieldValidation") == "Strict"
         emulator.store.manager = _manager(request)
+        # A PATCH checks its options with the patch's own (patch.go ValidatePatchOptions).
+        emulator.store.dry_run = (
+            bool(dry_run_values(verb, request)) if verb == "patch" else check_options(verb, request)
+        )
         try:
             code, body = _operate(emulator, target, request)
         finally:
             emulator.store.strict = False
             emulator.store.manager = ""
+            emulator.store.dry_run = False
         table = table_version(request) if verb in ("get", "list") else None
         if table is not None:
             body = as_table(emulator, rt, body, request, table)
@@ -319,6 +325,8 @@ def _operate(emulator: Cluster, target: _Target, request: Request) -> tuple[int,
 
 
 def _after_write(emulator: Cluster, rt: ResourceType, obj: JSON, *, deleted: bool) -> None:
+    if emulator.store.dry_run:
+        return
     if rt.plural == "customresourcedefinitions":
         emulator.crd_changed(obj, deleted)
     elif rt.plural == "namespaces" and not rt.group and deleted:

@@ -35,6 +35,7 @@ import yaml
 from ._cluster import Cluster
 from ._http import Request
 from ._managed import Entry, apply_set, changes, decode_entries, encode_entries, zero_object
+from ._options import check_options
 from ._resources import ResourceType
 from ._status import ApiError, FieldError, status_body
 from ._store import MODIFIED_MSG, merge_patch
@@ -91,8 +92,7 @@ def _validate_options(request: Request, content_type: str) -> None:
             errors.append(FieldError("fieldManager", "Required", "is required for apply patch"))
     elif "force" in request.query:
         errors.append(FieldError("force", "Forbidden", "may not be specified for non-apply patch"))
-    if errors:
-        raise ApiError.invalid("PatchOptions", "meta.k8s.io", "", errors)
+    check_options("patch", request, errors)
 
 
 def _json_body(request: Request) -> Any:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["ApiError", "FieldError", "status_body", "storage_invalid_obj"]
+__all__ = [
+    "ApiError", "FieldError", "GoLiteral", "go_string_slice", "status_body", "storage_invalid_obj",
+]
 
 JSON = dict[str, Any]
 
@@ -117,6 +119,18 @@ class _GoHex:
 
 
 GO_UINT64_ZERO = _GoHex(0)
+
+
+class GoLiteral(_GoHex):
+    """A value printed as Go's ``%#v`` writes it, given as text (``[]string{"Bogus"}``)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def go_string_slice(values: list[str]) -> GoLiteral:
+    """``%#v`` of a ``[]string``: ``[]string{"a", "b"}``."""
+    return GoLiteral("[]string{" + ", ".join(_go_quote(v) for v in values) + "}")
 
 
 def storage_invalid_obj(key: str, message: str) -> str:

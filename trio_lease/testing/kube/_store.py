@@ -106,6 +106,8 @@ class Store:
     coordinated_leader_election: bool
     #: The field manager of the request being handled (``?fieldManager=`` or User-Agent).
     manager: str
+    #: ``dryRun=All`` for the request being handled: writes are validated, never stored.
+    dry_run: bool
 
     def __init__(
         self,
@@ -123,6 +125,7 @@ class Store:
         self.warnings = []
         self.strict = False
         self.manager = ""
+        self.dry_run = False
         self.coordinated_leader_election = False
 
     # --- plumbing --------------------------------------------------------------------------
@@ -270,6 +273,8 @@ class Store:
             rt, None, obj, (body.get("metadata") or {}).get("managedFields"), self.manager,
             meta["creationTimestamp"],
         ))
+        if self.dry_run:  # DryRunnableStorage.Create: no resourceVersion, nothing stored
+            return self.present(rt, obj)
         self.bucket(rt)[(namespace, name)] = obj
         self._commit(rt, "ADDED", obj)
         return self.present(rt, obj)
@@ -316,6 +321,8 @@ class Store:
             return 200, self.present(rt, existing)
         if rt.custom and new.get("spec") != existing.get("spec"):
             new["metadata"]["generation"] = existing["metadata"].get("generation", 1) + 1
+        if self.dry_run:  # DryRunnableStorage.GuaranteedUpdate: the stored resourceVersion
+            return 200, self.present(rt, new)
         self.bucket(rt)[(namespace, name)] = new
         self._commit(rt, "MODIFIED", new, existing)
         return 200, self.present(rt, new)
@@ -344,6 +351,8 @@ class Store:
                     f"the {label} in the precondition ({wanted}) does not match the {label} in "
                     f"record ({meta[key]}). The object might have been {_DELETE_WHY[key]}",
                 )
+        if self.dry_run:  # DryRunnableStorage.Delete: preconditions checked, nothing removed
+            return self.present(rt, existing)
         del self.bucket(rt)[(namespace, name)]
         self._commit(rt, "DELETED", existing)
         return self.present(rt, existing)
