@@ -29,11 +29,12 @@ from ._collection import list_objects, start_watch
 from ._discovery import discovery, not_served
 from ._faults import Fault
 from ._http import DropReply, RecordedRequest, Request, Response
+from ._impersonation import impersonate
 from ._managed import field_manager
 from ._openapi import openapi_v3
 from ._options import check_options, dry_run_values
 from ._patch import patch
-from ._rbac import forbidden_reason, is_allowed
+from ._rbac import User, forbidden_reason, is_allowed
 from ._resources import ResourceType
 from ._reviews import answer_review, is_review_path
 from ._selectors import exact_name
@@ -144,17 +145,17 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
         if document is None and parts[:2] == ["openapi", "v3"]:
             document = openapi_v3(emulator, parts)
     if document is not None:
-        emulator.authenticate(token, anyio.current_time())
+        _user(emulator, request)
         return _json(200, document)
     if is_review_path(parts):
-        user = emulator.authenticate(token, anyio.current_time())
+        user = _user(emulator, request)
         content_type = request.headers.get("content-type", "")
         review = answer_review(
             user, request.method, parts, content_type, request.body, emulator.rbac_objects
         )
         return _json(201, review)
     target = _route(emulator, request)
-    user = emulator.authenticate(token, anyio.current_time())
+    user = _user(emulator, request)
     rt, name, verb = target.rt, target.name, target.verb
     if target.verb == "watch":
         forced = emulator.faults.take("error", False, token, verb, name)
@@ -205,6 +206,12 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
         return _json(code, body, warnings)
     assert scope.cancelled_caught
     raise ApiError.timeout()
+
+
+def _user(emulator: Cluster, request: Request) -> User:
+    """Authentication, then the impersonation filter: the user the request acts as."""
+    requestor = emulator.authenticate(request.token, anyio.current_time())
+    return impersonate(requestor, request, emulator.rbac_objects)
 
 
 def _manager(request: Request) -> str:

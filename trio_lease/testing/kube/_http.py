@@ -22,6 +22,14 @@ class Request:
     query: dict[str, str]
     headers: dict[str, str]
     body: bytes = b""
+    #: Every header as sent, in order, names lower-case (a repeated header is several items).
+    header_list: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+    def header_values(self, name: str) -> list[str]:
+        """All values of header ``name`` (lower-case), as Go's ``req.Header[name]`` has them."""
+        if not self.header_list:
+            return [self.headers[name]] if name in self.headers else []
+        return [value for key, value in self.header_list if key == name]
 
     @property
     def token(self) -> str | None:

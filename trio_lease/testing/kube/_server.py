@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import os
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 from pathlib import Path
@@ -57,13 +57,24 @@ class KubeServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
-    def kubeconfig(self, token: str | None = None, namespace: str = "default") -> dict[str, Any]:
-        """A kubeconfig document (as a dict) for this server."""
+    def kubeconfig(
+        self, token: str | None = None, namespace: str = "default", *,
+        impersonate: str | None = None, impersonate_groups: Iterable[str] = (),
+    ) -> dict[str, Any]:
+        """A kubeconfig document (as a dict) for this server.
+
+        ``impersonate`` and ``impersonate_groups`` become the user's ``as`` and ``as-groups``,
+        which clients send as ``Impersonate-User`` and ``Impersonate-Group`` headers.
+        """
         name = "trio-lease-emulator"
         cluster: dict[str, Any] = {"server": self.url}
         if self.tls:
             cluster["certificate-authority-data"] = base64.b64encode(self.ca_pem).decode()
         user: dict[str, Any] = {"token": token} if token else {}
+        if impersonate:
+            user["as"] = impersonate
+        if impersonate_groups:
+            user["as-groups"] = list(impersonate_groups)
         return {
             "apiVersion": "v1",
             "kind": "Config",
@@ -76,11 +87,15 @@ class KubeServer:
         }
 
     def write_kubeconfig(
-        self, path: str | os.PathLike[str], token: str | None = None, namespace: str = "default"
+        self, path: str | os.PathLike[str], token: str | None = None, namespace: str = "default",
+        *, impersonate: str | None = None, impersonate_groups: Iterable[str] = (),
     ) -> Path:
         """Write :meth:`kubeconfig` to ``path`` with mode 0600."""
         target = Path(path)
-        text = yaml.safe_dump(self.kubeconfig(token, namespace), sort_keys=False)
+        document = self.kubeconfig(
+            token, namespace, impersonate=impersonate, impersonate_groups=impersonate_groups
+        )
+        text = yaml.safe_dump(document, sort_keys=False)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle_:
             handle_.write(text)
@@ -125,10 +140,10 @@ async def _next_request(conn: h11.Connection, stream: ByteStream) -> Request | N
             assert head is not None
             target = head.target.decode("latin-1")
             path, _, query = target.partition("?")
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in head.headers}
+            listed = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in head.headers]
             return Request(
                 head.method.decode(), path, dict(parse_qsl(query, keep_blank_values=True)),
-                headers, bytes(body),
+                dict(listed), bytes(body), listed,
             )
         elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
             return None

@@ -66,6 +66,7 @@ class InProcessUnary:
             dict(parse_qsl(query, keep_blank_values=True)),
             {name.lower(): value for name, value in sent},
             body or b"",
+            [(name.lower(), value) for name, value in sent],
         )
         try:
             response = await handle(self.cluster, request)
