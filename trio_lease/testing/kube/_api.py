@@ -28,7 +28,7 @@ from ._cluster import Cluster
 from ._collection import list_objects, start_watch
 from ._discovery import discovery, not_served
 from ._faults import Fault
-from ._http import DropReply, RecordedRequest, Request, Response
+from ._http import MAX_REQUEST_BODY, DropReply, RecordedRequest, Request, Response
 from ._impersonation import impersonate
 from ._managed import field_manager
 from ._openapi import openapi_v3
@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 DEFAULT_TIMEOUT = 60.0
+_WRITES = ("create", "update", "patch", "delete")
 _DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -183,6 +184,8 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
         emulator.store.warnings = []
         emulator.store.strict = request.query.get("fieldValidation") == "Strict"
         emulator.store.manager = _manager(request)
+        if verb in _WRITES and len(request.body) > MAX_REQUEST_BODY:
+            raise ApiError.entity_too_large(MAX_REQUEST_BODY)  # rest.go limitedReadBody
         # A PATCH checks its options with the patch's own (patch.go ValidatePatchOptions).
         emulator.store.dry_run = (
             bool(dry_run_values(verb, request)) if verb == "patch" else check_options(verb, request)

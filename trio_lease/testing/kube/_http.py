@@ -6,7 +6,10 @@ import dataclasses
 
 from ._watch import WatchStream
 
-__all__ = ["DropReply", "RecordedRequest", "Request", "Response"]
+__all__ = ["MAX_REQUEST_BODY", "DropReply", "RecordedRequest", "Request", "Response"]
+
+#: The apiserver's request body limit (``--max-request-bytes``' default for the handlers, 3 MiB).
+MAX_REQUEST_BODY = 3 * 1024 * 1024
 
 
 class DropReply(Exception):

@@ -33,14 +33,13 @@ from anyio.streams.tls import TLSListener
 from ..._exceptions import LeaseConfigError
 from ._api import handle
 from ._cluster import Cluster
-from ._http import DropReply, Request, Response
+from ._http import MAX_REQUEST_BODY, DropReply, Request, Response
 from ._watch import WatchCut
 
 __all__ = ["KubeServer", "serve"]
 
 logger = logging.getLogger(__name__)
 
-_MAX_BODY = 3 * 1024 * 1024  # the apiserver's request size limit
 
 
 @dataclasses.dataclass
@@ -109,10 +108,6 @@ def _phrase(response: Response) -> bytes:
         return b""
 
 
-class _Closed(Exception):
-    pass
-
-
 async def _send(conn: h11.Connection, stream: ByteStream, event: Any) -> None:
     data = conn.send(event)
     if data:
@@ -133,9 +128,9 @@ async def _next_request(conn: h11.Connection, stream: ByteStream) -> Request | N
         elif isinstance(event, h11.Request):
             head = event
         elif isinstance(event, h11.Data):
-            body += event.data
-            if len(body) > _MAX_BODY:
-                raise _Closed
+            # Keep one byte past the limit, so the handler answers 413 (``limitedReadBody``);
+            # the rest is read and dropped, so the connection stays usable.
+            body += event.data[: MAX_REQUEST_BODY + 1 - len(body)]
         elif isinstance(event, h11.EndOfMessage):
             assert head is not None
             target = head.target.decode("latin-1")
@@ -195,7 +190,7 @@ async def _serve_connection(emulator: Cluster, stream: ByteStream) -> None:
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     return
                 conn.start_next_cycle()
-        except (_Closed, h11.ProtocolError, anyio.BrokenResourceError, anyio.ClosedResourceError,
+        except (h11.ProtocolError, anyio.BrokenResourceError, anyio.ClosedResourceError,
                 anyio.EndOfStream, ssl.SSLError, OSError):
             return
 

@@ -93,6 +93,8 @@ class FieldError:
         """``ErrorBody()``: strings are quoted, small ints bare, uint64 in ``%#v`` (``0x0``)."""
         if self.kind in ("Required", "Forbidden"):
             text = "Required value" if self.kind == "Required" else "Forbidden"
+        elif self.kind == "TooLong":  # ErrorBody prints no value for TooLong
+            text = "Too long"
         else:
             label = {"Invalid": "Invalid value", "NotSupported": "Unsupported value"}.get(
                 self.kind, "Too long"
@@ -237,6 +239,12 @@ class ApiError(Exception):
     def expired(cls, message: str) -> ApiError:
         """``NewResourceExpired``: 410 reason Expired, no details."""
         return cls(410, status_body(410, "Expired", message))
+
+    @classmethod
+    def entity_too_large(cls, limit: int) -> ApiError:
+        """``NewRequestEntityTooLargeError``: 413 for a body over the handlers' read limit."""
+        message = f"Request entity too large: limit is {limit}"
+        return cls(413, status_body(413, "RequestEntityTooLarge", message))
 
     @classmethod
     def timeout(cls) -> ApiError:

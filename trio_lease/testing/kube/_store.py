@@ -21,6 +21,7 @@ one 409 Conflict, and the new object is validated.
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from ._validation import (
     drop_disabled_lease_fields,
     validate_lease_spec,
     validate_name,
+    validate_object_meta,
     validate_schema,
 )
 
@@ -44,6 +46,9 @@ __all__ = ["Event", "Store"]
 
 JSON = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
+
+#: etcd's ``--max-request-bytes`` default (1.5 MiB).
+ETCD_REQUEST_LIMIT = 1536 * 1024
 
 MODIFIED_MSG = (
     "the object has been modified; please apply your changes to the latest version and try again"
@@ -146,6 +151,18 @@ class Store:
             self.compacted = self.history.popleft().rv
         self._on_event(event)
 
+    def _check_size(self, rt: ResourceType, namespace: str, obj: JSON) -> None:
+        """etcd refuses a request over ``--max-request-bytes`` (1.5 MiB by default); the
+        apiserver passes the error on as a 500 without a reason. A dry run never reaches etcd.
+        The emulator measures the key and the object's compact JSON (etcd stores built-in
+        types as protobuf, a little smaller)."""
+        if self.dry_run:
+            return
+        key = rt.etcd_key(namespace, obj["metadata"]["name"])
+        size = len(key) + len(json.dumps(obj, separators=(",", ":")).encode())
+        if size > ETCD_REQUEST_LIMIT:
+            raise ApiError.unknown("etcdserver: request is too large")
+
     def compact(self) -> None:
         """Forget all history: a watch from any earlier resourceVersion gets 410 Expired."""
         self.history.clear()
@@ -213,6 +230,7 @@ class Store:
                 meta[key] = copy.deepcopy(metadata[key])
         out["metadata"] = meta
         errors = validate_name(name, label=rt.plural == "namespaces" and not rt.group)
+        errors += validate_object_meta(meta)
         if rt.lease:
             spec = decode_lease(body, self.warnings)
             if self.strict and self.warnings:
@@ -262,6 +280,7 @@ class Store:
         name = obj["metadata"]["name"]
         if refuse_version and (body.get("metadata") or {}).get("resourceVersion"):
             raise ApiError.unknown("resourceVersion should not be set on objects to be created")
+        self._check_size(rt, namespace, obj)
         if (namespace, name) in self.bucket(rt):
             raise ApiError.already_exists(rt.plural, rt.group, name)
         meta = obj["metadata"]
@@ -321,6 +340,7 @@ class Store:
             return 200, self.present(rt, existing)
         if rt.custom and new.get("spec") != existing.get("spec"):
             new["metadata"]["generation"] = existing["metadata"].get("generation", 1) + 1
+        self._check_size(rt, namespace, new)
         if self.dry_run:  # DryRunnableStorage.GuaranteedUpdate: the stored resourceVersion
             return 200, self.present(rt, new)
         self.bucket(rt)[(namespace, name)] = new
