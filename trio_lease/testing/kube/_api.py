@@ -25,7 +25,7 @@ from urllib.parse import unquote
 import anyio
 
 from ._cluster import Cluster
-from ._collection import list_objects, start_watch
+from ._collection import list_objects, start_watch, validate_list_options, wait_until_fresh
 from ._discovery import discovery, not_served
 from ._faults import Fault
 from ._http import MAX_REQUEST_BODY, DropReply, RecordedRequest, Request, Response
@@ -164,6 +164,7 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
             first = forced[0]
             raise _injected(first, rt, name)
         _authorize(emulator, user, target)
+        validate_list_options(request.query, watch=True)
         table = table_version(request)
         present = None if table is None else table_events(emulator, rt, request, table)
         watch = start_watch(
@@ -181,15 +182,12 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
         _authorize(emulator, user, target)
         for fault in emulator.faults.take("delay", False, token, verb, name):
             await anyio.sleep(fault.seconds)
+        if verb == "list":
+            await wait_until_fresh(emulator, request)
         emulator.store.warnings = []
         emulator.store.strict = request.query.get("fieldValidation") == "Strict"
         emulator.store.manager = _manager(request)
-        if verb in _WRITES and len(request.body) > MAX_REQUEST_BODY:
-            raise ApiError.entity_too_large(MAX_REQUEST_BODY)  # rest.go limitedReadBody
-        # A PATCH checks its options with the patch's own (patch.go ValidatePatchOptions).
-        emulator.store.dry_run = (
-            bool(dry_run_values(verb, request)) if verb == "patch" else check_options(verb, request)
-        )
+        emulator.store.dry_run = _read_options(verb, request)
         try:
             code, body = _operate(emulator, target, request)
         finally:
@@ -209,6 +207,15 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
         return _json(code, body, warnings)
     assert scope.cancelled_caught
     raise ApiError.timeout()
+
+
+def _read_options(verb: str, request: Request) -> bool:
+    """A write's body limit and options, as its handler reads them; True for a dry run."""
+    if verb in _WRITES and len(request.body) > MAX_REQUEST_BODY:
+        raise ApiError.entity_too_large(MAX_REQUEST_BODY)  # rest.go limitedReadBody
+    if verb == "patch":  # checked with the patch's own options (ValidatePatchOptions)
+        return bool(dry_run_values(verb, request))
+    return check_options(verb, request)
 
 
 def _user(emulator: Cluster, request: Request) -> User:

@@ -25,10 +25,10 @@ from ._cluster import Cluster
 from ._http import Request, Response
 from ._resources import ResourceType
 from ._selectors import Selection
-from ._status import ApiError
+from ._status import ApiError, FieldError
 from ._watch import WatchStream
 
-__all__ = ["list_objects", "start_watch"]
+__all__ = ["list_objects", "start_watch", "validate_list_options", "wait_until_fresh"]
 
 JSON = dict[str, Any]
 
@@ -40,6 +40,95 @@ _INCONSISTENT = (
     "between the time the first chunk was returned and now may show up in the list."
 )
 _INVALID = "invalid continue token: continue key is not valid"
+_TOO_OLD = "The resourceVersion for the provided list is too old."
+
+
+def validate_list_options(query: dict[str, str], *, watch: bool) -> None:
+    """``ValidateListOptions`` (``apimachinery/pkg/apis/meta/internalversion/validation``):
+    422 ``Invalid`` on ``ListOptions.meta.k8s.io``, as ``handlers/get.go`` answers."""
+    match = query.get("resourceVersionMatch", "")
+    initial = "sendInitialEvents" in query
+    errors: list[FieldError] = []
+    if watch:
+        if initial and match != "NotOlderThan":
+            errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                     "sendInitialEvents requires setting resourceVersionMatch "
+                                     "to NotOlderThan"))
+        if match:
+            if not initial:
+                errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                         "resourceVersionMatch is forbidden for watch unless "
+                                         "sendInitialEvents is provided"))
+            if match != "NotOlderThan":
+                errors.append(FieldError("resourceVersionMatch", "NotSupported",
+                                         'supported values: "NotOlderThan"', match))
+            if query.get("continue"):
+                errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                         "resourceVersionMatch is forbidden when continue is "
+                                         "provided"))
+    else:
+        if match:
+            if not query.get("resourceVersion"):
+                errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                         "resourceVersionMatch is forbidden unless "
+                                         "resourceVersion is provided"))
+            if query.get("continue"):
+                errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                         "resourceVersionMatch is forbidden when continue is "
+                                         "provided"))
+            if match not in ("Exact", "NotOlderThan"):
+                errors.append(FieldError("resourceVersionMatch", "NotSupported",
+                                         'supported values: "Exact", "NotOlderThan", ""', match))
+            if match == "Exact" and query.get("resourceVersion") == "0":
+                errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                         'resourceVersionMatch "exact" is forbidden for '
+                                         'resourceVersion "0"'))
+        if initial:
+            errors.append(FieldError("sendInitialEvents", "Forbidden",
+                                     "sendInitialEvents is forbidden for list"))
+    if errors:
+        raise ApiError.invalid("ListOptions", "meta.k8s.io", "", errors)
+
+
+def _parse_rv(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ApiError.bad_request(
+            f'resourceVersion: Invalid value: "{text}": must be a valid resource version'
+        )
+    return value
+
+
+def _from_cache(query: dict[str, str], limit: int) -> bool:
+    """``cacher.shouldDelegateList`` inverted: served from the watch cache (any version at
+    least as new), not etcd. ``resourceVersion=0`` always is, whatever the ``limit``."""
+    rv, match = query.get("resourceVersion", ""), query.get("resourceVersionMatch", "")
+    if not rv or query.get("continue"):
+        return False
+    if rv == "0":
+        return True
+    return match != "Exact" and limit <= 0
+
+
+async def wait_until_fresh(emulator: Cluster, request: Request) -> None:
+    """A list from the watch cache at a version the store has not reached yet waits for it
+    (``watchCache.waitUntilFreshAndBlock``); the page then answers 504 if it never came."""
+    query = request.query
+    validate_list_options(query, watch=False)
+    if _from_cache(query, _limit(query)) and query["resourceVersion"] != "0":
+        wanted = _parse_rv(query["resourceVersion"])
+        if wanted > emulator.store.revision:
+            await emulator.wait_for_revision(wanted)
+
+
+def _limit(query: dict[str, str]) -> int:
+    try:
+        return int(query.get("limit") or 0)
+    except ValueError as exc:
+        raise ApiError.bad_request(str(exc)) from None
 
 
 def _key(rt: ResourceType, obj: JSON, scope: str | None) -> str:
@@ -112,14 +201,26 @@ def _page(
     selection: Selection,
 ) -> JSON:
     query = request.query
-    try:
-        limit = int(query.get("limit") or 0)
-    except ValueError as exc:
-        raise ApiError.bad_request(str(exc)) from None
+    limit = _limit(query)
     store = emulator.store
     emulator.compactor.advance(store, store.revision)
     revision, start = store.revision, ""
     token = query.get("continue", "")
+    rv_text = query.get("resourceVersion", "")
+    if not token and rv_text:
+        wanted = _parse_rv(rv_text)
+        if _from_cache(query, limit):
+            limit = 0  # the watch cache serves the whole list, at its latest revision
+            if wanted > revision:
+                raise ApiError.too_large_resource_version(wanted, revision, 1)
+        elif wanted > revision:  # etcd, at once: validateMinimumResourceVersion
+            raise ApiError.too_large_resource_version(wanted, revision, 0)
+        elif query.get("resourceVersionMatch") == "Exact" or not query.get(
+            "resourceVersionMatch"
+        ):  # Exact, or the legacy exact read of a paginated list
+            if wanted < store.compacted:
+                raise ApiError.expired(_TOO_OLD)
+            revision = wanted
     if token:
         start, token_rv = _decode_continue(token)
         if query.get("resourceVersion", "") not in ("", "0"):
@@ -194,7 +295,16 @@ def start_watch(
     )
     rv_text = request.query.get("resourceVersion", "")
     stream.last_rv = rv_text or stream.last_rv
-    if rv_text in ("", "0"):
+    initial = request.query.get("sendInitialEvents")
+    if initial is not None:
+        # The watch-list (sendInitialEvents): the current state, then (with bookmarks
+        # allowed: cacher.isListWatchRequest) a BOOKMARK marking its end; or no state at all.
+        if initial in ("1", "true", "True"):
+            for obj in store.items(rt, scope):
+                stream.offer("ADDED", obj)
+            if stream.bookmarks:
+                stream.initial_events_end()
+    elif rv_text in ("", "0"):
         for obj in store.items(rt, scope):
             stream.offer("ADDED", obj)
     else:

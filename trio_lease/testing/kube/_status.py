@@ -247,6 +247,19 @@ class ApiError(Exception):
         return cls(413, status_body(413, "RequestEntityTooLarge", message))
 
     @classmethod
+    def too_large_resource_version(cls, wanted: int, current: int, retry: int) -> ApiError:
+        """``storage.NewTooLargeResourceVersionError``: a 504 Timeout with a cause."""
+        message = f"Timeout: Too large resource version: {wanted}, current: {current}"
+        details: JSON = {"causes": [
+            {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+        ]}
+        headers = []
+        if retry:
+            details["retryAfterSeconds"] = retry
+            headers.append(("Retry-After", str(retry)))
+        return cls(504, status_body(504, "Timeout", message, details), headers)
+
+    @classmethod
     def timeout(cls) -> ApiError:
         """504 from ``finishRequest`` when the request's deadline (``?timeout=``) passes."""
         message = "Timeout: request did not complete within requested timeout - " + (

@@ -130,6 +130,13 @@ class WatchStream:
         if self.bookmarks:
             self._push("event", self._bookmark_event())
 
+    def initial_events_end(self) -> None:
+        """The watch-list's BOOKMARK after the initial events, annotated
+        ``k8s.io/initial-events-end: "true"``, at the revision they were read at."""
+        event = self._bookmark_event()
+        event["object"]["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
+        self._push("event", event)
+
     def expire(self, message: str) -> None:
         """Send an in-stream 410 Expired ERROR event, then end the stream."""
         status = ApiError.expired(message).body
