@@ -39,7 +39,7 @@ from ._resources import ResourceType
 from ._reviews import answer_review, is_review_path
 from ._selectors import exact_name
 from ._status import ApiError, status_body
-from ._store import MODIFIED_MSG
+from ._store import MODIFIED_MSG, Store
 from ._table import as_table, table_events, table_version
 from ._validation import check_type_meta
 
@@ -185,13 +185,14 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
         if verb == "list":
             await wait_until_fresh(emulator, request)
         emulator.store.warnings = []
-        emulator.store.strict = request.query.get("fieldValidation") == "Strict"
+        emulator.store.field_validation = request.query.get("fieldValidation") or "Warn"
         emulator.store.manager = _manager(request)
         emulator.store.dry_run = _read_options(verb, request)
         try:
             code, body = _operate(emulator, target, request)
         finally:
-            emulator.store.strict = False
+            emulator.store.field_validation = "Warn"
+            emulator.store.duplicates = []
             emulator.store.manager = ""
             emulator.store.dry_run = False
         table = table_version(request) if verb in ("get", "list") else None
@@ -272,13 +273,47 @@ def _authorize(emulator: Cluster, user: Any, target: _Target) -> None:
         raise ApiError.forbidden(rt.plural, rt.group, target.rbac_name, reason)
 
 
-def _decode(request: Request) -> JSON:
+class _Fields(dict[str, Any]):
+    """A decoded JSON object that remembers the keys it saw twice (the last value wins)."""
+
+    repeated: list[str]
+
+
+def _fields(pairs: list[tuple[str, Any]]) -> _Fields:
+    obj = _Fields(pairs)
+    seen: set[str] = set()
+    obj.repeated = []
+    for key, _ in pairs:
+        if key in seen:
+            obj.repeated.append(key)
+        seen.add(key)
+    return obj
+
+
+def _duplicates(value: Any, path: str = "") -> list[str]:
+    """``duplicate field "spec.x"`` for each repeated key, as sigs.k8s.io/json reports them."""
+    found: list[str] = []
+    if isinstance(value, _Fields):
+        found += [f'duplicate field "{path}{key}"' for key in value.repeated]
+        for key, item in value.items():
+            found += _duplicates(item, f"{path}{key}.")
+    elif isinstance(value, list):
+        stem = path[:-1]
+        for index, item in enumerate(value):
+            found += _duplicates(item, f"{stem}[{index}].")
+    return found
+
+
+def _decode(request: Request, store: Store | None = None) -> JSON:
+    """The JSON body; a ``store`` is told the fields the body repeats (strict decoding)."""
     try:
-        body = json.loads(request.body or b"{}")
+        body = json.loads(request.body or b"{}", object_pairs_hook=_fields)
     except ValueError as exc:
         raise ApiError.bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
     if not isinstance(body, dict):
         raise ApiError.bad_request("couldn't get version/kind; json parse error: not an object")
+    if store is not None:
+        store.duplicates = _duplicates(body)
     return body
 
 
@@ -305,7 +340,7 @@ def _operate(emulator: Cluster, target: _Target, request: Request) -> tuple[int,
     if target.verb == "list":
         return 200, list_objects(emulator, rt, namespace, request)
     if target.verb == "create":
-        body = _decode(request)
+        body = _decode(request, store)
         _check_kind(rt, body)
         _check_namespace(emulator, rt, namespace, body)
         meta = body.setdefault("metadata", {})
@@ -315,7 +350,7 @@ def _operate(emulator: Cluster, target: _Target, request: Request) -> tuple[int,
         _after_write(emulator, rt, obj, deleted=False)
         return 201, obj
     if target.verb == "update":
-        body = _decode(request)
+        body = _decode(request, store)
         _check_kind(rt, body)
         body_name = (body.get("metadata") or {}).get("name", "")
         if body_name != name:
