@@ -28,6 +28,7 @@ from ._cluster import Cluster
 from ._collection import list_objects, start_watch, validate_list_options, wait_until_fresh
 from ._discovery import discovery, not_served
 from ._faults import Fault
+from ._gc import collect_garbage, delete
 from ._http import MAX_REQUEST_BODY, DropReply, RecordedRequest, Request, Response
 from ._impersonation import impersonate
 from ._managed import field_manager
@@ -361,13 +362,22 @@ def _operate(emulator: Cluster, target: _Target, request: Request) -> tuple[int,
             _check_namespace(emulator, rt, namespace, body)
         code, obj = store.update(rt, namespace, name, body)
         _after_write(emulator, rt, obj, deleted=False)
+        collect_garbage(emulator)  # the update may have removed the last finalizer
         return code, obj
     if target.verb == "patch":
         code, obj = patch(emulator, rt, namespace, name, request, _manager(request))
         _after_write(emulator, rt, obj, deleted=False)
+        collect_garbage(emulator)
         return code, obj
     options = _decode(request) if request.body else {}
-    obj = store.delete(rt, namespace, name, options)
+    if "propagationPolicy" in request.query and not request.body:
+        options["propagationPolicy"] = request.query["propagationPolicy"]
+    if not (rt.plural == "namespaces" and not rt.group):
+        obj, gone = delete(emulator, rt, namespace, name, options)
+        if not gone:  # finalizers keep it: the object, with its deletionTimestamp
+            return 200, obj
+    else:
+        obj = store.delete(rt, namespace, name, options)
     _after_write(emulator, rt, obj, deleted=True)
     if rt.plural == "namespaces" and not rt.group:
         obj["status"] = {"phase": "Terminating"}
@@ -383,3 +393,4 @@ def _after_write(emulator: Cluster, rt: ResourceType, obj: JSON, *, deleted: boo
         emulator.crd_changed(obj, deleted)
     elif rt.plural == "namespaces" and not rt.group and deleted:
         emulator.namespace_deleted(obj["metadata"]["name"])
+        collect_garbage(emulator)

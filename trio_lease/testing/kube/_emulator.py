@@ -12,6 +12,7 @@ import yaml
 
 from ._api import handle
 from ._cluster import Cluster
+from ._gc import collect_garbage
 from ._http import Request, Response
 from ._rbac import User, service_account_user
 from ._resources import ResourceType
@@ -156,6 +157,7 @@ class KubeEmulator(Cluster):
         if rt is None or self.store.find(rt, scope, name) is None:
             return False
         self.store.delete(rt, scope, name, {})
+        collect_garbage(self)
         return True
 
     def get_lease(self, name: str, namespace: str = "default") -> JSON | None:

@@ -45,6 +45,17 @@ def dry_run_values(verb: str, request: Request) -> list[str]:
     return [request.query["dryRun"]] if "dryRun" in request.query else []
 
 
+def _delete_policy(request: Request) -> str | None:
+    if request.body:
+        try:
+            body: Any = json.loads(request.body)
+        except ValueError:
+            return None
+        policy = body.get("propagationPolicy") if isinstance(body, dict) else None
+        return None if policy is None else str(policy)
+    return request.query.get("propagationPolicy")
+
+
 def option_errors(verb: str, request: Request) -> list[FieldError]:
     """``ValidateDryRun`` and ``ValidateFieldValidation`` of the verb's options."""
     errors = []
@@ -53,7 +64,14 @@ def option_errors(verb: str, request: Request) -> list[FieldError]:
         errors.append(FieldError(
             "dryRun", "NotSupported", 'supported values: "All"', go_string_slice(values)
         ))
-    if verb != "delete":
+    if verb == "delete":
+        policy = _delete_policy(request)
+        if policy is not None and policy not in ("Foreground", "Background", "Orphan"):
+            errors.append(FieldError(
+                "propagationPolicy", "NotSupported",
+                'supported values: "Foreground", "Background", "Orphan", "nil"', policy,
+            ))
+    else:
         given = request.query.get("fieldValidation", "")
         if given not in _FIELD_VALIDATION:
             errors.append(FieldError(

@@ -57,8 +57,8 @@ MODIFIED_MSG = (
 
 _META_ORDER = (
     "name", "generateName", "namespace", "uid", "resourceVersion", "generation",
-    "creationTimestamp", "labels", "annotations", "ownerReferences", "finalizers",
-    "managedFields",
+    "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
+    "annotations", "ownerReferences", "finalizers", "managedFields",
 )
 
 
@@ -116,6 +116,8 @@ class Store:
     manager: str
     #: ``dryRun=All`` for the request being handled: writes are validated, never stored.
     dry_run: bool
+    #: Objects removed since the cluster last looked (the garbage collector's queue).
+    removed: list[tuple[ResourceType, JSON]]
 
     def __init__(
         self,
@@ -135,6 +137,7 @@ class Store:
         self.duplicates = []
         self.manager = ""
         self.dry_run = False
+        self.removed = []
         self.coordinated_leader_election = False
 
     # --- plumbing --------------------------------------------------------------------------
@@ -351,9 +354,13 @@ class Store:
         if rv != existing["metadata"]["resourceVersion"]:
             raise ApiError.conflict(rt.plural, rt.group, name, MODIFIED_MSG)
         new = self._prepare(rt, body, namespace, existing)
-        for key in ("uid", "creationTimestamp", "resourceVersion", "generation"):
+        # rest.BeforeUpdate: an update never changes these, nor removes a deletion timestamp.
+        for key in ("uid", "creationTimestamp", "resourceVersion", "generation",
+                    "deletionTimestamp", "deletionGracePeriodSeconds"):
             if key in existing["metadata"]:
                 new["metadata"][key] = existing["metadata"][key]
+        if "deletionTimestamp" in existing["metadata"]:
+            _check_no_new_finalizers(rt, name, new, existing)
         _set_managed(new, managed_fields if managed_fields is not None else record_update(
             rt, existing, new, metadata.get("managedFields"), self.manager, self._timestamp()
         ))
@@ -366,6 +373,12 @@ class Store:
             return 200, self.present(rt, new)
         self.bucket(rt)[(namespace, name)] = new
         self._commit(rt, "MODIFIED", new, existing)
+        if "deletionTimestamp" in new["metadata"] and not new["metadata"].get("finalizers"):
+            # The last finalizer is gone from an object being deleted: it goes now
+            # (Store.Update, shouldDeleteDuringUpdate).
+            del self.bucket(rt)[(namespace, name)]
+            self._commit(rt, "DELETED", new)
+            self.removed.append((rt, new))
         return 200, self.present(rt, new)
 
     def write_status(self, rt: ResourceType, namespace: str, name: str, status: JSON) -> None:
@@ -376,11 +389,30 @@ class Store:
         self.bucket(rt)[(namespace, name)] = new
         self._commit(rt, "MODIFIED", new, existing)
 
+    def rewrite(self, rt: ResourceType, namespace: str, name: str, new: JSON) -> None:
+        """A controller's metadata write (the garbage collector's): MODIFIED, no validation."""
+        existing = self.bucket(rt)[(namespace, name)]
+        if new == existing:
+            return
+        self.bucket(rt)[(namespace, name)] = new
+        self._commit(rt, "MODIFIED", new, existing)
+
     def delete(self, rt: ResourceType, namespace: str, name: str, options: JSON) -> JSON:
         """DELETE with optional uid / resourceVersion preconditions; returns the deleted object."""
         existing = self.bucket(rt).get((namespace, name))
         if existing is None:
             raise ApiError.not_found(rt.plural, rt.group, name)
+        self.check_preconditions(rt, name, existing, options)
+        if self.dry_run:  # DryRunnableStorage.Delete: preconditions checked, nothing removed
+            return self.present(rt, existing)
+        del self.bucket(rt)[(namespace, name)]
+        self._commit(rt, "DELETED", existing)
+        self.removed.append((rt, existing))
+        return self.present(rt, existing)
+
+    @staticmethod
+    def check_preconditions(rt: ResourceType, name: str, existing: JSON, options: JSON) -> None:
+        """A DELETE's uid and resourceVersion preconditions (409 when they do not match)."""
         preconditions = options.get("preconditions") or {}
         meta = existing["metadata"]
         for key, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
@@ -392,14 +424,43 @@ class Store:
                     f"the {label} in the precondition ({wanted}) does not match the {label} in "
                     f"record ({meta[key]}). The object might have been {_DELETE_WHY[key]}",
                 )
-        if self.dry_run:  # DryRunnableStorage.Delete: preconditions checked, nothing removed
-            return self.present(rt, existing)
-        del self.bucket(rt)[(namespace, name)]
-        self._commit(rt, "DELETED", existing)
-        return self.present(rt, existing)
+
+    def mark_deleted(
+        self, rt: ResourceType, namespace: str, name: str, add_finalizer: str = ""
+    ) -> JSON:
+        """A DELETE of an object with finalizers: ``deletionTimestamp`` and a grace period of
+        0 are set (``BeforeDelete``, ``updateForGracefulDeletionAndFinalizers``), with
+        ``add_finalizer`` (``foregroundDeletion``, ``orphan``) if given; the object stays until
+        its finalizers are removed. An object already being deleted is left as it is."""
+        existing = self.bucket(rt)[(namespace, name)]
+        new = copy.deepcopy(existing)
+        meta = new["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        if add_finalizer and add_finalizer not in finalizers:
+            finalizers.append(add_finalizer)
+        meta["finalizers"] = finalizers
+        meta.setdefault("deletionTimestamp", self._timestamp())
+        meta.setdefault("deletionGracePeriodSeconds", 0)
+        if new == existing or self.dry_run:
+            return self.present(rt, new)
+        self.bucket(rt)[(namespace, name)] = new
+        self._commit(rt, "MODIFIED", new, existing)
+        return self.present(rt, new)
 
 
 _DELETE_WHY = {"uid": "deleted and then recreated", "resourceVersion": "modified"}
+
+
+def _check_no_new_finalizers(rt: ResourceType, name: str, new: JSON, old: JSON) -> None:
+    """``ValidateNoNewFinalizers``: none may be added once the object is being deleted."""
+    extra = sorted(set(new["metadata"].get("finalizers") or [])
+                   - set(old["metadata"].get("finalizers") or []))
+    if extra:
+        raise ApiError.invalid(rt.kind, rt.group, name, [FieldError(
+            "metadata.finalizers", "Forbidden",
+            "no new finalizers can be added if the object is being deleted, found new "
+            "finalizers []string{" + ", ".join(json.dumps(f) for f in extra) + "}",
+        )])
 
 
 def _set_managed(obj: JSON, entries: list[JSON]) -> None:
