@@ -16,8 +16,9 @@ Follows ``apiserver/pkg/endpoints/handlers/patch.go``:
 - JSON and merge patch apply to the stored object (resourceVersion and managedFields
   included), so a patch that sets a stale ``metadata.resourceVersion`` is 409 Conflict. A
   missing object is 404; only apply creates (``forceAllowCreate``), answering 201.
-- Strategic merge patch on a built-in type is treated as a merge patch: the same for a
-  Lease's spec (no lists); ``$patch`` directives and list merge keys are not emulated.
+- Strategic merge patch on a built-in type (:mod:`._smp`) merges maps as a merge patch does
+  and lists by ``ObjectMeta``'s patch strategies (``finalizers``, ``ownerReferences``), with
+  the ``$patch`` and ``$deleteFromPrimitiveList`` directives.
 - Apply (``application/apply-patch+yaml``) merges the configuration into the live object,
   prunes the fields this manager applied before and no longer does, and refuses with a 409
   listing the conflicting managers and fields unless ``force=true``
@@ -37,6 +38,7 @@ from ._http import Request
 from ._managed import Entry, apply_set, changes, decode_entries, encode_entries, zero_object
 from ._options import check_options
 from ._resources import ResourceType
+from ._smp import strategic_merge
 from ._status import ApiError, FieldError, status_body
 from ._store import MODIFIED_MSG, merge_patch
 
@@ -68,6 +70,8 @@ def patch(emulator: Cluster, rt: ResourceType, namespace: str, name: str, reques
     current = store.present(rt, existing)
     if content_type == JSON_PATCH:
         patched = apply_json_patch(current, _json_body(request))
+    elif content_type == STRATEGIC_PATCH:
+        patched = strategic_merge(current, _json_body(request))
     else:
         body = _json_body(request)
         patched = merge_patch(current, body)
