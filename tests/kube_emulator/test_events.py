@@ -214,7 +214,8 @@ async def test_kubectl_get_events_lists_what_a_lease_wrote(tmp_path: Path) -> No
         table = await anyio.to_thread.run_sync(kubectl, kubeconfig, "get", "events")
         listed = await anyio.to_thread.run_sync(kubectl, kubeconfig, "get", "events", "-o", "json")
     items = sorted(json.loads(listed)["items"], key=lambda item: item["eventTime"])
-    assert [(i["reason"], i["regarding"]["name"]) for i in items] == [
+    # kubectl reads core v1 Events (the core group comes first): regarding is involvedObject.
+    assert [(i["reason"], i["involvedObject"]["name"]) for i in items] == [
         ("Acquired", "nightly"),
         ("Released", "nightly"),
     ]

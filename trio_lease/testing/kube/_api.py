@@ -128,7 +128,7 @@ def _route(emulator: Cluster, request: Request) -> _Target:
         ("DELETE", True): "delete",
     }
     verb = verbs.get((request.method, bool(name)))
-    if verb is None:
+    if verb is None or (rt.verbs and verb not in rt.verbs):
         raise ApiError.method_not_allowed(request.method)
     if verb in ("list", "watch"):
         selected = exact_name(request.query.get("fieldSelector", ""))

@@ -150,7 +150,8 @@ class Cluster:
 
     def namespace_deleted(self, namespace: str) -> None:
         """Delete everything in a deleted namespace (the namespace controller's job)."""
-        for rt in {rt.storage_key: rt for rt in self.types.values() if rt.namespaced}.values():
+        owners = [rt for rt in self.types.values() if rt.namespaced and rt.stored_as is None]
+        for rt in {rt.storage_key: rt for rt in owners}.values():
             for obj in self.store.items(rt, namespace):
                 self.store.delete(rt, namespace, obj["metadata"]["name"], {})
 

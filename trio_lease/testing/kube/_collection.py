@@ -90,6 +90,10 @@ def validate_list_options(query: dict[str, str], *, watch: bool) -> None:
         raise ApiError.invalid("ListOptions", "meta.k8s.io", "", errors)
 
 
+def _is_event(rt: ResourceType) -> bool:
+    return rt.storage_key == ("events.k8s.io", "events")
+
+
 def _parse_rv(text: str) -> int:
     try:
         value = int(text)
@@ -260,7 +264,7 @@ def list_objects(
     emulator: Cluster, rt: ResourceType, namespace: str, request: Request
 ) -> JSON:
     """A ``<Kind>List`` of the objects the request selects, one page if ``limit`` is set."""
-    selection = Selection.from_query(request.query)
+    selection = Selection.from_query(request.query, _is_event(rt))
     page = _page(emulator, rt, namespace or None, request, selection)
     items = page["items"]
     if not rt.custom:
@@ -280,7 +284,7 @@ def start_watch(
     *, force_expired: bool,
 ) -> Response:
     """Open a watch: replay from ``resourceVersion`` (or list as ADDED), then follow."""
-    selection = Selection.from_query(request.query)
+    selection = Selection.from_query(request.query, _is_event(rt))
     scope = namespace or None
     timeout = float(request.query.get("timeoutSeconds") or 1800)
     store = emulator.store

@@ -84,7 +84,8 @@ def collect_garbage(cluster: Cluster) -> None:
 
 
 def _types(cluster: Cluster) -> list[ResourceType]:
-    return list({rt.storage_key: rt for rt in cluster.types.values()}.values())
+    owners = [rt for rt in cluster.types.values() if rt.stored_as is None]  # not views
+    return list({rt.storage_key: rt for rt in owners}.values())
 
 
 def _dependents(cluster: Cluster, owner_rt: ResourceType, owner: JSON

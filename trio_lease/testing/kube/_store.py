@@ -28,7 +28,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ._events import decode_event, validate_event
+from ._events import as_core_event, decode_event, validate_event
 from ._managed import record_update
 from ._resources import ResourceType, crd_initial_status
 from ._status import GO_UINT64_ZERO, ApiError, FieldError, storage_invalid_obj
@@ -189,7 +189,7 @@ class Store:
         out["apiVersion"] = rt.api_version
         meta = out["metadata"]
         out["metadata"] = {k: meta[k] for k in _META_ORDER if k in meta}
-        return out
+        return as_core_event(out) if rt.legacy_event else out
 
     # --- reads -----------------------------------------------------------------------------
 

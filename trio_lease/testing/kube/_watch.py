@@ -30,6 +30,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from ._events import as_core_event
 from ._resources import ResourceType
 from ._selectors import Selection
 from ._status import ApiError
@@ -123,6 +124,8 @@ class WatchStream:
                 obj["metadata"]["resourceVersion"] = rv
                 type_ = "DELETED"
         obj["apiVersion"] = self.rt.api_version
+        if self.rt.legacy_event:
+            obj = as_core_event(obj)
         self.last_rv = obj["metadata"].get("resourceVersion", self.last_rv)
         self._push("event", {"type": type_, "object": obj})
 
