@@ -29,6 +29,7 @@ from ._collection import list_objects, start_watch, validate_list_options, wait_
 from ._discovery import discovery, not_served
 from ._faults import Fault
 from ._gc import collect_garbage, delete
+from ._health import HEALTH_PATHS, health
 from ._http import MAX_REQUEST_BODY, DropReply, RecordedRequest, Request, Response
 from ._impersonation import impersonate
 from ._managed import field_manager
@@ -140,22 +141,9 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
     token = request.token
     await emulator.faults.wait_partition(token)
     emulator.settle_crds()
-    parts = [p for p in request.path.strip("/").split("/") if p]
-    document = None
-    if request.method == "GET":
-        document = discovery(emulator, parts)
-        if document is None and parts[:2] == ["openapi", "v3"]:
-            document = openapi_v3(emulator, parts)
-    if document is not None:
-        _user(emulator, request)
-        return _json(200, document)
-    if is_review_path(parts):
-        user = _user(emulator, request)
-        content_type = request.headers.get("content-type", "")
-        review = answer_review(
-            user, request.method, parts, content_type, request.body, emulator.rbac_objects
-        )
-        return _json(201, review)
+    answered = _outside_resources(emulator, request)
+    if answered is not None:
+        return answered
     target = _route(emulator, request)
     user = _user(emulator, request)
     rt, name, verb = target.rt, target.name, target.verb
@@ -209,6 +197,31 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
         return _json(code, body, warnings)
     assert scope.cancelled_caught
     raise ApiError.timeout()
+
+
+def _outside_resources(emulator: Cluster, request: Request) -> Response | None:
+    """Health, discovery, OpenAPI and the reviews; None for a resource path."""
+    parts = [p for p in request.path.strip("/").split("/") if p]
+    if request.method == "GET" and parts[:1] and parts[0] in HEALTH_PATHS:
+        if request.token is not None:  # anonymous may read them; a token must still be good
+            _user(emulator, request)
+        return health(parts, request)
+    document = None
+    if request.method == "GET":
+        document = discovery(emulator, parts)
+        if document is None and parts[:2] == ["openapi", "v3"]:
+            document = openapi_v3(emulator, parts)
+    if document is not None:
+        _user(emulator, request)
+        return _json(200, document)
+    if is_review_path(parts):
+        user = _user(emulator, request)
+        content_type = request.headers.get("content-type", "")
+        review = answer_review(
+            user, request.method, parts, content_type, request.body, emulator.rbac_objects
+        )
+        return _json(201, review)
+    return None
 
 
 def _read_options(verb: str, request: Request) -> bool:

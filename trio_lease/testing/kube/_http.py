@@ -27,6 +27,12 @@ class Request:
     body: bytes = b""
     #: Every header as sent, in order, names lower-case (a repeated header is several items).
     header_list: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    #: Every query parameter as sent, in order (``query`` keeps the last of a repeated one).
+    query_list: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+    def query_items(self) -> list[tuple[str, str]]:
+        """All query parameters, repeated ones included."""
+        return self.query_list or list(self.query.items())
 
     def header_values(self, name: str) -> list[str]:
         """All values of header ``name`` (lower-case), as Go's ``req.Header[name]`` has them."""

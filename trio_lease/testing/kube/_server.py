@@ -136,9 +136,10 @@ async def _next_request(conn: h11.Connection, stream: ByteStream) -> Request | N
             target = head.target.decode("latin-1")
             path, _, query = target.partition("?")
             listed = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in head.headers]
+            params = parse_qsl(query, keep_blank_values=True)
             return Request(
-                head.method.decode(), path, dict(parse_qsl(query, keep_blank_values=True)),
-                dict(listed), bytes(body), listed,
+                head.method.decode(), path, dict(params), dict(listed), bytes(body), listed,
+                params,
             )
         elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
             return None
