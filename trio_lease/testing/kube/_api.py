@@ -33,7 +33,7 @@ from ._health import HEALTH_PATHS, health
 from ._http import MAX_REQUEST_BODY, DropReply, RecordedRequest, Request, Response
 from ._impersonation import impersonate
 from ._managed import field_manager
-from ._openapi import openapi_v3
+from ._openapi import openapi_v2, openapi_v3
 from ._options import check_options, dry_run_values
 from ._patch import patch
 from ._rbac import User, forbidden_reason, is_allowed
@@ -211,6 +211,8 @@ def _outside_resources(emulator: Cluster, request: Request) -> Response | None:
         document = discovery(emulator, parts)
         if document is None and parts[:2] == ["openapi", "v3"]:
             document = openapi_v3(emulator, parts)
+        if document is None and parts == ["openapi", "v2"]:
+            document = openapi_v2(emulator)
     if document is not None:
         _user(emulator, request)
         return _json(200, document)
