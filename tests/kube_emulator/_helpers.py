@@ -71,11 +71,16 @@ async def served(
 async def run_kubectl(
     kubeconfig: Path, *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run kubectl with ``kubeconfig`` (in a worker thread, so the server keeps serving)."""
+    """Run kubectl with ``kubeconfig`` (in a worker thread, so the server keeps serving).
+
+    Its discovery and OpenAPI cache lives next to the kubeconfig: kubectl keys the cache by
+    host and port, and a port is reused by later emulators that serve other types.
+    """
+    cache = kubeconfig.parent / "kubectl-cache"
 
     def run() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["kubectl", "--kubeconfig", str(kubeconfig), *args],
+            ["kubectl", "--kubeconfig", str(kubeconfig), "--cache-dir", str(cache), *args],
             input=stdin, capture_output=True, text=True, timeout=60, check=False,
         )
 
