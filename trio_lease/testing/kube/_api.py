@@ -24,6 +24,7 @@ from urllib.parse import unquote
 
 import anyio
 
+from ._body import decode_body
 from ._cluster import Cluster
 from ._collection import list_objects, start_watch, validate_list_options, wait_until_fresh
 from ._discovery import discovery, not_served
@@ -41,7 +42,7 @@ from ._resources import ResourceType
 from ._reviews import answer_review, is_review_path
 from ._selectors import exact_name
 from ._status import ApiError, status_body
-from ._store import MODIFIED_MSG, Store
+from ._store import MODIFIED_MSG
 from ._table import as_table, table_events, table_version
 from ._validation import check_type_meta
 
@@ -289,50 +290,6 @@ def _authorize(emulator: Cluster, user: Any, target: _Target) -> None:
         raise ApiError.forbidden(rt.plural, rt.group, target.rbac_name, reason)
 
 
-class _Fields(dict[str, Any]):
-    """A decoded JSON object that remembers the keys it saw twice (the last value wins)."""
-
-    repeated: list[str]
-
-
-def _fields(pairs: list[tuple[str, Any]]) -> _Fields:
-    obj = _Fields(pairs)
-    seen: set[str] = set()
-    obj.repeated = []
-    for key, _ in pairs:
-        if key in seen:
-            obj.repeated.append(key)
-        seen.add(key)
-    return obj
-
-
-def _duplicates(value: Any, path: str = "") -> list[str]:
-    """``duplicate field "spec.x"`` for each repeated key, as sigs.k8s.io/json reports them."""
-    found: list[str] = []
-    if isinstance(value, _Fields):
-        found += [f'duplicate field "{path}{key}"' for key in value.repeated]
-        for key, item in value.items():
-            found += _duplicates(item, f"{path}{key}.")
-    elif isinstance(value, list):
-        stem = path[:-1]
-        for index, item in enumerate(value):
-            found += _duplicates(item, f"{stem}[{index}].")
-    return found
-
-
-def _decode(request: Request, store: Store | None = None) -> JSON:
-    """The JSON body; a ``store`` is told the fields the body repeats (strict decoding)."""
-    try:
-        body = json.loads(request.body or b"{}", object_pairs_hook=_fields)
-    except ValueError as exc:
-        raise ApiError.bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
-    if not isinstance(body, dict):
-        raise ApiError.bad_request("couldn't get version/kind; json parse error: not an object")
-    if store is not None:
-        store.duplicates = _duplicates(body)
-    return body
-
-
 def _check_kind(rt: ResourceType, body: JSON) -> None:
     check_type_meta(rt.kind, rt.group, rt.version, rt.custom, body)
 
@@ -356,7 +313,7 @@ def _operate(emulator: Cluster, target: _Target, request: Request) -> tuple[int,
     if target.verb == "list":
         return 200, list_objects(emulator, rt, namespace, request)
     if target.verb == "create":
-        body = _decode(request, store)
+        body = decode_body(request, store)
         _check_kind(rt, body)
         _check_namespace(emulator, rt, namespace, body)
         meta = body.setdefault("metadata", {})
@@ -366,7 +323,7 @@ def _operate(emulator: Cluster, target: _Target, request: Request) -> tuple[int,
         _after_write(emulator, rt, obj, deleted=False)
         return 201, obj
     if target.verb == "update":
-        body = _decode(request, store)
+        body = decode_body(request, store)
         _check_kind(rt, body)
         body_name = (body.get("metadata") or {}).get("name", "")
         if body_name != name:
@@ -384,7 +341,7 @@ def _operate(emulator: Cluster, target: _Target, request: Request) -> tuple[int,
         _after_write(emulator, rt, obj, deleted=False)
         collect_garbage(emulator)
         return code, obj
-    options = _decode(request) if request.body else {}
+    options = decode_body(request) if request.body else {}
     if "propagationPolicy" in request.query and not request.body:
         options["propagationPolicy"] = request.query["propagationPolicy"]
     if not (rt.plural == "namespaces" and not rt.group):

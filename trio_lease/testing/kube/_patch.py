@@ -40,7 +40,7 @@ from ._options import check_options
 from ._resources import ResourceType
 from ._smp import strategic_merge
 from ._status import ApiError, FieldError, status_body
-from ._store import MODIFIED_MSG, merge_patch
+from ._store import MODIFIED_MSG
 
 __all__ = ["patch"]
 
@@ -365,3 +365,17 @@ def _ensure_namespace(emulator: Cluster, rt: ResourceType, namespace: str) -> No
     namespaces = emulator.types[("", "v1", "namespaces")]
     if rt.namespaced and emulator.store.find(namespaces, "", namespace) is None:
         raise ApiError.not_found("namespaces", "", namespace)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge recursively, ``null`` deletes, rest replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    if not isinstance(target, dict):
+        target = {}
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = merge_patch(target.get(key), value)
+    return target

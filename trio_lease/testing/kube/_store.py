@@ -28,19 +28,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ._events import as_core_event, decode_event, validate_event
+from ._events import as_core_event
 from ._managed import record_update
-from ._resources import ResourceType, crd_initial_status
+from ._prepare import prepare
+from ._resources import ResourceType
 from ._status import GO_UINT64_ZERO, ApiError, FieldError, storage_invalid_obj
-from ._validation import (
-    decode_lease,
-    decode_metadata,
-    drop_disabled_lease_fields,
-    validate_lease_spec,
-    validate_name,
-    validate_object_meta,
-    validate_schema,
-)
 
 __all__ = ["Event", "Store"]
 
@@ -219,77 +211,6 @@ class Store:
 
     # --- writes ----------------------------------------------------------------------------
 
-    def _prepare(
-        self, rt: ResourceType, body: JSON, namespace: str, old: JSON | None = None
-    ) -> JSON:
-        """Decode and validate a new object (400 / 422) and return what will be stored."""
-        metadata = body.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise ApiError.bad_request("metadata must be an object")
-        decode_metadata(rt.kind, rt.version, metadata)
-        name = metadata.get("name") or ""
-        out: JSON = {"kind": rt.kind, "apiVersion": rt.api_version}
-        meta: JSON = {"name": name}
-        if rt.namespaced:
-            meta["namespace"] = namespace
-        for key in ("labels", "annotations", "finalizers", "ownerReferences"):
-            if metadata.get(key):
-                meta[key] = copy.deepcopy(metadata[key])
-        out["metadata"] = meta
-        errors = validate_name(name, label=rt.plural == "namespaces" and not rt.group)
-        errors += validate_object_meta(meta)
-        if rt.lease:
-            unknown: list[str] = []
-            spec = decode_lease(body, unknown)
-            self._strict(rt, unknown)
-            old_spec = None if old is None else old.get("spec") or {}
-            drop_disabled_lease_fields(spec, old_spec, self.coordinated_leader_election)
-            errors += validate_lease_spec(spec)
-            out["spec"] = spec
-        elif rt.group == "events.k8s.io":
-            event = decode_event(body, self.warnings)
-            errors += validate_event(event, namespace)
-            out.update(event)
-        elif rt.custom:
-            content = {k: v for k, v in body.items() if k not in ("kind", "apiVersion", "metadata")}
-            schema = copy.deepcopy(rt.schema or {"type": "object"})
-            schema.setdefault("properties", {})
-            pruned: list[str] = []
-            if schema["properties"]:
-                content = validate_schema(content, schema, "", errors, pruned)
-            self._strict(rt, [f'unknown field "{path}"' for path in pruned])
-            out.update(content)
-        else:
-            out.update(
-                {k: copy.deepcopy(v) for k, v in body.items()
-                 if k not in ("kind", "apiVersion", "metadata")}
-            )
-            if rt.plural == "namespaces":
-                meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
-                out["spec"] = {"finalizers": ["kubernetes"]}
-                out["status"] = {"phase": "Active"}
-            if rt.plural == "customresourcedefinitions":
-                # The strategy keeps the status on update (a subresource) and resets it on create.
-                out["status"] = old["status"] if old else crd_initial_status(out)
-        if errors:
-            raise ApiError.invalid(rt.kind, rt.group, name, errors)
-        return out
-
-    def _strict(self, rt: ResourceType, unknown: list[str]) -> None:
-        """The decoder's strict errors (duplicate fields first, then unknown ones) by the
-        request's ``fieldValidation`` (``handlers/create.go``, ``update.go``): Strict is 400
-        ``Lease in version "v1" cannot be handled as a Lease: strict decoding error: unknown
-        field "spec.bogus"`` (``transformDecodeError``), Warn adds ``Warning`` headers."""
-        found = [*self.duplicates, *unknown]
-        if not found or self.field_validation == "Ignore":
-            return
-        if self.field_validation == "Strict":
-            raise ApiError.bad_request(
-                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
-                "strict decoding error: " + ", ".join(found)
-            )
-        self.warnings += found
-
     def create(
         self, rt: ResourceType, namespace: str, body: JSON,
         managed_fields: list[JSON] | None = None, *, refuse_version: bool = False,
@@ -300,7 +221,7 @@ class Store:
         layer's plain error, a 500 (``etcd3/store.go`` Create), checked after validation and
         before AlreadyExists.
         """
-        obj = self._prepare(rt, body, namespace)
+        obj = prepare(self, rt, body, namespace)
         name = obj["metadata"]["name"]
         if refuse_version and (body.get("metadata") or {}).get("resourceVersion"):
             raise ApiError.unknown("resourceVersion should not be set on objects to be created")
@@ -353,7 +274,7 @@ class Store:
             )
         if rv != existing["metadata"]["resourceVersion"]:
             raise ApiError.conflict(rt.plural, rt.group, name, MODIFIED_MSG)
-        new = self._prepare(rt, body, namespace, existing)
+        new = prepare(self, rt, body, namespace, existing)
         # rest.BeforeUpdate: an update never changes these, nor removes a deletion timestamp.
         for key in ("uid", "creationTimestamp", "resourceVersion", "generation",
                     "deletionTimestamp", "deletionGracePeriodSeconds"):
@@ -468,17 +389,3 @@ def _set_managed(obj: JSON, entries: list[JSON]) -> None:
         obj["metadata"]["managedFields"] = entries
     else:
         obj["metadata"].pop("managedFields", None)
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: objects merge recursively, ``null`` deletes, rest replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    if not isinstance(target, dict):
-        target = {}
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        else:
-            target[key] = merge_patch(target.get(key), value)
-    return target
