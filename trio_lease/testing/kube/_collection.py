@@ -11,6 +11,13 @@ page's revision, so it is consistent; a token whose revision has been compacted 
 continues at the latest revision (``etcd3/errors.go``). A token that does not decode is 400
 ``invalid continue token: continue key is not valid...``, and ``resourceVersion`` together
 with ``continue`` is 400.
+
+A list's ``resourceVersion`` picks where it is served from, as ``cacher.shouldDelegateList``
+does: ``0``, or ``N`` without a ``limit``, from the watch cache (the whole list at the latest
+revision, once the store has reached ``N``: :func:`wait_until_fresh`, else 504 "Too large
+resource version"); ``N`` with a ``limit`` or ``resourceVersionMatch=Exact`` from etcd, exactly
+at ``N``. ``sendInitialEvents=true`` on a watch sends the current state, then the
+``k8s.io/initial-events-end`` BOOKMARK (``cacher.isListWatchRequest``).
 """
 
 from __future__ import annotations
