@@ -163,3 +163,20 @@ async def test_send_initial_events_ends_with_the_annotated_bookmark() -> None:
                      "annotations": {"k8s.io/initial-events-end": "true"}},
         "spec": {},
     }
+
+
+async def test_a_watch_from_a_future_version_sends_only_later_events() -> None:
+    """A watch from a version not reached yet starts, and sends only events after it
+    (cache_watcher.go process: "only send events newer than resourceVersion")."""
+    emulator = KubeEmulator()
+    async with served(emulator) as (_, http):
+        ahead = str(int(emulator.resource_version) + 2)
+        params = {"watch": "1", "resourceVersion": ahead, "timeoutSeconds": "30"}
+        async with http.stream("GET", LEASES, params=params) as response:
+            for name in ("a", "b", "c"):
+                await http.post(LEASES, json=lease(name))
+            with anyio.fail_after(10):
+                first = json.loads(await anext(response.aiter_lines()))
+    assert response.status_code == 200
+    assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "c")
+    assert int(first["object"]["metadata"]["resourceVersion"]) == int(ahead) + 1

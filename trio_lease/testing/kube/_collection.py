@@ -334,6 +334,9 @@ def start_watch(
             for event in store.history:
                 if event.rv > rv and stream.matches(event.storage_key, event.namespace, event.name):
                     stream.offer(event.type, json.loads(json.dumps(event.obj)), event.prev)
+            # cacheWatcher.process: only events newer than the version asked for, which may
+            # not have been reached yet.
+            stream.after = rv
     emulator.watches.append(stream)
     return Response(200, [("Content-Type", "application/json")], stream=stream)
 

@@ -68,6 +68,9 @@ class WatchStream:
     last_rv: str
     #: How each event is written when it is sent (a Table for kubectl; None: as it is).
     present: Callable[[JSON], JSON] | None = None
+    #: Only events with a resourceVersion above this one are sent (a watch from a version the
+    #: store has not reached yet).
+    after: int = 0
 
     def __init__(
         self,
@@ -108,6 +111,8 @@ class WatchStream:
 
     def offer(self, type_: str, obj: JSON, prev: JSON | None = None) -> None:
         """Queue one event (``obj`` is already a private copy; ``prev`` is read-only)."""
+        if self.after and int(obj["metadata"].get("resourceVersion") or 0) <= self.after:
+            return
         if self.selection is not None:
             now_in = type_ != "DELETED" and self.selection.matches(obj)
             if type_ == "DELETED":
