@@ -195,7 +195,8 @@ async def test_kubectl_get_events_lists_what_a_lease_wrote(tmp_path: Path) -> No
 
     def kubectl(kubeconfig: Path, *args: str) -> str:
         done = subprocess.run(
-            ["kubectl", "--kubeconfig", str(kubeconfig), *args],
+            ["kubectl", "--kubeconfig", str(kubeconfig), "--cache-dir",
+             str(kubeconfig.parent / "kubectl-cache"), *args],
             capture_output=True,
             text=True,
             timeout=60,
