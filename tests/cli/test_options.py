@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import re
+import sys
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import entry_points
 
@@ -185,3 +186,16 @@ def test_commands_come_from_the_entry_point_group(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(_main, "_BUILTIN_COMMANDS", {})
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
     assert not {"check", "emulate"} & _commands(build_parser()).keys()
+
+
+def test_python_dash_m_runs_the_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m trio_lease._cli` is the `trio-lease` command (here: its help, exit 0)."""
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", ["trio-lease", "--help"])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_module("trio_lease._cli", run_name="__main__", alter_sys=True)
+    assert exit_info.value.code == 0
+    assert "usage: trio-lease" in capsys.readouterr().out
