@@ -283,14 +283,81 @@ def _store_of(item: pytest.Item) -> Store | None:
     return chosen if isinstance(chosen, Store) else None
 
 
+# -- layers by cost ------------------------------------------------------------------------------
+
+#: The suite's layers by what a test costs. A test in none of them is in the fast layer
+#: (``pytest -m "not slow"``): pure logic, virtual time, in-process fakes and the Kubernetes
+#: emulator's in-process transport. Each slow layer is a marker of its own and adds ``slow``.
+LAYERS = {
+    "real_store": "a SQLite file or an etcd server, on real time",
+    "sockets": "real sockets, threads or a blocked event loop, on real time",
+    "processes": "real subprocesses: trio-lease, etcd, kubectl, interpreters running examples",
+    "campaign": "long randomised or repeated runs: fault campaign, benchmarks, mutations",
+}
+
+#: Paths (a folder, a file, or a file-name prefix) whose every test is in a layer. Tests are
+#: also put in layers by what they use (:func:`layer_of`), so in-process tests in these
+#: folders' neighbours stay fast.
+LAYER_OF_PATH = {
+    "tests/campaign/": "campaign",
+    "tests/benchmarks/": "campaign",
+    "tests/test_mutations.py": "campaign",
+    "tests/core/test_stateful.py": "campaign",
+    "tests/multiprocess/": "processes",
+    "tests/backends/kubernetes/test_interop.py": "processes",
+    "tests/backends/kubernetes/test_multiprocess.py": "processes",
+    "tests/backends/kubernetes/test_check_cli.py": "processes",
+    "tests/kube_emulator/test_clients.py": "processes",
+    "tests/kube_emulator/test_kubectl_fidelity.py": "processes",
+    "tests/test_examples.py": "processes",
+    "tests/test_example_singleton.py": "processes",
+    "tests/test_doc_snippets.py": "processes",
+    "tests/cli/test_cli_docs.py": "processes",
+    "tests/backends/etcd/": "real_store",
+    "tests/backends/test_sqlite": "real_store",
+    "tests/hostile/": "sockets",
+}
+
+#: Fixtures that put a test in a layer.
+LAYER_OF_FIXTURE = {"cli": "processes", "etcd_server": "real_store"}
+
+
+def layer_of(item: pytest.Item) -> str | None:
+    """The slow layer ``item`` belongs to, or None for the fast layer."""
+    path = Path(str(item.path)).relative_to(Path(__file__).parent.parent).as_posix()
+    for prefix, layer in LAYER_OF_PATH.items():
+        if path.startswith(prefix):
+            return layer
+    store = _store_of(item)
+    if store is not None and store.real_time:
+        return "real_store"
+    for fixture, layer in LAYER_OF_FIXTURE.items():
+        if fixture in getattr(item, "fixturenames", ()):
+            return layer
+    module = getattr(item, "module", None)
+    if module is not None and "anyio_backend" in vars(module):  # the module's own clock: real
+        return "sockets"
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for layer, what in LAYERS.items():
+        config.addinivalue_line("markers", f"{layer}: {what} (slow)")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Bound every test on a real-time store by the store's limit (and run it again when its
-    holder lost the lease by its deadline, :data:`REAL_TIME_RERUNS`), and run each test on the
-    stores in :data:`STORES` order (both loops of one store, then the next store): the memory
-    store first, so a broken guarantee fails there before any real-time store runs."""
+    """Mark each test with its layer (:data:`LAYERS`); bound every test on a real-time store by
+    the store's limit (and run it again when its holder lost the lease by its deadline,
+    :data:`REAL_TIME_RERUNS`), and run each test on the stores in :data:`STORES` order (both
+    loops of one store, then the next store): the memory store first, so a broken guarantee
+    fails there before any real-time store runs."""
     first: dict[str, int] = {}
     for index, item in enumerate(items):
         first.setdefault(item.nodeid.partition("[")[0], index)
+        layer = layer_of(item)
+        if layer is not None:
+            item.add_marker(layer)
+            item.add_marker(pytest.mark.slow)
         chosen = _store_of(item)
         if isinstance(item, pytest.Function) and chosen is not None and chosen.limit:
             item.obj = _bounded(item.obj, chosen.limit)
@@ -324,3 +391,27 @@ def etcd_server() -> Iterator[EtcdCluster]:
     require_etcd()
     with etcd_cluster(size=1) as cluster:
         yield cluster
+
+
+# -- time per layer -------------------------------------------------------------------------------
+
+_LAYER_TIME: dict[str, float] = {}
+_LAYER_COUNT: dict[str, int] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    layer = next((name for name in LAYERS if name in report.keywords), "fast")
+    _LAYER_TIME[layer] = _LAYER_TIME.get(layer, 0.0) + report.duration
+    if report.when == "call":
+        _LAYER_COUNT[layer] = _LAYER_COUNT.get(layer, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Each layer's test count and time (setup, call and teardown), so growth is visible."""
+    if not _LAYER_TIME:
+        return
+    terminalreporter.section("time per layer")
+    for layer in ("fast", *LAYERS):
+        if layer in _LAYER_TIME:
+            count, spent = _LAYER_COUNT.get(layer, 0), _LAYER_TIME[layer]
+            terminalreporter.write_line(f"{layer:<11} {count:5d} tests {spent:8.1f} s")

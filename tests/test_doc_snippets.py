@@ -91,8 +91,11 @@ FRAGMENTS = [b for b in of("python") if b.fragment]
 
 def test_every_block_has_a_known_language() -> None:
     """A fence names a language the snippet test knows, or none (a diagram or output)."""
-    known = {"", "text", "python", "toml", "yaml", "json", "sh"}
+    known = {"", "text", "python", "toml", "yaml", "json", "sh", "console"}
     assert [b.name for b in BLOCKS if b.language not in known] == []
+    # A console transcript runs only where a test replays it: docs/cli.md's Examples
+    # (tests/cli/test_cli_docs.py).
+    assert {b.name.partition(":")[0] for b in BLOCKS if b.language == "console"} <= {"docs/cli.md"}
     assert len(RUNNABLE) >= 8
 
 

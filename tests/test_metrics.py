@@ -52,10 +52,10 @@ def test_without_prometheus_client_the_import_error_names_the_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Importing trio_lease.metrics without prometheus_client says `pip install
-    trio_lease[prometheus]`."""
+    'trio_lease[prometheus]'`, quoted so that zsh does not expand the brackets."""
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import now fails
     monkeypatch.delitem(sys.modules, "trio_lease.metrics")
-    with pytest.raises(ImportError, match=r"pip install trio_lease\[prometheus\]"):
+    with pytest.raises(ImportError, match=r"pip install 'trio_lease\[prometheus\]'"):
         importlib.import_module("trio_lease.metrics")
 
 

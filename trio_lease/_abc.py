@@ -44,6 +44,7 @@ To write a backend, subclass :class:`LeaseBackend` and implement:
 ``names()`` (optional)
     Return the names of every lease in the store (``trio-lease status`` without names lists
     them). The default raises :class:`NotImplementedError`: the store cannot list its leases.
+    ``foreign_names()`` (optional) says which of them another program wrote.
 
 Replies are input: every value read from the store (an HTTP reply, a row, a file) is checked
 where it enters the backend, and becomes either a well-formed record or a typed error:
@@ -195,6 +196,13 @@ class LeaseBackend(abc.ABC):
         The default raises :class:`NotImplementedError`: this store cannot list its leases.
         """
         raise NotImplementedError(f"{type(self).__name__} cannot list its leases")
+
+    async def foreign_names(self) -> list[str]:
+        """Of :meth:`names`, those of records another program wrote (optional; for
+        ``trio-lease status``, which marks them), such as a Kubernetes Lease of a controller's
+        leader election in the same namespace. The default: none.
+        """
+        return []
 
     @property
     def store_key(self) -> Hashable:

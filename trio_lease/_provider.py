@@ -38,7 +38,7 @@ from ._host import close_host, open_host
 from ._lease import Lease, end_hosted_hold
 from ._observer import LeaseObserver, observers_of
 from ._settings import SECTION_KEYS, SETTINGS_KEYS, LeaseSettings
-from ._toml import load_toml as load_toml  # kubernetes._cli imports it from here
+from ._toml import load_toml
 
 __all__ = ["LeaseProvider", "load_backend_class"]
 

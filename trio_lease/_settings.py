@@ -110,6 +110,22 @@ _DERIVED: dict[str, tuple[str, Callable[[LeaseSettings], float]]] = {
 }
 
 
+class _Problems(ValueError):
+    """The rules a set of settings breaks, each its own sentence."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def _rules(error: Any) -> list[str]:
+    """The failed rules in one pydantic error: several for :class:`_Problems`, else one."""
+    cause = error.get("ctx", {}).get("error")
+    if isinstance(cause, _Problems):
+        return cause.problems
+    return [str(error["msg"]).removeprefix("Value error, ")]
+
+
 class LeaseSettings(BaseModel):
     """Timing of a lease (frozen; validated at construction).
 
@@ -155,18 +171,15 @@ class LeaseSettings(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            problems = "; ".join(
-                ": ".join(
-                    part
-                    for part in (
-                        ".".join(str(p) for p in err["loc"]),
-                        err["msg"].removeprefix("Value error, "),
-                    )
-                    if part
-                )
+            problems = [
+                ": ".join(part for part in (".".join(str(p) for p in err["loc"]), rule) if part)
                 for err in exc.errors()
-            )
-            raise LeaseConfigError(f"invalid lease settings: {problems}") from None
+                for rule in _rules(err)
+            ]
+            error = LeaseConfigError(f"invalid lease settings: {'; '.join(problems)}")
+            #: Each rule that failed, for a reader that shows one per line (the CLI).
+            error.problems = problems  # type: ignore[attr-defined]
+            raise error from None
 
     @property
     def derived(self) -> frozenset[str]:
@@ -182,7 +195,7 @@ class LeaseSettings(BaseModel):
                     object.__setattr__(self, field, rule(self))  # frozen: set once, here
             problems = self._inequalities()
         if problems:
-            raise ValueError("; ".join(problems))
+            raise _Problems(problems)
         return self
 
     def _non_positive(self) -> list[str]:

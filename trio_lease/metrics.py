@@ -1,6 +1,6 @@
 """Prometheus metrics of the leases of a process: an observer writing to a registry.
 
-``pip install trio_lease[prometheus]``, then::
+``pip install 'trio_lease[prometheus]'``, then::
 
     from prometheus_client import CollectorRegistry
     import trio_lease
@@ -43,7 +43,7 @@ except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a sub
         raise
     raise ImportError(
         "trio_lease.metrics needs prometheus_client, which is not installed: "
-        "pip install trio_lease[prometheus]"
+        "pip install 'trio_lease[prometheus]'"
     ) from _missing
 
 from . import _public

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import re
+import sys
 from datetime import UTC, datetime, timedelta
+from importlib.metadata import entry_points
 
 import anyio
 import pytest
@@ -18,6 +21,21 @@ from .conftest import Cli, read_events, wait_for_event
 def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     [subparsers] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     return dict(subparsers.choices)
+
+
+def test_every_commands_help_is_plain_text(cli: Cli) -> None:
+    """`trio-lease COMMAND --help` of every command prints plain text: no reST or Markdown
+    markup (roles such as :func:, double or single backticks) in descriptions or options."""
+    commands = sorted(_commands(build_parser()))
+    assert {"run", "status", "release", "handover", "manifests", "check", "emulate"} <= set(
+        commands
+    )
+    for command in [None, *commands]:
+        result = cli.run(*([command] if command else []), "--help")
+        assert result.returncode == 0, result.stderr
+        assert "usage: trio-lease" in result.stdout
+        marked = re.findall(r"`|\*\*|:(?:class|func|meth|mod|data|attr):", result.stdout)
+        assert marked == [], (command, result.stdout)
 
 
 def test_every_option_of_every_command_has_plain_help() -> None:
@@ -38,11 +56,12 @@ def test_every_option_of_every_command_has_plain_help() -> None:
 
 @pytest.mark.parametrize("value", ["0", "-1", "0s", "-0.5"])
 def test_a_timeout_of_zero_or_less_is_refused(cli: Cli, value: str) -> None:
-    """`run --timeout` must be more than 0 s: usage error (2) naming the value, nothing run."""
+    """`run --timeout` must be more than 0 s: one line naming the option, exit 78, nothing
+    run (as any bad option value)."""
     log, child = cli.child("never")
     result = cli.run("run", "job", f"--timeout={value}", "--", *child)
-    assert result.returncode == 2
-    assert "must be more than 0 s" in result.stderr
+    assert result.returncode == 78
+    assert result.stderr == f"trio-lease: --timeout: must be more than 0 s, got {value!r}\n"
     assert read_events(log) == []
 
 
@@ -147,8 +166,36 @@ def test_an_optional_command_is_left_out_only_for_a_missing_third_party_module(
     import inside trio_lease is raised, not hidden as a missing command."""
     from trio_lease._cli import _main
 
-    monkeypatch.setattr(_main, "_OPTIONAL_COMMANDS", (("no_such_dependency_xyz", "add"),))
+    monkeypatch.setattr(_main, "_BUILTIN_COMMANDS", {"x": "no_such_dependency_xyz:add"})
     assert "manifests" in _commands(build_parser())
-    monkeypatch.setattr(_main, "_OPTIONAL_COMMANDS", (("trio_lease._no_such_module", "add"),))
+    monkeypatch.setattr(_main, "_BUILTIN_COMMANDS", {"x": "trio_lease._no_such_module:add"})
     with pytest.raises(ModuleNotFoundError):
         build_parser()
+
+
+def test_commands_come_from_the_entry_point_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trio_lease.commands entry points add their subcommands (check and emulate are
+    registered there, by public functions); a source checkout without the metadata has the
+    built-in ones."""
+    from trio_lease._cli import _main
+
+    registered = {e.name: e.value for e in entry_points(group=_main.COMMANDS_GROUP)}
+    assert registered == _main._BUILTIN_COMMANDS
+    assert all(".testing.kube:" in t or ".kubernetes:" in t for t in registered.values())
+    assert {"check", "emulate"} <= _commands(build_parser()).keys()
+    monkeypatch.setattr(_main, "_BUILTIN_COMMANDS", {})
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    assert not {"check", "emulate"} & _commands(build_parser()).keys()
+
+
+def test_python_dash_m_runs_the_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m trio_lease._cli` is the `trio-lease` command (here: its help, exit 0)."""
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", ["trio-lease", "--help"])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_module("trio_lease._cli", run_name="__main__", alter_sys=True)
+    assert exit_info.value.code == 0
+    assert "usage: trio-lease" in capsys.readouterr().out

@@ -78,7 +78,14 @@ def test_release_force_frees_the_lease_and_keeps_the_token(cli: Cli) -> None:
 
 def test_status_without_names_on_a_backend_that_cannot_list_exits_78(cli: Cli) -> None:
     """`status` with no names on a backend without names() asks for names and exits 78."""
-    result = cli.run("status", "--backend", "memory")
+    (cli.tmp / "unlisted.py").write_text(
+        "from trio_lease.abc import LeaseBackend\n"
+        "from trio_lease.backends.memory import MemoryBackend\n"
+        "class Unlisted(MemoryBackend):\n"
+        "    names = LeaseBackend.names\n"
+    )
+    env = cli.env | {"PYTHONPATH": str(cli.tmp)}
+    result = cli.run("status", "--backend", "unlisted:Unlisted", env=env)
     assert result.returncode == 78
     assert result.stderr == "trio-lease: this backend cannot list leases: name them\n"
     assert result.stdout == ""

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import shutil
+import ssl
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
+import pytest
 
-from trio_lease.testing.kube import KubeEmulator
+from trio_lease.testing.kube import KubeEmulator, KubeServer
 
 NS = "default"
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
@@ -43,3 +50,44 @@ async def create(http: httpx.AsyncClient, name: str, **spec: Any) -> JSON:
     assert response.status_code == 201, response.text
     created: JSON = response.json()
     return created
+
+
+@asynccontextmanager
+async def served(
+    emulator: KubeEmulator, token: str | None = None, **headers: str
+) -> AsyncIterator[tuple[KubeServer, httpx.AsyncClient]]:
+    """``emulator`` on a real loopback HTTPS socket, and an httpx client that trusts its CA."""
+    async with emulator.serve() as server:
+        sent = dict(headers)
+        if token:
+            sent["Authorization"] = f"Bearer {token}"
+        verify = ssl.create_default_context(cadata=server.ca_pem.decode())
+        async with httpx.AsyncClient(
+            base_url=server.url, verify=verify, headers=sent, timeout=30
+        ) as http:
+            yield server, http
+
+
+async def run_kubectl(
+    kubeconfig: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run kubectl with ``kubeconfig`` (in a worker thread, so the server keeps serving).
+
+    Its discovery and OpenAPI cache lives next to the kubeconfig: kubectl keys the cache by
+    host and port, and a port is reused by later emulators that serve other types.
+    """
+    cache = kubeconfig.parent / "kubectl-cache"
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["kubectl", "--kubeconfig", str(kubeconfig), "--cache-dir", str(cache), *args],
+            input=stdin, capture_output=True, text=True, timeout=60, check=False,
+        )
+
+    return await anyio.to_thread.run_sync(run)
+
+
+#: Tests that run kubectl skip, with the reason, only where it is not installed (CI has it).
+needs_kubectl = pytest.mark.skipif(
+    shutil.which("kubectl") is None, reason="kubectl is not installed (CI installs it)"
+)

@@ -223,7 +223,8 @@ async def test_kubectl_get_and_apply(tmp_path: Path) -> None:
 
     def kubectl(kubeconfig: Path, *args: str) -> str:
         done = subprocess.run(
-            ["kubectl", "--kubeconfig", str(kubeconfig), *args],
+            ["kubectl", "--kubeconfig", str(kubeconfig), "--cache-dir",
+             str(kubeconfig.parent / "kubectl-cache"), *args],
             capture_output=True, text=True, timeout=60, check=False,
         )
         assert done.returncode == 0, done.stderr

@@ -195,7 +195,8 @@ async def test_kubectl_get_events_lists_what_a_lease_wrote(tmp_path: Path) -> No
 
     def kubectl(kubeconfig: Path, *args: str) -> str:
         done = subprocess.run(
-            ["kubectl", "--kubeconfig", str(kubeconfig), *args],
+            ["kubectl", "--kubeconfig", str(kubeconfig), "--cache-dir",
+             str(kubeconfig.parent / "kubectl-cache"), *args],
             capture_output=True,
             text=True,
             timeout=60,
@@ -214,7 +215,8 @@ async def test_kubectl_get_events_lists_what_a_lease_wrote(tmp_path: Path) -> No
         table = await anyio.to_thread.run_sync(kubectl, kubeconfig, "get", "events")
         listed = await anyio.to_thread.run_sync(kubectl, kubeconfig, "get", "events", "-o", "json")
     items = sorted(json.loads(listed)["items"], key=lambda item: item["eventTime"])
-    assert [(i["reason"], i["regarding"]["name"]) for i in items] == [
+    # kubectl reads core v1 Events (the core group comes first): regarding is involvedObject.
+    assert [(i["reason"], i["involvedObject"]["name"]) for i in items] == [
         ("Acquired", "nightly"),
         ("Released", "nightly"),
     ]

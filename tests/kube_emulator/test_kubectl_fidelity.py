@@ -37,7 +37,8 @@ class Kubectl:
 
     def run(self, *args: str, stdin: str | None = None, ok: bool = True) -> str:
         done = subprocess.run(
-            ["kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+            ["kubectl", "--kubeconfig", str(self.kubeconfig), "--cache-dir",
+             str(self.workdir / "kubectl-cache"), *args],
             input=stdin, capture_output=True, text=True, timeout=60, check=False,
         )
         if ok:
@@ -197,7 +198,8 @@ def test_auth_can_i_no_for_a_restricted_service_account(tmp_path: Path) -> None:
 
             def can_i(*args: str) -> subprocess.CompletedProcess[str]:
                 return subprocess.run(
-                    ["kubectl", "--kubeconfig", str(kubeconfig), "auth", "can-i", *args],
+                    ["kubectl", "--kubeconfig", str(kubeconfig), "--cache-dir",
+                     str(tmp_path / "kubectl-cache"), "auth", "can-i", *args],
                     capture_output=True, text=True, timeout=60, check=False,
                 )
 

@@ -127,7 +127,9 @@ async def test_reviews_are_discoverable() -> None:
         authn = (await http.get("/apis/authentication.k8s.io/v1")).json()
     names = [g["name"] for g in groups]
     assert "authorization.k8s.io" in names and "authentication.k8s.io" in names
-    assert [r["name"] for r in authz["resources"]] == ["selfsubjectaccessreviews"]
+    assert [r["name"] for r in authz["resources"]] == [
+        "selfsubjectaccessreviews", "selfsubjectrulesreviews"
+    ]
     assert authn["resources"][0]["kind"] == "SelfSubjectReview"
     assert authn["resources"][0]["verbs"] == ["create"]
 

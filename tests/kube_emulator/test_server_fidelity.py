@@ -369,7 +369,8 @@ def test_kubectl_waits_for_established(tmp_path: Path) -> None:
     assert process.stdout is not None
 
     def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args],
+        return subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "--cache-dir",
+                               str(kubeconfig.parent / "kubectl-cache"), *args],
                               capture_output=True, text=True, timeout=60, check=False)
 
     try:

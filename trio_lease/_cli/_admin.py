@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -46,12 +47,20 @@ RELEASE_ATTEMPTS = 5
 
 def add_admin_commands(commands: Any) -> None:
     """Register ``status`` and ``release`` on the command's subparsers."""
-    status = commands.add_parser("status", help="show holder, token, age, expiry")
+    status = commands.add_parser("status", help="show holder, token, age, time left")
     status.add_argument(
-        "names", nargs="*", type=lease_name, help="lease names (default: all, where listable)"
+        "names", nargs="*", type=lease_name, help="lease names (default: every lease there is)"
     )
     status.add_argument(
         "--json", action="store_true", default=bool(env_flag("json")), help="print JSON rows"
+    )
+    status.add_argument(
+        "--watch",
+        "-w",
+        action="store_true",
+        default=bool(env_flag("watch")),
+        help="print the leases, then a line for each change until Ctrl-C (with --json: one "
+        "JSON object per line)",
     )
     add_backend_options(status)
     status.set_defaults(func=status_command)
@@ -70,7 +79,9 @@ def add_admin_commands(commands: Any) -> None:
     )
     handover.add_argument("name", type=lease_name, help="lease name")
     handover.add_argument(
-        "--owner", default=default_owner(), help="owner name (default: hostname)"
+        "--owner",
+        default=default_owner(),
+        help="owner name (default: TRIO_LEASE_OWNER, else POD_NAME, else the hostname)",
     )
     handover.add_argument(
         "--timeout",
@@ -101,18 +112,78 @@ async def handover_command(args: argparse.Namespace) -> int:
 
 
 async def status_command(args: argparse.Namespace) -> int:
-    """Show the named leases (all of them when the backend can list them) as a table or JSON."""
+    """Show the named leases (every lease the backend lists when none are named) as a table or
+    JSON; with ``--watch``, then each change as it is seen, until SIGINT or SIGTERM."""
     backend, _ = open_backend(args)
     async with backend:
-        names: list[str] = list(args.names) or await _all_names(backend)
-        rows = [_describe(await _checked_get(backend, name), name) for name in names]
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    print(f"{'NAME':24} {'HOLDER':36} {'TOKEN':>6} {'AGE':>9} {'EXPIRES IN':>10}")
-    for row in rows:
-        print(_table_line(row))
+        rows = await _rows(backend, list(args.names))
+        if args.json and not args.watch:
+            print(json.dumps(rows, indent=2))
+            return 0
+        if args.json:
+            for row in rows:
+                print(json.dumps(row), flush=True)
+        else:
+            print(f"{'NAME':24} {'HOLDER':36} {'TOKEN':>6} {'AGE':>9} {'EXPIRES IN':>10}")
+            for row in rows:
+                print(_table_line(row), flush=True)
+        if args.watch:
+            await _watch(backend, args, rows)
     return 0
+
+
+#: How often ``status --watch`` reads the leases again. It polls rather than watches: a
+#: listing also finds leases created meanwhile, and a terminal needs no faster updates.
+WATCH_POLL_INTERVAL = 0.5
+
+
+async def _watch(
+    backend: LeaseBackend, args: argparse.Namespace, rows: list[dict[str, Any]]
+) -> None:
+    """Print a line for each lease whose record changes, until SIGINT or SIGTERM."""
+    seen = {row["name"]: _state(row) for row in rows}
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as tg:
+
+            async def stop_on_signal() -> None:
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    return
+
+            tg.start_soon(stop_on_signal)
+            failing = ""
+            while True:
+                await anyio.sleep(WATCH_POLL_INTERVAL)
+                try:
+                    now = await _rows(backend, list(args.names))
+                except BackendUnavailable as exc:  # transient: say so once, keep watching
+                    if str(exc) != failing:
+                        print(f"trio-lease: {exc}; still watching", file=sys.stderr, flush=True)
+                    failing = str(exc)
+                    continue
+                failing = ""
+                for row in now:
+                    if seen.get(row["name"]) != _state(row):
+                        seen[row["name"]] = _state(row)
+                        print(json.dumps(row) if args.json else _table_line(row), flush=True)
+
+
+def _state(row: dict[str, Any]) -> tuple[Any, ...]:
+    """What ``--watch`` compares: the record, not the ages that change with the clock."""
+    keys = ("exists", "holder", "fencing_token", "unreadable", "expired")
+    return tuple(row.get(key) for key in keys)
+
+
+async def _rows(backend: LeaseBackend, names: list[str]) -> list[dict[str, Any]]:
+    """The rows of ``names``; every lease there is, marked ``foreign`` or not, when empty."""
+    if names:
+        return [_describe(await _checked_get(backend, name), name) for name in names]
+    foreign = set(await backend.foreign_names())
+    rows = []
+    for name in await _all_names(backend):
+        row = _describe(await _checked_get(backend, name), name)
+        rows.append(row | {"foreign": name in foreign})
+    return rows
 
 
 async def _all_names(backend: LeaseBackend) -> list[str]:
@@ -165,9 +236,10 @@ def _table_line(row: dict[str, Any]) -> str:
     expires = "-" if row["expires_in_s"] is None else f"{row['expires_in_s']:.1f}s"
     if row["expired"]:
         expires = "expired"
+    foreign = "  (foreign: not written by trio-lease)" if row.get("foreign") else ""
     return (
         f"{row['name']:24} {row['holder'] or '(free)':36} {row['fencing_token']:>6} "
-        f"{age:>9} {expires:>10}"
+        f"{age:>9} {expires:>10}{foreign}"
     )
 
 

@@ -8,11 +8,13 @@ lost (child stopped); 78 configuration error; 69 backend unavailable; 2 usage er
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.metadata
 import inspect
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 
@@ -50,16 +52,46 @@ _EXIT_CODES: tuple[tuple[type[LeaseError], int], ...] = (
     (BackendError, EXIT_UNAVAILABLE),  # unavailable, or a conflict that did not resolve
 )
 
-#: Commands contributed by optional parts (the Kubernetes emulator and checker).
-_OPTIONAL_COMMANDS = (
-    ("trio_lease.testing.kube._cli", "add_emulate_command"),
-    ("trio_lease.backends.kubernetes._cli", "add_check_command"),
-)
+#: The entry point group of commands contributed by other parts and packages: each entry
+#: names a public function that adds its subcommand to the ``trio-lease`` subparsers.
+COMMANDS_GROUP = "trio_lease.commands"
+
+#: The commands shipped with trio_lease, so a source checkout without installed entry-point
+#: metadata has them too (an installed entry point of the same name wins).
+_BUILTIN_COMMANDS = {
+    "emulate": "trio_lease.testing.kube:add_emulate_command",
+    "check": "trio_lease.backends.kubernetes:add_check_command",
+}
+
+
+class BadOptionValue(Exception):
+    """An option's value that its type or choices refuse: one line, exit 78 (not argparse's
+    usage text and exit 2, which stay for unknown options and missing arguments)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that reports a bad option value as :class:`BadOptionValue`.
+
+    argparse reports a value its type refuses as ``argument --flag: ...`` through
+    :meth:`error`; so does a value outside the option's choices. Subparsers get this class too.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        flag, _, problem = message.removeprefix("argument ").partition(": ")
+        is_option_value = (
+            message.startswith("argument -")
+            and not problem.startswith("expected ")
+            and not problem.startswith("not allowed with ")
+            and " " not in flag.split("/")[0]
+        )
+        if is_option_value:
+            raise BadOptionValue(f"{flag}: {problem}")
+        super().error(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; option defaults come from ``TRIO_LEASE_*`` environment variables."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="trio-lease", description="Distributed leases: run commands while holding one."
     )
     commands = parser.add_subparsers(dest="command_name", required=True)
@@ -71,14 +103,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_optional_commands(commands: Any) -> None:
-    """Add the optional commands whose dependencies are installed.
+    """Add the commands registered in the ``trio_lease.commands`` entry point group.
 
     Only a missing third-party module leaves a command out: an import error inside trio_lease
     is a bug, and hiding the command would hide it.
     """
-    for module_name, function in _OPTIONAL_COMMANDS:
+    targets = dict(_BUILTIN_COMMANDS)
+    for entry in importlib.metadata.entry_points(group=COMMANDS_GROUP):
+        targets[entry.name] = entry.value
+    for target in targets.values():
+        module_name, _, function = target.partition(":")
         try:
-            module = __import__(module_name, fromlist=[function])
+            module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name is None or exc.name.split(".")[0] == "trio_lease":
                 raise
@@ -98,7 +134,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LeaseConfigError, argparse.ArgumentTypeError) as exc:  # a bad TRIO_LEASE_* value
         print(f"trio-lease: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    return _dispatch(_parse(parser, list(sys.argv[1:] if argv is None else argv)))
+    try:
+        args = _parse(parser, list(sys.argv[1:] if argv is None else argv))
+    except BadOptionValue as exc:
+        print(f"trio-lease: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return _dispatch(args)
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
@@ -125,7 +166,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if code is None:
             raise
         stopped = "; the command was stopped" if isinstance(exc, LeaseLost) else ""
-        print(f"trio-lease: {exc}{stopped}", file=sys.stderr)
+        print(f"trio-lease: {_message(exc)}{stopped}", file=sys.stderr)
         return code
 
 
@@ -154,3 +195,11 @@ def _exit_code(exc: LeaseError) -> int | None:
         if isinstance(exc, error_class):
             return code
     return None
+
+
+def _message(exc: LeaseError) -> str:
+    """``exc``'s message; settings that break several rules list one rule per line."""
+    problems: list[str] = getattr(exc, "problems", [])
+    if len(problems) > 1:
+        return "invalid lease settings:\n" + "\n".join(f"  - {p}" for p in problems)
+    return str(exc)

@@ -4,7 +4,11 @@ Every option but ``release --force`` can come from the command line or from an e
 variable ``TRIO_LEASE_<OPTION>`` (``TRIO_LEASE_SQLITE_PATH``, ``TRIO_LEASE_OWNER``,
 ``TRIO_LEASE_NO_WAIT=1``); the environment gives the parser's defaults, so the command line
 wins. The backend comes from ``--config FILE --section PATH`` (a LeaseProvider TOML section),
-else from ``--backend NAME`` (default ``sqlite`` at the per-user path). Timings: the command
+else from ``--backend NAME``, else from the backend whose options are given
+(:data:`BACKEND_FLAGS`: kubectl's and etcdctl's names; :func:`chosen_backend`), else
+``sqlite`` at the per-user path (an explicit ``--sqlite-path`` must be in a folder that
+exists). The etcd password comes only from ``--password-file`` or ``TRIO_LEASE_PASSWORD``,
+never from the command line. Timings: the command
 line, else the environment, else the ``--config`` section (as LeaseProvider reads it), else,
 without ``--config``, :data:`CLI_DEFAULTS`; but when the heartbeat timeout is given and another
 timing is not, that one follows from it as in :class:`~trio_lease.LeaseSettings` (R = L/10 ...),
@@ -21,6 +25,7 @@ import argparse
 import os
 import socket
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from .._abc import LeaseBackend
@@ -28,6 +33,7 @@ from .._exceptions import LeaseConfigError
 from .._paths import user_path
 from .._provider import LeaseProvider, build_backend, load_backend_class
 from .._settings import LeaseSettings, parse_duration
+from ._backend_flags import BACKEND_FLAGS, PASSWORD_VARIABLE, BackendFlag
 
 __all__ = [
     "ANYIO_BACKENDS",
@@ -161,15 +167,28 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--backend",
         action=_Given,
-        default=env("backend", "sqlite"),
-        help="backend name when no --config is given (default: sqlite)",
+        default=env("backend"),
+        help="backend name when no --config is given (default: the backend whose options are "
+        "given, else sqlite)",
     )
     group.add_argument(
         "--sqlite-path",
         action=_Given,
         default=env("sqlite_path"),
-        help="SQLite file (default: per-user path)",
+        help="SQLite file; its folder must exist (default: a per-user path, created)",
     )
+    for backend in ("kubernetes", "etcd"):
+        options = parser.add_argument_group(f"{backend} (naming one selects {backend})")
+        for backend_flag in BACKEND_FLAGS:
+            if backend_flag.backend == backend:
+                options.add_argument(
+                    backend_flag.flag,
+                    dest=backend_flag.dest,
+                    action=_Given,
+                    default=env(backend_flag.dest),
+                    metavar=backend_flag.metavar,
+                    help=backend_flag.help,
+                )
     group.add_argument(
         "--anyio-backend",
         choices=ANYIO_BACKENDS,
@@ -229,13 +248,94 @@ def open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]
     if args.config:
         if not args.section:
             raise LeaseConfigError("--config needs --section (the TOML section of the lease)")
+        given = [flag.flag for flag in BACKEND_FLAGS if _on_command_line(args, flag.dest)]
+        if given:
+            raise LeaseConfigError(
+                f"{', '.join(given)}: with --config the section configures the backend; set "
+                "the key there, or leave out --config"
+            )
         provider = LeaseProvider(args.config)
         backend, section_settings = provider._backend_for(args.section)
         return backend, _settings(args, section_settings)
     settings = _settings(args, None)  # validate before opening anything
+    name = chosen_backend(args)
     config: dict[str, Any] = {}
-    if args.backend == "sqlite" and args.sqlite_path:
-        config["path"] = str(user_path(args.sqlite_path, source_of(args, "sqlite_path")))
-    where = source_of(args, "backend")
-    cls = load_backend_class(args.backend, where)
+    sources: list[str] = []
+    if name == "sqlite" and args.sqlite_path:
+        config["path"] = str(_explicit_sqlite_path(args))
+    for flag in BACKEND_FLAGS:
+        value = getattr(args, flag.dest, None)
+        if flag.backend == name and value is not None:
+            config[flag.key] = value
+            sources.append(source_of(args, flag.dest))
+    password = os.environ.get(PASSWORD_VARIABLE)
+    if name == "etcd" and "password-file" not in config and password is not None:
+        config["password"] = password
+        sources.append(PASSWORD_VARIABLE)
+    if name == "etcd" and ":" in str(config.get("username", "")):  # never echo the value
+        raise LeaseConfigError(
+            f"{source_of(args, 'user')}: give the user name only; its password goes in "
+            f"--password-file or {PASSWORD_VARIABLE}, never on a command line"
+        )
+    where = ", ".join(sources) or f"the {name} backend"
+    cls = load_backend_class(name, source_of(args, "backend"))
     return build_backend(cls, config, where), settings
+
+
+def _on_command_line(args: argparse.Namespace, dest: str) -> bool:
+    return dest in getattr(args, _GIVEN, ())
+
+
+def chosen_backend(args: argparse.Namespace) -> str:
+    """The backend the options name: ``--backend``, else the one whose options are given (on
+    the command line first, then in the environment), else ``sqlite``.
+
+    A command-line option of another backend than ``--backend`` names, or options of two
+    backends, are a configuration error: guessing would write the lease somewhere else.
+    """
+    typed = [flag for flag in BACKEND_FLAGS if _on_command_line(args, flag.dest)]
+    if args.backend:
+        wrong = [flag.flag for flag in typed if flag.backend != args.backend]
+        if wrong:
+            raise LeaseConfigError(
+                f"{', '.join(wrong)}: not an option of the {args.backend} backend "
+                f"({source_of(args, 'backend')}={args.backend})"
+            )
+        return str(args.backend)
+    if _on_command_line(args, "sqlite_path"):
+        if typed:
+            typed_names = ", ".join(flag.flag for flag in typed)
+            raise LeaseConfigError(
+                f"--sqlite-path and {typed_names} name different backends; give one backend's "
+                "options"
+            )
+        return "sqlite"
+    from_env = [
+        flag for flag in BACKEND_FLAGS if getattr(args, flag.dest, None) is not None
+    ]
+    if os.environ.get(PASSWORD_VARIABLE) is not None:
+        from_env.append(BackendFlag("etcd", "password", "password", "", ""))
+    for named in (typed, from_env):
+        backends = sorted({flag.backend for flag in named})
+        if len(backends) > 1:
+            shown = ", ".join(sorted({source_of(args, flag.dest) for flag in named}))
+            raise LeaseConfigError(
+                f"{shown} name different backends ({' and '.join(backends)}); give one "
+                "backend's options, or --backend"
+            )
+        if backends:
+            return backends[0]
+    return "sqlite"
+
+
+def _explicit_sqlite_path(args: argparse.Namespace) -> Path:
+    """``--sqlite-path``, whose folder must exist: only the default location is created, so a
+    typo in a path never makes a second, empty database that another run also "holds"."""
+    where = source_of(args, "sqlite_path")
+    path = user_path(args.sqlite_path, where)
+    if not path.parent.is_dir():
+        raise LeaseConfigError(
+            f"{where}: the folder of {str(path)!r} does not exist ({str(path.parent)!r}); "
+            "create it, or fix the path"
+        )
+    return path

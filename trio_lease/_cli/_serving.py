@@ -73,7 +73,7 @@ def _registry() -> CollectorRegistry:
     except ImportError:
         raise LeaseConfigError(
             "--metrics-port needs prometheus_client, which is not installed: "
-            "pip install trio_lease[prometheus]"
+            "pip install 'trio_lease[prometheus]'"
         ) from None
     registry = prometheus_client.CollectorRegistry()
     prometheus_client.ProcessCollector(registry=registry)

@@ -75,6 +75,10 @@ class MemoryBackend(LeaseBackend):
         await anyio.lowlevel.checkpoint()
         return self.store.records.get(name)
 
+    async def names(self) -> list[str]:
+        await anyio.lowlevel.checkpoint()
+        return sorted(self.store.records)
+
     async def create(self, record: LeaseRecord) -> LeaseRecord:
         await anyio.lowlevel.checkpoint()
         if record.name in self.store.records:

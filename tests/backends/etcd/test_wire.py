@@ -378,10 +378,11 @@ async def test_at_most_four_unary_requests_are_in_flight() -> None:
 async def test_an_urgent_call_overtakes_queued_ones() -> None:
     """Renewals (marked urgent by the core) go before calls already waiting for a slot."""
     arrivals: list[str] = []
+    answer = anyio.Event()  # the server answers nothing until every call is in place
 
     async def handler(request: httpx.Request) -> httpx.Response:
         arrivals.append(base64.b64decode(json.loads(request.content)["key"]).decode())
-        await anyio.sleep(0.01)
+        await answer.wait()
         return ok({"header": {"revision": "1"}})
 
     client = backend(handler)  # type: ignore[arg-type]
@@ -396,8 +397,11 @@ async def test_an_urgent_call_overtakes_queued_ones() -> None:
     async with anyio.create_task_group() as tg:
         for i in range(20):
             tg.start_soon(read, f"acquire-{i}")
-        await anyio.sleep(0.001)  # 4 in flight, 16 waiting
+        await anyio.wait_all_tasks_blocked()  # 4 in flight, 16 waiting for a slot
+        assert len(arrivals) == 4, arrivals
         tg.start_soon(functools.partial(read, "renewal", marked=True))
+        await anyio.wait_all_tasks_blocked()  # the renewal waits for a slot too
+        answer.set()
     renewal = next(i for i, key in enumerate(arrivals) if key.endswith("renewal"))
     # Among the four handed a slot when the first four finish (the loop may run those in any
     # order), not behind the sixteen that were waiting before it.

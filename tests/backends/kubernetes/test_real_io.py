@@ -207,6 +207,7 @@ async def test_both_request_paths_send_the_same_requests(monkeypatch: pytest.Mon
         monkeypatch.setattr(_client, "LEAN", lean)
         emulator = KubeEmulator()
         emulator.add_token("t0ken", "bob", groups=("system:masters",))
+        emulator.grant("alice", ["get", "create", "update"])  # the requests run as alice
         async with emulator.serve() as server:
             config = ClusterConfig(
                 server=server.url,

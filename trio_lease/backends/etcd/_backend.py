@@ -44,8 +44,8 @@ from ..._wire import INT64_MAX
 from ...abc import Changes, Emit
 from ._client import EtcdClient
 from ._codec import b64, encode_record
-from ._feed import OWN_WRITES_KEPT, EtcdFeed
-from ._replies import RangeState, read_range, read_txn, read_watch_result
+from ._feed import OWN_WRITES_KEPT, PAGE, EtcdFeed, prefix_end
+from ._replies import RangeState, read_prefix_names, read_range, read_txn, read_watch_result
 from ._tls import TLSFileError, make_ssl_context
 
 __all__ = ["EtcdBackend"]
@@ -287,6 +287,22 @@ class EtcdBackend(LeaseBackend):
                 f"lease {record.name!r} is missing or no longer at version {expected_version}"
             )
         return stored
+
+    async def names(self) -> list[str]:
+        """Every lease under ``prefix`` (keys that are not UTF-8 text are no lease of ours)."""
+        key = self.prefix.encode()
+        body: dict[str, Any] = {"key": b64(key), "range_end": b64(prefix_end(key))}
+        body |= {"limit": str(PAGE), "keys_only": True}
+        names: list[str] = []
+        start = key
+        while True:
+            read = functools.partial(read_prefix_names, prefix=key, start=start)
+            page = await self._client.call("kv/range", body, write=False, read=read)
+            names.extend(page.names)
+            if not page.more:
+                return names
+            start = page.last_key + b"\0"
+            body["key"] = b64(start)
 
     def watch_feed(self) -> EtcdFeed:
         """One prefix watch for every lease this backend object's process follows."""

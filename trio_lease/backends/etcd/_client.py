@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 
+from ..._connect import connect_problem
 from ..._exceptions import BackendProtocolError, BackendUnavailable, LeaseError
 from ..._http import Unary, unary_for
 from ..._lean_http import LeanClient, LeanStream
@@ -217,7 +218,8 @@ class EtcdClient:
                 if rejected is not None:
                     untrusted.append(endpoint)
                     reason = rejected
-                failures.append(f"{endpoint}: {type(exc).__name__}")
+                refused = connect_problem(exc, endpoint)
+                failures.append(f"{endpoint}: {refused or type(exc).__name__}")
                 attempts += 1
                 continue
             except BackendProtocolError:  # an answer that cannot be read (over the body cap)

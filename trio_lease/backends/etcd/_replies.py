@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -32,11 +33,13 @@ from ._codec import decode_record
 
 __all__ = [
     "MAX_TOKEN_CHARS",
+    "NamesPage",
     "PrefixBatch",
     "PrefixPage",
     "RangeState",
     "WatchBatch",
     "read_answer",
+    "read_prefix_names",
     "read_prefix_range",
     "read_prefix_watch",
     "read_range",
@@ -273,6 +276,37 @@ def read_prefix_range(answer: JsonObject, *, prefix: bytes, start: bytes) -> Pre
     if more and not last_key:
         raise Malformed("more", "is true on a page without entries")
     return PrefixPage(states, revision, more, last_key)
+
+
+@dataclass(frozen=True, slots=True)
+class NamesPage:
+    """A checked page of a keys-only range over a prefix: the lease names, and whether more."""
+
+    names: list[str]
+    more: bool
+    last_key: bytes
+
+
+def read_prefix_names(answer: JsonObject, *, prefix: bytes, start: bytes) -> NamesPage:
+    """One page of a keys-only range over ``prefix`` (``keys_only``: no values), checked as
+    :func:`read_prefix_range` checks its pages; keys that are not UTF-8 text are skipped."""
+    obj(answer.get("header"), "header")
+    more = _boolean(answer["more"], "more") if "more" in answer else False
+    names: list[str] = []
+    last_key = b""
+    for i, item in enumerate(_optional_list(answer, "kvs")):
+        path = f"kvs[{i}]"
+        key = _bytes(obj(item, path).get("key"), f"{path}.key")
+        if not key.startswith(prefix):
+            raise Malformed(f"{path}.key", "is not under the prefix that was asked for")
+        if (i == 0 and key < start) or (i > 0 and key <= last_key):
+            raise Malformed(f"{path}.key", "is out of order (keys sort)")
+        last_key = key
+        with contextlib.suppress(UnicodeDecodeError):
+            names.append(key[len(prefix) :].decode())
+    if more and not last_key:
+        raise Malformed("more", "is true on a page without entries")
+    return NamesPage(names, more, last_key)
 
 
 @dataclass(frozen=True, slots=True)

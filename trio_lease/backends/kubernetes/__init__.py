@@ -10,6 +10,7 @@ from ._backend import KubernetesBackend as KubernetesBackend
 from ._backend import check as check
 from ._check import CheckProblem as CheckProblem
 from ._check import CheckReport as CheckReport
+from ._cli import add_check_command as add_check_command
 from ._cluster import ClusterConfig as ClusterConfig
 from ._cluster import Credentials as Credentials
 from ._cluster import ExecConfig as ExecConfig
@@ -40,6 +41,7 @@ __all__ = [
     "KubernetesEvents",
     "KubernetesLeaseRecord",
     "LeaseKind",
+    "add_check_command",
     "check",
     "default_owner",
     "explicit_config",

@@ -114,7 +114,10 @@ class KubeApi:
 
     def ctx(self, verb: str, name: str = "") -> RequestContext:
         """What a request does, for its messages."""
-        return RequestContext(verb=verb, kind=self.kind, namespace=self.namespace, name=name)
+        return RequestContext(
+            verb=verb, kind=self.kind, namespace=self.namespace, name=name,
+            server=self.config.server_url,
+        )
 
     def collection_path(self) -> str:
         return self.kind.collection_path(self.namespace)

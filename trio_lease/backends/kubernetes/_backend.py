@@ -46,6 +46,7 @@ from ._cluster import ClusterConfig
 from ._config import resolve_config
 from ._errors import RequestContext, clean_text, error_from
 from ._feed import KubernetesFeed
+from ._listing import list_leases
 from ._models import COORDINATION, LeaseKind, kind_named
 from ._names import KEY_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL
 from ._reading import resource_version
@@ -291,6 +292,14 @@ class KubernetesBackend(LeaseBackend):
                 f"{ctx.target}: spec.preferredHolder asks for {preferred!r}, so this holder "
                 "steps down (renewal refused; the lease expires for the preferred holder)"
             )
+
+    async def names(self) -> list[str]:
+        """Every lease in the namespace, other programs' Leases included (:mod:`._listing`)."""
+        return [key for key, _ in await list_leases(self._api)]
+
+    async def foreign_names(self) -> list[str]:
+        """The Leases in the namespace this backend did not create (no managed-by label)."""
+        return [key for key, foreign in await list_leases(self._api) if foreign]
 
     async def check(self) -> CheckReport:
         """Report what would stop this backend from working, each with its fix."""

@@ -166,7 +166,16 @@ async def _review_verbs(api: KubeApi, kind: LeaseKind | None = None) -> list[str
     """The verbs of ``kind`` (default: the lease kind) SelfSubjectAccessReviews deny; None
     when reviews are not available."""
     kind = kind or api.kind
-    ctx = RequestContext("create", kind, api.namespace, "selfsubjectaccessreview")
+    ctx = RequestContext(
+        "create",
+        kind,
+        api.namespace,
+        described=(
+            "a SelfSubjectAccessReview (asking which verbs this identity may use on "
+            f"{kind.resource} in namespace {api.namespace!r})"
+        ),
+        server=api.config.server_url,
+    )
     missing = []
     for verb in kind.verbs:
         body = {

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 
 from ..._exceptions import LeaseConfigError
-from ..._provider import load_toml
+from ..._toml import load_toml
 from ._backend import KubernetesBackend
 from ._check import CheckProblem, CheckReport
 
@@ -42,7 +42,13 @@ def add_check_command(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "check",
         help="check the Kubernetes backend: server, credentials, RBAC, CRD",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        description=(
+            "Check the Kubernetes backend's configuration without writing anything: the server "
+            "is reachable, the credentials are accepted, the lease kind is served and the "
+            "identity may use every verb the backend needs. Exit 0 when all is well, 1 when a "
+            "problem was found (each printed with its fix), 78 when the configuration cannot "
+            "be loaded."
+        ),
     )
     parser.add_argument("--config", help="LeaseProvider TOML file")
     parser.add_argument("--section", help="section path in --config (e.g. leases.nightly)")
@@ -78,13 +84,26 @@ def _config_section(config: str, path: str | None) -> dict[str, Any]:
 
 def run_check(args: argparse.Namespace) -> int:
     """Build the backend, run the check, print the report; 0 if fine, 1 if not."""
-    report = anyio.run(_check, _section(args))
+    report = anyio.run(_check, _backend(args))
     print(json.dumps(_as_json(report), indent=2) if args.json else report)
     return 0 if report.ok else 1
 
 
-async def _check(section: dict[str, Any]) -> CheckReport:
-    async with KubernetesBackend.from_config(section) as backend:
+def _backend(args: argparse.Namespace) -> KubernetesBackend:
+    """The backend the options and section name; a configuration error names the options
+    given (``--kubeconfig: no kubeconfig file found ...``)."""
+    section = _section(args)
+    given = [f"--{option}" for option in _OPTIONS if getattr(args, option.replace("-", "_"))]
+    try:
+        return KubernetesBackend.from_config(section)
+    except LeaseConfigError as exc:
+        if not given:
+            raise
+        raise LeaseConfigError(f"{', '.join(given)}: {exc}") from None
+
+
+async def _check(backend: KubernetesBackend) -> CheckReport:
+    async with backend:
         return await backend.check()
 
 

@@ -193,7 +193,7 @@ def resolve_config(
         (bool(section.get("server")), lambda: explicit_config(section)),
         (bool(in_cluster), pod),
         (bool(paths or context), lambda: load_kubeconfig(paths or defaults(), context=context)),
-        (bool(env.get("KUBECONFIG")), lambda: load_kubeconfig(defaults())),
+        (bool(env.get("KUBECONFIG")), lambda: _named_by_kubeconfig_variable(defaults())),
         (in_cluster is None and bool(env.get("KUBERNETES_SERVICE_HOST")), pod),
     )
     build = next((build for applies, build in steps if applies), None)
@@ -203,6 +203,14 @@ def resolve_config(
             config, namespace=namespace, namespace_source=_SECTION_NAMESPACE
         )
     return config
+
+
+def _named_by_kubeconfig_variable(paths: list[Path]) -> ClusterConfig:
+    """The kubeconfig files KUBECONFIG lists; an error about them names the variable."""
+    try:
+        return load_kubeconfig(paths)
+    except LeaseConfigError as exc:
+        raise LeaseConfigError(f"KUBECONFIG: {exc}") from None
 
 
 def _split(listed: str, where: str) -> list[Path]:

@@ -48,6 +48,7 @@ import ssl
 import httpx
 
 from ... import _wire
+from ..._connect import certificate_problem, connect_problem
 from ..._exceptions import (
     BackendAuthError,
     BackendError,
@@ -111,9 +112,15 @@ class RequestContext:
     kind: LeaseKind
     namespace: str
     name: str = ""
+    #: What the request is, when it is not an object of ``kind`` (a review the check sends).
+    described: str = ""
+    #: The API server's URL (without user info), for connection failures.
+    server: str = ""
 
     @property
     def target(self) -> str:
+        if self.described:
+            return self.described
         where = f"in namespace {self.namespace!r}"
         return (
             f"{self.kind.resource} {self.name!r} {where}"
@@ -356,8 +363,10 @@ def map_transport_error(exc: BaseException, ctx: RequestContext) -> LeaseError:
     if isinstance(exc, httpx.ConnectError) and tls_verification_failed(exc):
         # Not transient: the next try meets the same certificate (the backend has already
         # re-read a CA file once). A LeaseConfigError ends a waiting contender's wait.
+        reason = certificate_problem(exc)
         return LeaseConfigError(
-            f"{ctx.verb} of {ctx.target}: could not verify the API server's TLS certificate; "
+            f"{ctx.verb} of {ctx.target}: could not verify the TLS certificate of the API "
+            f"server {ctx.server or ''} ({reason}); "
             "configure the CA that signed it (certificate-authority in kubeconfig, ca.crt in "
             "cluster, or 'ca-file'), or 'tls-server-name' when the certificate names another "
             "host; retrying cannot fix this"
@@ -365,6 +374,11 @@ def map_transport_error(exc: BaseException, ctx: RequestContext) -> LeaseError:
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         what = "timed out"
     elif isinstance(exc, httpx.ConnectError):
+        problem = connect_problem(exc, ctx.server) if ctx.server else None
+        if problem is not None:  # nothing was sent: the outcome is known
+            return BackendUnavailable(
+                f"{ctx.verb} of {ctx.target}: could not connect to the API server: {problem}"
+            )
         what = "could not connect to the API server"
     elif isinstance(exc, httpx.TransportError | OSError):
         what = f"lost the connection ({type(exc).__name__})"

@@ -20,6 +20,7 @@ Every request is recorded, without credentials, in :attr:`KubeEmulator.requests`
 """
 
 from ... import _public
+from ._cli import add_emulate_command as add_emulate_command
 from ._emulator import KubeEmulator as KubeEmulator
 from ._faults import Fault as Fault
 from ._faults import Faults as Faults
@@ -36,6 +37,7 @@ __all__ = [
     "KubeTransport",
     "RecordedRequest",
     "User",
+    "add_emulate_command",
 ]
 
 _public.publish(globals())

@@ -24,15 +24,20 @@ from urllib.parse import unquote
 
 import anyio
 
+from ._body import decode_body
 from ._cluster import Cluster
-from ._collection import list_objects, start_watch
+from ._collection import list_objects, start_watch, validate_list_options, wait_until_fresh
 from ._discovery import discovery, not_served
 from ._faults import Fault
-from ._http import DropReply, RecordedRequest, Request, Response
+from ._gc import collect_garbage, delete
+from ._health import HEALTH_PATHS, health
+from ._http import MAX_REQUEST_BODY, DropReply, RecordedRequest, Request, Response
+from ._impersonation import impersonate
 from ._managed import field_manager
-from ._openapi import openapi_v3
+from ._openapi import openapi_v2, openapi_v3
+from ._options import check_options, dry_run_values
 from ._patch import patch
-from ._rbac import forbidden_reason, is_allowed
+from ._rbac import User, forbidden_reason, is_allowed
 from ._resources import ResourceType
 from ._reviews import answer_review, is_review_path
 from ._selectors import exact_name
@@ -47,6 +52,7 @@ logger = logging.getLogger(__name__)
 
 JSON = dict[str, Any]
 DEFAULT_TIMEOUT = 60.0
+_WRITES = ("create", "update", "patch", "delete")
 _DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -124,7 +130,7 @@ def _route(emulator: Cluster, request: Request) -> _Target:
         ("DELETE", True): "delete",
     }
     verb = verbs.get((request.method, bool(name)))
-    if verb is None:
+    if verb is None or (rt.verbs and verb not in rt.verbs):
         raise ApiError.method_not_allowed(request.method)
     if verb in ("list", "watch"):
         selected = exact_name(request.query.get("fieldSelector", ""))
@@ -136,24 +142,11 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
     token = request.token
     await emulator.faults.wait_partition(token)
     emulator.settle_crds()
-    parts = [p for p in request.path.strip("/").split("/") if p]
-    document = None
-    if request.method == "GET":
-        document = discovery(emulator, parts)
-        if document is None and parts[:2] == ["openapi", "v3"]:
-            document = openapi_v3(emulator, parts)
-    if document is not None:
-        emulator.authenticate(token, anyio.current_time())
-        return _json(200, document)
-    if is_review_path(parts):
-        user = emulator.authenticate(token, anyio.current_time())
-        content_type = request.headers.get("content-type", "")
-        review = answer_review(
-            user, request.method, parts, content_type, request.body, emulator.rbac_objects
-        )
-        return _json(201, review)
+    answered = _outside_resources(emulator, request)
+    if answered is not None:
+        return answered
     target = _route(emulator, request)
-    user = emulator.authenticate(token, anyio.current_time())
+    user = _user(emulator, request)
     rt, name, verb = target.rt, target.name, target.verb
     if target.verb == "watch":
         forced = emulator.faults.take("error", False, token, verb, name)
@@ -161,6 +154,7 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
             first = forced[0]
             raise _injected(first, rt, name)
         _authorize(emulator, user, target)
+        validate_list_options(request.query, watch=True)
         table = table_version(request)
         present = None if table is None else table_events(emulator, rt, request, table)
         watch = start_watch(
@@ -178,14 +172,19 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
         _authorize(emulator, user, target)
         for fault in emulator.faults.take("delay", False, token, verb, name):
             await anyio.sleep(fault.seconds)
+        if verb == "list":
+            await wait_until_fresh(emulator, request)
         emulator.store.warnings = []
-        emulator.store.strict = request.query.get("fieldValidation") == "Strict"
+        emulator.store.field_validation = request.query.get("fieldValidation") or "Warn"
         emulator.store.manager = _manager(request)
+        emulator.store.dry_run = _read_options(verb, request)
         try:
             code, body = _operate(emulator, target, request)
         finally:
-            emulator.store.strict = False
+            emulator.store.field_validation = "Warn"
+            emulator.store.duplicates = []
             emulator.store.manager = ""
+            emulator.store.dry_run = False
         table = table_version(request) if verb in ("get", "list") else None
         if table is not None:
             body = as_table(emulator, rt, body, request, table)
@@ -199,6 +198,48 @@ async def _handle(emulator: Cluster, request: Request) -> Response:
         return _json(code, body, warnings)
     assert scope.cancelled_caught
     raise ApiError.timeout()
+
+
+def _outside_resources(emulator: Cluster, request: Request) -> Response | None:
+    """Health, discovery, OpenAPI and the reviews; None for a resource path."""
+    parts = [p for p in request.path.strip("/").split("/") if p]
+    if request.method == "GET" and parts[:1] and parts[0] in HEALTH_PATHS:
+        if request.token is not None:  # anonymous may read them; a token must still be good
+            _user(emulator, request)
+        return health(parts, request)
+    document = None
+    if request.method == "GET":
+        document = discovery(emulator, parts)
+        if document is None and parts[:2] == ["openapi", "v3"]:
+            document = openapi_v3(emulator, parts)
+        if document is None and parts == ["openapi", "v2"]:
+            document = openapi_v2(emulator)
+    if document is not None:
+        _user(emulator, request)
+        return _json(200, document)
+    if is_review_path(parts):
+        user = _user(emulator, request)
+        content_type = request.headers.get("content-type", "")
+        review = answer_review(
+            user, request.method, parts, content_type, request.body, emulator.rbac_objects
+        )
+        return _json(201, review)
+    return None
+
+
+def _read_options(verb: str, request: Request) -> bool:
+    """A write's body limit and options, as its handler reads them; True for a dry run."""
+    if verb in _WRITES and len(request.body) > MAX_REQUEST_BODY:
+        raise ApiError.entity_too_large(MAX_REQUEST_BODY)  # rest.go limitedReadBody
+    if verb == "patch":  # checked with the patch's own options (ValidatePatchOptions)
+        return bool(dry_run_values(verb, request))
+    return check_options(verb, request)
+
+
+def _user(emulator: Cluster, request: Request) -> User:
+    """Authentication, then the impersonation filter: the user the request acts as."""
+    requestor = emulator.authenticate(request.token, anyio.current_time())
+    return impersonate(requestor, request, emulator.rbac_objects)
 
 
 def _manager(request: Request) -> str:
@@ -249,16 +290,6 @@ def _authorize(emulator: Cluster, user: Any, target: _Target) -> None:
         raise ApiError.forbidden(rt.plural, rt.group, target.rbac_name, reason)
 
 
-def _decode(request: Request) -> JSON:
-    try:
-        body = json.loads(request.body or b"{}")
-    except ValueError as exc:
-        raise ApiError.bad_request(f"couldn't get version/kind; json parse error: {exc}") from None
-    if not isinstance(body, dict):
-        raise ApiError.bad_request("couldn't get version/kind; json parse error: not an object")
-    return body
-
-
 def _check_kind(rt: ResourceType, body: JSON) -> None:
     check_type_meta(rt.kind, rt.group, rt.version, rt.custom, body)
 
@@ -282,7 +313,7 @@ def _operate(emulator: Cluster, target: _Target, request: Request) -> tuple[int,
     if target.verb == "list":
         return 200, list_objects(emulator, rt, namespace, request)
     if target.verb == "create":
-        body = _decode(request)
+        body = decode_body(request, store)
         _check_kind(rt, body)
         _check_namespace(emulator, rt, namespace, body)
         meta = body.setdefault("metadata", {})
@@ -292,7 +323,7 @@ def _operate(emulator: Cluster, target: _Target, request: Request) -> tuple[int,
         _after_write(emulator, rt, obj, deleted=False)
         return 201, obj
     if target.verb == "update":
-        body = _decode(request)
+        body = decode_body(request, store)
         _check_kind(rt, body)
         body_name = (body.get("metadata") or {}).get("name", "")
         if body_name != name:
@@ -303,13 +334,22 @@ def _operate(emulator: Cluster, target: _Target, request: Request) -> tuple[int,
             _check_namespace(emulator, rt, namespace, body)
         code, obj = store.update(rt, namespace, name, body)
         _after_write(emulator, rt, obj, deleted=False)
+        collect_garbage(emulator)  # the update may have removed the last finalizer
         return code, obj
     if target.verb == "patch":
         code, obj = patch(emulator, rt, namespace, name, request, _manager(request))
         _after_write(emulator, rt, obj, deleted=False)
+        collect_garbage(emulator)
         return code, obj
-    options = _decode(request) if request.body else {}
-    obj = store.delete(rt, namespace, name, options)
+    options = decode_body(request) if request.body else {}
+    if "propagationPolicy" in request.query and not request.body:
+        options["propagationPolicy"] = request.query["propagationPolicy"]
+    if not (rt.plural == "namespaces" and not rt.group):
+        obj, gone = delete(emulator, rt, namespace, name, options)
+        if not gone:  # finalizers keep it: the object, with its deletionTimestamp
+            return 200, obj
+    else:
+        obj = store.delete(rt, namespace, name, options)
     _after_write(emulator, rt, obj, deleted=True)
     if rt.plural == "namespaces" and not rt.group:
         obj["status"] = {"phase": "Terminating"}
@@ -319,7 +359,10 @@ def _operate(emulator: Cluster, target: _Target, request: Request) -> tuple[int,
 
 
 def _after_write(emulator: Cluster, rt: ResourceType, obj: JSON, *, deleted: bool) -> None:
+    if emulator.store.dry_run:
+        return
     if rt.plural == "customresourcedefinitions":
         emulator.crd_changed(obj, deleted)
     elif rt.plural == "namespaces" and not rt.group and deleted:
         emulator.namespace_deleted(obj["metadata"]["name"])
+        collect_garbage(emulator)

@@ -70,7 +70,14 @@ def add_emulate_command(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "emulate",
         help="run a Kubernetes API emulator (leases, CRDs, RBAC) on a loopback port",
-        description=__doc__,
+        description=(
+            "Serve the Kubernetes API emulator (HTTPS, or plain HTTP with --plain-http) on a "
+            "loopback port, create the namespace, apply manifests (--apply lease.yml), write a "
+            "kubeconfig whose user is a cluster admin with a bearer token (mode 0600, the "
+            "token is never printed), and serve until Ctrl-C or SIGTERM. Bad arguments exit 78 "
+            "before anything starts, as does an address that cannot be listened on or a "
+            "kubeconfig that cannot be written."
+        ),
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback)")
     parser.add_argument("--port", type=_port, default=0, help="port; 0 picks a free one")

@@ -60,6 +60,9 @@ class Cluster:
     establisher: Establisher
     #: Open watches (closed ones are dropped as events arrive).
     watches: list[WatchStream]
+    #: Seconds a read from the watch cache waits for a resourceVersion it has not reached yet
+    #: (``waitUntilFreshAndBlock``'s 3 s), before 504 "Too large resource version".
+    fresh_wait: float
     #: Every request received, oldest first, without its Authorization header: assert on
     #: User-Agent, Content-Type, ``?timeout=`` or how many requests a client made.
     requests: list[RecordedRequest]
@@ -75,8 +78,11 @@ class Cluster:
         crd_establish_delay: float = 0.0,
         coordinated_leader_election: bool = False,
         compaction_interval: float | None = 300.0,
+        fresh_wait: float = 3.0,
     ) -> None:
         self.require_auth = require_auth
+        self.fresh_wait = fresh_wait
+        self._revision_waiters: list[anyio.Event] = []
         self.bookmark_interval = bookmark_interval
         self.watch_expired_status = watch_expired_status
         self.faults = Faults()
@@ -144,7 +150,8 @@ class Cluster:
 
     def namespace_deleted(self, namespace: str) -> None:
         """Delete everything in a deleted namespace (the namespace controller's job)."""
-        for rt in {rt.storage_key: rt for rt in self.types.values() if rt.namespaced}.values():
+        owners = [rt for rt in self.types.values() if rt.namespaced and rt.stored_as is None]
+        for rt in {rt.storage_key: rt for rt in owners}.values():
             for obj in self.store.items(rt, namespace):
                 self.store.delete(rt, namespace, obj["metadata"]["name"], {})
 
@@ -177,7 +184,19 @@ class Cluster:
         self.watches = [w for w in self.watches if not w.closed]
         return self.watches
 
+    async def wait_for_revision(self, wanted: int) -> bool:
+        """Wait up to :attr:`fresh_wait` for the store to reach ``wanted``; False if it did not."""
+        with anyio.move_on_after(self.fresh_wait):  # noqa: ASYNC912  a deadline on the wait; the loop awaits
+            while self.store.revision < wanted:
+                waiter = anyio.Event()
+                self._revision_waiters.append(waiter)
+                await waiter.wait()
+        return self.store.revision >= wanted
+
     def _dispatch(self, event: Event) -> None:
+        waiters, self._revision_waiters = self._revision_waiters, []
+        for waiter in waiters:
+            waiter.set()
         self.compactor.advance(self.store, event.rv - 1)
         for watch in self.open_watches():
             if watch.matches(event.storage_key, event.namespace, event.name):

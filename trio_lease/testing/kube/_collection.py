@@ -11,6 +11,13 @@ page's revision, so it is consistent; a token whose revision has been compacted 
 continues at the latest revision (``etcd3/errors.go``). A token that does not decode is 400
 ``invalid continue token: continue key is not valid...``, and ``resourceVersion`` together
 with ``continue`` is 400.
+
+A list's ``resourceVersion`` picks where it is served from, as ``cacher.shouldDelegateList``
+does: ``0``, or ``N`` without a ``limit``, from the watch cache (the whole list at the latest
+revision, once the store has reached ``N``: :func:`wait_until_fresh`, else 504 "Too large
+resource version"); ``N`` with a ``limit`` or ``resourceVersionMatch=Exact`` from etcd, exactly
+at ``N``. ``sendInitialEvents=true`` on a watch sends the current state, then the
+``k8s.io/initial-events-end`` BOOKMARK (``cacher.isListWatchRequest``).
 """
 
 from __future__ import annotations
@@ -25,10 +32,10 @@ from ._cluster import Cluster
 from ._http import Request, Response
 from ._resources import ResourceType
 from ._selectors import Selection
-from ._status import ApiError
+from ._status import ApiError, FieldError
 from ._watch import WatchStream
 
-__all__ = ["list_objects", "start_watch"]
+__all__ = ["list_objects", "start_watch", "validate_list_options", "wait_until_fresh"]
 
 JSON = dict[str, Any]
 
@@ -40,6 +47,99 @@ _INCONSISTENT = (
     "between the time the first chunk was returned and now may show up in the list."
 )
 _INVALID = "invalid continue token: continue key is not valid"
+_TOO_OLD = "The resourceVersion for the provided list is too old."
+
+
+def validate_list_options(query: dict[str, str], *, watch: bool) -> None:
+    """``ValidateListOptions`` (``apimachinery/pkg/apis/meta/internalversion/validation``):
+    422 ``Invalid`` on ``ListOptions.meta.k8s.io``, as ``handlers/get.go`` answers."""
+    match = query.get("resourceVersionMatch", "")
+    initial = "sendInitialEvents" in query
+    errors: list[FieldError] = []
+    if watch:
+        if initial and match != "NotOlderThan":
+            errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                     "sendInitialEvents requires setting resourceVersionMatch "
+                                     "to NotOlderThan"))
+        if match:
+            if not initial:
+                errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                         "resourceVersionMatch is forbidden for watch unless "
+                                         "sendInitialEvents is provided"))
+            if match != "NotOlderThan":
+                errors.append(FieldError("resourceVersionMatch", "NotSupported",
+                                         'supported values: "NotOlderThan"', match))
+            if query.get("continue"):
+                errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                         "resourceVersionMatch is forbidden when continue is "
+                                         "provided"))
+    else:
+        if match:
+            if not query.get("resourceVersion"):
+                errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                         "resourceVersionMatch is forbidden unless "
+                                         "resourceVersion is provided"))
+            if query.get("continue"):
+                errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                         "resourceVersionMatch is forbidden when continue is "
+                                         "provided"))
+            if match not in ("Exact", "NotOlderThan"):
+                errors.append(FieldError("resourceVersionMatch", "NotSupported",
+                                         'supported values: "Exact", "NotOlderThan", ""', match))
+            if match == "Exact" and query.get("resourceVersion") == "0":
+                errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                         'resourceVersionMatch "exact" is forbidden for '
+                                         'resourceVersion "0"'))
+        if initial:
+            errors.append(FieldError("sendInitialEvents", "Forbidden",
+                                     "sendInitialEvents is forbidden for list"))
+    if errors:
+        raise ApiError.invalid("ListOptions", "meta.k8s.io", "", errors)
+
+
+def _is_event(rt: ResourceType) -> bool:
+    return rt.storage_key == ("events.k8s.io", "events")
+
+
+def _parse_rv(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ApiError.bad_request(
+            f'resourceVersion: Invalid value: "{text}": must be a valid resource version'
+        )
+    return value
+
+
+def _from_cache(query: dict[str, str], limit: int) -> bool:
+    """``cacher.shouldDelegateList`` inverted: served from the watch cache (any version at
+    least as new), not etcd. ``resourceVersion=0`` always is, whatever the ``limit``."""
+    rv, match = query.get("resourceVersion", ""), query.get("resourceVersionMatch", "")
+    if not rv or query.get("continue"):
+        return False
+    if rv == "0":
+        return True
+    return match != "Exact" and limit <= 0
+
+
+async def wait_until_fresh(emulator: Cluster, request: Request) -> None:
+    """A list from the watch cache at a version the store has not reached yet waits for it
+    (``watchCache.waitUntilFreshAndBlock``); the page then answers 504 if it never came."""
+    query = request.query
+    validate_list_options(query, watch=False)
+    if _from_cache(query, _limit(query)) and query["resourceVersion"] != "0":
+        wanted = _parse_rv(query["resourceVersion"])
+        if wanted > emulator.store.revision:
+            await emulator.wait_for_revision(wanted)
+
+
+def _limit(query: dict[str, str]) -> int:
+    try:
+        return int(query.get("limit") or 0)
+    except ValueError as exc:
+        raise ApiError.bad_request(str(exc)) from None
 
 
 def _key(rt: ResourceType, obj: JSON, scope: str | None) -> str:
@@ -112,14 +212,26 @@ def _page(
     selection: Selection,
 ) -> JSON:
     query = request.query
-    try:
-        limit = int(query.get("limit") or 0)
-    except ValueError as exc:
-        raise ApiError.bad_request(str(exc)) from None
+    limit = _limit(query)
     store = emulator.store
     emulator.compactor.advance(store, store.revision)
     revision, start = store.revision, ""
     token = query.get("continue", "")
+    rv_text = query.get("resourceVersion", "")
+    if not token and rv_text:
+        wanted = _parse_rv(rv_text)
+        if _from_cache(query, limit):
+            limit = 0  # the watch cache serves the whole list, at its latest revision
+            if wanted > revision:
+                raise ApiError.too_large_resource_version(wanted, revision, 1)
+        elif wanted > revision:  # etcd, at once: validateMinimumResourceVersion
+            raise ApiError.too_large_resource_version(wanted, revision, 0)
+        elif query.get("resourceVersionMatch") == "Exact" or not query.get(
+            "resourceVersionMatch"
+        ):  # Exact, or the legacy exact read of a paginated list
+            if wanted < store.compacted:
+                raise ApiError.expired(_TOO_OLD)
+            revision = wanted
     if token:
         start, token_rv = _decode_continue(token)
         if query.get("resourceVersion", "") not in ("", "0"):
@@ -159,7 +271,7 @@ def list_objects(
     emulator: Cluster, rt: ResourceType, namespace: str, request: Request
 ) -> JSON:
     """A ``<Kind>List`` of the objects the request selects, one page if ``limit`` is set."""
-    selection = Selection.from_query(request.query)
+    selection = Selection.from_query(request.query, _is_event(rt))
     page = _page(emulator, rt, namespace or None, request, selection)
     items = page["items"]
     if not rt.custom:
@@ -179,7 +291,7 @@ def start_watch(
     *, force_expired: bool,
 ) -> Response:
     """Open a watch: replay from ``resourceVersion`` (or list as ADDED), then follow."""
-    selection = Selection.from_query(request.query)
+    selection = Selection.from_query(request.query, _is_event(rt))
     scope = namespace or None
     timeout = float(request.query.get("timeoutSeconds") or 1800)
     store = emulator.store
@@ -194,7 +306,16 @@ def start_watch(
     )
     rv_text = request.query.get("resourceVersion", "")
     stream.last_rv = rv_text or stream.last_rv
-    if rv_text in ("", "0"):
+    initial = request.query.get("sendInitialEvents")
+    if initial is not None:
+        # The watch-list (sendInitialEvents): the current state, then (with bookmarks
+        # allowed: cacher.isListWatchRequest) a BOOKMARK marking its end; or no state at all.
+        if initial in ("1", "true", "True"):
+            for obj in store.items(rt, scope):
+                stream.offer("ADDED", obj)
+            if stream.bookmarks:
+                stream.initial_events_end()
+    elif rv_text in ("", "0"):
         for obj in store.items(rt, scope):
             stream.offer("ADDED", obj)
     else:
@@ -213,6 +334,9 @@ def start_watch(
             for event in store.history:
                 if event.rv > rv and stream.matches(event.storage_key, event.namespace, event.name):
                     stream.offer(event.type, json.loads(json.dumps(event.obj)), event.prev)
+            # cacheWatcher.process: only events newer than the version asked for, which may
+            # not have been reached yet.
+            stream.after = rv
     emulator.watches.append(stream)
     return Response(200, [("Content-Type", "application/json")], stream=stream)
 

@@ -12,6 +12,7 @@ import yaml
 
 from ._api import handle
 from ._cluster import Cluster
+from ._gc import collect_garbage
 from ._http import Request, Response
 from ._rbac import User, service_account_user
 from ._resources import ResourceType
@@ -56,6 +57,9 @@ class KubeEmulator(Cluster):
             default, as on every release up to 1.35) a Lease's ``strategy`` and
             ``preferredHolder`` are dropped silently on create and update; on, they are kept
             and validated.
+        fresh_wait: seconds a list from the watch cache with a ``resourceVersion`` the server
+            has not reached waits for it before 504 "Too large resource version" (the
+            apiserver's 3 s); tests set a short one.
     """
 
     def __init__(
@@ -70,8 +74,10 @@ class KubeEmulator(Cluster):
         wall_clock: Callable[[], datetime] | None = None,
         crd_establish_delay: float = 0.0,
         coordinated_leader_election: bool = False,
+        fresh_wait: float = 3.0,
     ) -> None:
         super().__init__(
+            fresh_wait=fresh_wait,
             require_auth=require_auth,
             history=history,
             bookmark_interval=bookmark_interval,
@@ -151,6 +157,7 @@ class KubeEmulator(Cluster):
         if rt is None or self.store.find(rt, scope, name) is None:
             return False
         self.store.delete(rt, scope, name, {})
+        collect_garbage(self)
         return True
 
     def get_lease(self, name: str, namespace: str = "default") -> JSON | None:

@@ -16,6 +16,13 @@
   ``firstTimestamp``, ``lastTimestamp``; we copy that.
 - Printing (``kubectl get events``): the columns and cells of ``printEvent``
   (``pkg/printers/internalversion/printers.go``), used by :mod:`._table`.
+- The same Events read as core ``v1`` Events (``/api/v1/namespaces/{ns}/events``, what
+  ``kubectl events`` and ``kubectl get events`` read): both versions are one stored object
+  (``pkg/apis/events/v1/conversion.go``): ``regarding`` is ``involvedObject``, ``note``
+  ``message``, ``reportingController`` ``reportingComponent``, the ``deprecated*`` fields
+  ``source``, ``firstTimestamp``, ``lastTimestamp`` and ``count``. Written out as the Go
+  struct is: ``source: {}``, ``firstTimestamp`` / ``lastTimestamp`` / ``eventTime`` ``null``
+  when unset, ``reportingComponent`` and ``reportingInstance`` always present.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any
 from ._status import ApiError, FieldError
 from ._validation import _cannot_handle, _go_json_kind, _parse_micro_time
 
-__all__ = ["decode_event", "validate_event"]
+__all__ = ["as_core_event", "decode_event", "from_core_event", "validate_event"]
 
 JSON = dict[str, Any]
 
@@ -283,3 +290,41 @@ def event_row(event: JSON, since: Any) -> list[Any]:
         count,
         event["metadata"]["name"],
     ]
+
+
+# --- the core v1 view (pkg/apis/events/v1/conversion.go) ----------------------------------------
+
+#: events.k8s.io/v1 field -> core v1 field, for those that only change name.
+_CORE_NAMES = {
+    "regarding": "involvedObject", "note": "message", "deprecatedSource": "source",
+    "deprecatedFirstTimestamp": "firstTimestamp", "deprecatedLastTimestamp": "lastTimestamp",
+    "deprecatedCount": "count", "reportingController": "reportingComponent",
+}
+#: Core v1 Event fields in the Go struct's order, with the value written when unset (None:
+#: omitted).
+_CORE_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("involvedObject", {}), ("reason", None), ("message", None), ("source", {}),
+    ("firstTimestamp", "null"), ("lastTimestamp", "null"), ("count", None), ("type", None),
+    ("eventTime", "null"), ("series", None), ("action", None), ("related", None),
+    ("reportingComponent", ""), ("reportingInstance", ""),
+)
+
+
+def as_core_event(obj: JSON) -> JSON:
+    """A stored (events.k8s.io/v1) Event as core v1 serves it."""
+    renamed = {_CORE_NAMES.get(key, key): value for key, value in obj.items()}
+    out: JSON = {k: renamed[k] for k in ("kind", "apiVersion", "metadata") if k in renamed}
+    for key, unset in _CORE_FIELDS:
+        if key in renamed:
+            out[key] = renamed[key]
+        elif unset == "null":
+            out[key] = None
+        elif unset is not None:
+            out[key] = unset
+    return out
+
+
+def from_core_event(obj: JSON) -> JSON:
+    """A core v1 Event back in events.k8s.io/v1 fields (for printing)."""
+    back = {core: new for new, core in _CORE_NAMES.items()}
+    return {back.get(key, key): value for key, value in obj.items() if value is not None}

@@ -6,7 +6,10 @@ import dataclasses
 
 from ._watch import WatchStream
 
-__all__ = ["DropReply", "RecordedRequest", "Request", "Response"]
+__all__ = ["MAX_REQUEST_BODY", "DropReply", "RecordedRequest", "Request", "Response"]
+
+#: The apiserver's request body limit (``--max-request-bytes``' default for the handlers, 3 MiB).
+MAX_REQUEST_BODY = 3 * 1024 * 1024
 
 
 class DropReply(Exception):
@@ -22,6 +25,20 @@ class Request:
     query: dict[str, str]
     headers: dict[str, str]
     body: bytes = b""
+    #: Every header as sent, in order, names lower-case (a repeated header is several items).
+    header_list: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    #: Every query parameter as sent, in order (``query`` keeps the last of a repeated one).
+    query_list: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+    def query_items(self) -> list[tuple[str, str]]:
+        """All query parameters, repeated ones included."""
+        return self.query_list or list(self.query.items())
+
+    def header_values(self, name: str) -> list[str]:
+        """All values of header ``name`` (lower-case), as Go's ``req.Header[name]`` has them."""
+        if not self.header_list:
+            return [self.headers[name]] if name in self.headers else []
+        return [value for key, value in self.header_list if key == name]
 
     @property
     def token(self) -> str | None:

@@ -6,8 +6,10 @@ kind accepts the ``fieldValidation`` query parameter; if so it skips client-side
 validation and sends ``fieldValidation=Strict`` instead (kubectl's ``QueryParamVerifierV3``).
 Without any OpenAPI document kubectl refuses to apply ("failed to download openapi") unless
 ``--validate=false`` is given. We publish one path per served type whose PATCH operation names
-its group-version-kind and the ``fieldValidation`` parameter, and no schemas: the emulator
-validates on the server (400 for unknown fields when ``fieldValidation=Strict``).
+its group-version-kind and the ``fieldValidation`` parameter, and the schemas of the Lease
+kinds (:mod:`._schemas`), so ``kubectl explain lease`` works; the emulator validates on the
+server (400 for unknown fields when ``fieldValidation=Strict``). ``/openapi/v2`` is the same
+schemas as one Swagger 2.0 document, in JSON only (the real server also speaks protobuf).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from ._cluster import Cluster
+from ._schemas import schemas_for
 
-__all__ = ["openapi_v3"]
+__all__ = ["openapi_v2", "openapi_v3"]
 
 JSON = dict[str, Any]
 
@@ -56,10 +59,21 @@ def openapi_v3(emulator: Cluster, parts: list[str]) -> JSON | None:
                     "x-kubernetes-group-version-kind": gvk,
                 }
             }
+        served = [rt for (g, v, _), rt in emulator.types.items() if (g, v) == (group, version)]
         return {
             "openapi": "3.0.0",
             "info": {"title": "Kubernetes", "version": "v1.32.0"},
             "paths": paths,
-            "components": {"schemas": {}},
+            "components": {"schemas": schemas_for(served, "#/components/schemas/")},
         }
     return None
+
+
+def openapi_v2(emulator: Cluster) -> JSON:
+    """``/openapi/v2``: one Swagger 2.0 document for every served type (JSON only)."""
+    return {
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": "v1.32.0"},
+        "paths": {},
+        "definitions": schemas_for(list(emulator.types.values()), "#/definitions/"),
+    }

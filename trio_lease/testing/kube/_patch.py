@@ -16,8 +16,9 @@ Follows ``apiserver/pkg/endpoints/handlers/patch.go``:
 - JSON and merge patch apply to the stored object (resourceVersion and managedFields
   included), so a patch that sets a stale ``metadata.resourceVersion`` is 409 Conflict. A
   missing object is 404; only apply creates (``forceAllowCreate``), answering 201.
-- Strategic merge patch on a built-in type is treated as a merge patch: the same for a
-  Lease's spec (no lists); ``$patch`` directives and list merge keys are not emulated.
+- Strategic merge patch on a built-in type (:mod:`._smp`) merges maps as a merge patch does
+  and lists by ``ObjectMeta``'s patch strategies (``finalizers``, ``ownerReferences``), with
+  the ``$patch`` and ``$deleteFromPrimitiveList`` directives.
 - Apply (``application/apply-patch+yaml``) merges the configuration into the live object,
   prunes the fields this manager applied before and no longer does, and refuses with a 409
   listing the conflicting managers and fields unless ``force=true``
@@ -35,9 +36,11 @@ import yaml
 from ._cluster import Cluster
 from ._http import Request
 from ._managed import Entry, apply_set, changes, decode_entries, encode_entries, zero_object
+from ._options import check_options
 from ._resources import ResourceType
+from ._smp import strategic_merge
 from ._status import ApiError, FieldError, status_body
-from ._store import MODIFIED_MSG, merge_patch
+from ._store import MODIFIED_MSG
 
 __all__ = ["patch"]
 
@@ -67,6 +70,8 @@ def patch(emulator: Cluster, rt: ResourceType, namespace: str, name: str, reques
     current = store.present(rt, existing)
     if content_type == JSON_PATCH:
         patched = apply_json_patch(current, _json_body(request))
+    elif content_type == STRATEGIC_PATCH:
+        patched = strategic_merge(current, _json_body(request))
     else:
         body = _json_body(request)
         patched = merge_patch(current, body)
@@ -91,8 +96,7 @@ def _validate_options(request: Request, content_type: str) -> None:
             errors.append(FieldError("fieldManager", "Required", "is required for apply patch"))
     elif "force" in request.query:
         errors.append(FieldError("force", "Forbidden", "may not be specified for non-apply patch"))
-    if errors:
-        raise ApiError.invalid("PatchOptions", "meta.k8s.io", "", errors)
+    check_options("patch", request, errors)
 
 
 def _json_body(request: Request) -> Any:
@@ -361,3 +365,17 @@ def _ensure_namespace(emulator: Cluster, rt: ResourceType, namespace: str) -> No
     namespaces = emulator.types[("", "v1", "namespaces")]
     if rt.namespaced and emulator.store.find(namespaces, "", namespace) is None:
         raise ApiError.not_found("namespaces", "", namespace)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge recursively, ``null`` deletes, rest replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    if not isinstance(target, dict):
+        target = {}
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = merge_patch(target.get(key), value)
+    return target

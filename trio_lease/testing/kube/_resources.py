@@ -44,6 +44,10 @@ class ResourceType:
     custom: bool = False
     schema: JSON | None = None
     lease: bool = False
+    #: Another type's storage this one reads (core v1 Events are events.k8s.io's objects).
+    stored_as: tuple[str, str] | None = None
+    #: The verbs served (discovery and routing); all of them unless narrowed.
+    verbs: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -52,7 +56,12 @@ class ResourceType:
     @property
     def storage_key(self) -> tuple[str, str]:
         """Objects are stored once per (group, plural), whatever version is asked for."""
-        return (self.group, self.plural)
+        return self.stored_as or (self.group, self.plural)
+
+    @property
+    def legacy_event(self) -> bool:
+        """The core v1 view of events.k8s.io Events."""
+        return self.stored_as == ("events.k8s.io", "events")
 
     def etcd_key(self, namespace: str, name: str) -> str:
         """The object's etcd key, as storage errors quote it (``/registry/leases/ns/name``;
@@ -73,7 +82,7 @@ class ResourceType:
             "singularName": self.singular or self.kind.lower(),
             "namespaced": self.namespaced,
             "kind": self.kind,
-            "verbs": list(ALL_VERBS),
+            "verbs": list(self.verbs or ALL_VERBS),
         }
         if self.short_names:
             entry["shortNames"] = list(self.short_names)
@@ -91,6 +100,9 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         False, short_names=("crd", "crds"),
     ),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, short_names=("ev",)),
+    # Read only here: the emulator writes Events through events.k8s.io/v1 only.
+    ResourceType("", "v1", "events", "Event", True, short_names=("ev",),
+                 stored_as=("events.k8s.io", "events"), verbs=("get", "list", "watch")),
     ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
     ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),

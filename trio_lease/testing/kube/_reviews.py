@@ -1,4 +1,5 @@
-"""SelfSubjectAccessReview and SelfSubjectReview: "may I?" and "who am I?".
+"""SelfSubjectAccessReview, SelfSubjectRulesReview and SelfSubjectReview: "may I?", "what may
+I?" and "who am I?".
 
 ``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews`` answers a
 ``SelfSubjectAccessReview`` with the emulator's RBAC decision for the requesting user, as
@@ -14,8 +15,11 @@ trailing ``*`` as in ``pkg/apis/rbac/v1/evaluation_helpers.go``).
 user's name and groups, with ``system:authenticated`` as the authenticator's group adder adds
 it), as ``pkg/registry/authentication/selfsubjectreview/rest.go`` does.
 
-Both are allowed to every user, as the bootstrap ClusterRole ``system:basic-user`` bound to
-``system:authenticated`` allows on a real cluster; both answer 201 and store nothing.
+``POST /apis/authorization.k8s.io/v1/selfsubjectrulesreviews`` (``kubectl auth can-i
+--list``) lists the rules the user has in ``spec.namespace`` (:func:`_rules_review`).
+
+All are allowed to every user, as the bootstrap ClusterRole ``system:basic-user`` bound to
+``system:authenticated`` allows on a real cluster; all answer 201 and store nothing.
 :data:`REVIEW_GROUPS` holds their discovery entries, so ``kubectl auth can-i`` and
 ``kubectl auth whoami`` find them.
 """
@@ -35,6 +39,7 @@ JSON = dict[str, Any]
 Lookup = Callable[[str, str], Iterable[JSON]]
 
 _SSAR = ("authorization.k8s.io", "v1", "selfsubjectaccessreviews")
+_SSRR = ("authorization.k8s.io", "v1", "selfsubjectrulesreviews")
 _SSR = ("authentication.k8s.io", "v1", "selfsubjectreviews")
 
 #: Discovery entries (group -> version -> APIResource list) for the review endpoints.
@@ -52,7 +57,11 @@ REVIEW_GROUPS: dict[str, dict[str, list[JSON]]] = {
             {
                 "name": "selfsubjectaccessreviews", "singularName": "selfsubjectaccessreview",
                 "namespaced": False, "kind": "SelfSubjectAccessReview", "verbs": ["create"],
-            }
+            },
+            {
+                "name": "selfsubjectrulesreviews", "singularName": "selfsubjectrulesreview",
+                "namespaced": False, "kind": "SelfSubjectRulesReview", "verbs": ["create"],
+            },
         ]
     },
 }
@@ -60,7 +69,7 @@ REVIEW_GROUPS: dict[str, dict[str, list[JSON]]] = {
 
 def is_review_path(parts: list[str]) -> bool:
     """True for the two review endpoints (``parts`` is the path split on ``/``)."""
-    return len(parts) == 4 and parts[0] == "apis" and tuple(parts[1:]) in (_SSAR, _SSR)
+    return len(parts) == 4 and parts[0] == "apis" and tuple(parts[1:]) in (_SSAR, _SSRR, _SSR)
 
 
 def answer_review(
@@ -76,9 +85,13 @@ def answer_review(
         body = review_from_protobuf(data)
     else:
         body = _from_json(data)
-    group, version, _ = parts[1:]
-    kind = "SelfSubjectReview" if group == _SSR[0] else "SelfSubjectAccessReview"
+    group, version, plural = parts[1:]
+    kind = {
+        _SSR[2]: "SelfSubjectReview", _SSRR[2]: "SelfSubjectRulesReview",
+    }.get(plural, "SelfSubjectAccessReview")
     _check_kind(body, f"{group}/{version}", kind)
+    if kind == "SelfSubjectRulesReview":
+        return _rules_review(user, body, lookup)
     if kind == "SelfSubjectReview":
         groups = list(user.groups)
         if "system:authenticated" not in groups:
@@ -112,6 +125,76 @@ def answer_review(
     return {
         "kind": kind, "apiVersion": f"{group}/{version}", "metadata": metadata,
         "spec": spec, "status": {"allowed": allowed, "denied": False},
+    }
+
+
+#: The bootstrap policy every authenticated user has (``plugin/pkg/auth/authorizer/rbac/
+#: bootstrappolicy/policy.go``: ``system:basic-user``, ``system:discovery``,
+#: ``system:public-info-viewer``), which the emulator does not store as objects.
+_BASIC_RESOURCE_RULES: list[JSON] = [
+    {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+     "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},
+    {"verbs": ["create"], "apiGroups": ["authentication.k8s.io"],
+     "resources": ["selfsubjectreviews"]},
+]
+_BASIC_NON_RESOURCE_RULES: list[JSON] = [
+    {"verbs": ["get"], "nonResourceURLs": [
+        "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*",
+        "/readyz", "/version", "/version/",
+    ]},
+    {"verbs": ["get"], "nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version",
+                                           "/version/"]},
+]
+#: ``cluster-admin``, bound to ``system:masters``.
+_ADMIN_RULES = (
+    [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+    [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+)
+
+
+def _rules_review(user: User, body: JSON, lookup: Lookup) -> JSON:
+    """``pkg/registry/authorization/selfsubjectrulesreview/rest.go``: the rules the user has in
+    ``spec.namespace`` (400 ``no namespace on request`` without one), from the ClusterRoles
+    and the namespace's Roles bound to them (``RulesFor`` of the RBAC authorizer), the
+    bootstrap policy's and, for ``system:masters``, ``cluster-admin``'s."""
+    spec = body.get("spec") or {}
+    namespace = str(spec.get("namespace") or "")
+    if not namespace:
+        raise ApiError.bad_request("no namespace on request")
+    resource_rules: list[JSON] = []
+    non_resource_rules: list[JSON] = []
+    if "system:masters" in user.groups:
+        resource_rules += _ADMIN_RULES[0]
+        non_resource_rules += _ADMIN_RULES[1]
+    bindings = [(b, "") for b in lookup("clusterrolebindings", "")]
+    bindings += [(b, namespace) for b in lookup("rolebindings", namespace)]
+    for binding, scope in bindings:
+        if not any(_is_subject(s, user, scope) for s in binding.get("subjects") or []):
+            continue
+        ref = binding.get("roleRef") or {}
+        plural = "clusterroles" if ref.get("kind") == "ClusterRole" else "roles"
+        for role in lookup(plural, "" if plural == "clusterroles" else scope):
+            if role["metadata"]["name"] != ref.get("name"):
+                continue
+            for rule in role.get("rules") or []:
+                if rule.get("nonResourceURLs"):
+                    non_resource_rules.append({"verbs": list(rule.get("verbs") or []),
+                                               "nonResourceURLs": list(rule["nonResourceURLs"])})
+                    continue
+                converted: JSON = {"verbs": list(rule.get("verbs") or []),
+                                   "apiGroups": list(rule.get("apiGroups") or []),
+                                   "resources": list(rule.get("resources") or [])}
+                if rule.get("resourceNames"):
+                    converted["resourceNames"] = list(rule["resourceNames"])
+                resource_rules.append(converted)
+    return {
+        "kind": "SelfSubjectRulesReview", "apiVersion": "authorization.k8s.io/v1",
+        "metadata": {"creationTimestamp": None}, "spec": {"namespace": namespace},
+        "status": {
+            "resourceRules": resource_rules + _BASIC_RESOURCE_RULES,
+            "nonResourceRules": non_resource_rules + _BASIC_NON_RESOURCE_RULES,
+            "incomplete": False,
+        },
     }
 
 
@@ -156,14 +239,15 @@ def _non_resource_allowed(user: User, attrs: JSON, lookup: Lookup) -> bool:
     return False
 
 
-def _is_subject(subject: JSON, user: User) -> bool:
+def _is_subject(subject: JSON, user: User, binding_namespace: str = "") -> bool:
     kind, name = subject.get("kind"), subject.get("name")
     if kind == "User":
         return bool(name == user.name)
     if kind == "Group":
         return name in user.groups
     if kind == "ServiceAccount":
-        return user.name == f"system:serviceaccount:{subject.get('namespace')}:{name}"
+        namespace = subject.get("namespace") or binding_namespace
+        return user.name == f"system:serviceaccount:{namespace}:{name}"
     return False
 
 
@@ -242,6 +326,9 @@ def review_from_protobuf(data: bytes) -> JSON:
     type_meta = _strings((unknown.get(1) or [b""])[-1], {1: "apiVersion", 2: "kind"})
     raw = _fields((unknown.get(2) or [b""])[-1])
     body: JSON = dict(type_meta)
+    if type_meta.get("kind") == "SelfSubjectRulesReview":
+        body["spec"] = _strings((raw.get(2) or [b""])[-1], {1: "namespace"})
+        return body
     if type_meta.get("kind") != "SelfSubjectAccessReview":
         return body
     spec_fields = _fields((raw.get(2) or [b""])[-1])

@@ -25,6 +25,14 @@ JSON = dict[str, Any]
 # --- field selectors -------------------------------------------------------------------------
 
 _FIELDS = ("metadata.name", "metadata.namespace")
+#: An Event's selectable fields (``pkg/registry/core/event/strategy.go``, core v1 names), and
+#: where the stored (events.k8s.io/v1) object keeps each.
+EVENT_FIELDS = {
+    **{f"involvedObject.{k}": ("regarding", k) for k in (
+        "kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")},
+    "reason": ("reason",), "reportingComponent": ("reportingController",),
+    "source": ("deprecatedSource", "component"), "type": ("type",),
+}
 
 
 def _split_unescaped(text: str, separators: str) -> list[str]:
@@ -78,8 +86,12 @@ def _unescape(value: str) -> str:
     return out
 
 
-def parse_fields(text: str) -> tuple[tuple[str, str, str], ...]:
-    """The (field, operator, value) terms of a ``fieldSelector``; 400 if malformed or unknown."""
+def parse_fields(text: str, events: bool = False) -> tuple[tuple[str, str, str], ...]:
+    """The (field, operator, value) terms of a ``fieldSelector``; 400 if malformed or unknown.
+
+    ``events``: an Event's fields are selectable too (:data:`EVENT_FIELDS`); any other is
+    the field label conversion's ``field label not supported: <field>``.
+    """
     terms = []
     for part in sorted(_split_unescaped(text, ",")):
         if not part:
@@ -88,7 +100,9 @@ def parse_fields(text: str) -> tuple[tuple[str, str, str], ...]:
         if split is None:
             raise ApiError.bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
         field, op, value = split
-        if field not in _FIELDS:
+        if events and field not in _FIELDS and field not in EVENT_FIELDS:
+            raise ApiError.bad_request(f"field label not supported: {field}")
+        if not events and field not in _FIELDS:
             raise ApiError.bad_request(
                 f'"{field}" is not a known field selector: only "metadata.name", '
                 '"metadata.namespace"'
@@ -123,10 +137,10 @@ class Selection:
     fields: tuple[tuple[str, str, str], ...] = ()
 
     @classmethod
-    def from_query(cls, query: dict[str, str]) -> Selection:
+    def from_query(cls, query: dict[str, str], events: bool = False) -> Selection:
         return cls(
             parse_labels(query.get("labelSelector", "")),
-            parse_fields(query.get("fieldSelector", "")),
+            parse_fields(query.get("fieldSelector", ""), events),
         )
 
     @property
@@ -147,7 +161,13 @@ class Selection:
         if not all(r.matches(labels) for r in self.labels):
             return False
         for field, op, value in self.fields:
-            actual = meta.get("name" if field == "metadata.name" else "namespace") or ""
+            if field in EVENT_FIELDS:
+                found: Any = obj
+                for key in EVENT_FIELDS[field]:
+                    found = found.get(key) if isinstance(found, dict) else None
+                actual = str(found or "")
+            else:
+                actual = meta.get("name" if field == "metadata.name" else "namespace") or ""
             if (actual == value) != (op == "="):
                 return False
         return True

@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import os
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 from pathlib import Path
@@ -33,14 +33,13 @@ from anyio.streams.tls import TLSListener
 from ..._exceptions import LeaseConfigError
 from ._api import handle
 from ._cluster import Cluster
-from ._http import DropReply, Request, Response
+from ._http import MAX_REQUEST_BODY, DropReply, Request, Response
 from ._watch import WatchCut
 
 __all__ = ["KubeServer", "serve"]
 
 logger = logging.getLogger(__name__)
 
-_MAX_BODY = 3 * 1024 * 1024  # the apiserver's request size limit
 
 
 @dataclasses.dataclass
@@ -57,13 +56,24 @@ class KubeServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
-    def kubeconfig(self, token: str | None = None, namespace: str = "default") -> dict[str, Any]:
-        """A kubeconfig document (as a dict) for this server."""
+    def kubeconfig(
+        self, token: str | None = None, namespace: str = "default", *,
+        impersonate: str | None = None, impersonate_groups: Iterable[str] = (),
+    ) -> dict[str, Any]:
+        """A kubeconfig document (as a dict) for this server.
+
+        ``impersonate`` and ``impersonate_groups`` become the user's ``as`` and ``as-groups``,
+        which clients send as ``Impersonate-User`` and ``Impersonate-Group`` headers.
+        """
         name = "trio-lease-emulator"
         cluster: dict[str, Any] = {"server": self.url}
         if self.tls:
             cluster["certificate-authority-data"] = base64.b64encode(self.ca_pem).decode()
         user: dict[str, Any] = {"token": token} if token else {}
+        if impersonate:
+            user["as"] = impersonate
+        if impersonate_groups:
+            user["as-groups"] = list(impersonate_groups)
         return {
             "apiVersion": "v1",
             "kind": "Config",
@@ -76,11 +86,15 @@ class KubeServer:
         }
 
     def write_kubeconfig(
-        self, path: str | os.PathLike[str], token: str | None = None, namespace: str = "default"
+        self, path: str | os.PathLike[str], token: str | None = None, namespace: str = "default",
+        *, impersonate: str | None = None, impersonate_groups: Iterable[str] = (),
     ) -> Path:
         """Write :meth:`kubeconfig` to ``path`` with mode 0600."""
         target = Path(path)
-        text = yaml.safe_dump(self.kubeconfig(token, namespace), sort_keys=False)
+        document = self.kubeconfig(
+            token, namespace, impersonate=impersonate, impersonate_groups=impersonate_groups
+        )
+        text = yaml.safe_dump(document, sort_keys=False)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle_:
             handle_.write(text)
@@ -92,10 +106,6 @@ def _phrase(response: Response) -> bytes:
         return HTTPStatus(response.status).phrase.encode()
     except ValueError:
         return b""
-
-
-class _Closed(Exception):
-    pass
 
 
 async def _send(conn: h11.Connection, stream: ByteStream, event: Any) -> None:
@@ -118,17 +128,18 @@ async def _next_request(conn: h11.Connection, stream: ByteStream) -> Request | N
         elif isinstance(event, h11.Request):
             head = event
         elif isinstance(event, h11.Data):
-            body += event.data
-            if len(body) > _MAX_BODY:
-                raise _Closed
+            # Keep one byte past the limit, so the handler answers 413 (``limitedReadBody``);
+            # the rest is read and dropped, so the connection stays usable.
+            body += event.data[: MAX_REQUEST_BODY + 1 - len(body)]
         elif isinstance(event, h11.EndOfMessage):
             assert head is not None
             target = head.target.decode("latin-1")
             path, _, query = target.partition("?")
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in head.headers}
+            listed = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in head.headers]
+            params = parse_qsl(query, keep_blank_values=True)
             return Request(
-                head.method.decode(), path, dict(parse_qsl(query, keep_blank_values=True)),
-                headers, bytes(body),
+                head.method.decode(), path, dict(params), dict(listed), bytes(body), listed,
+                params,
             )
         elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
             return None
@@ -180,7 +191,7 @@ async def _serve_connection(emulator: Cluster, stream: ByteStream) -> None:
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     return
                 conn.start_next_cycle()
-        except (_Closed, h11.ProtocolError, anyio.BrokenResourceError, anyio.ClosedResourceError,
+        except (h11.ProtocolError, anyio.BrokenResourceError, anyio.ClosedResourceError,
                 anyio.EndOfStream, ssl.SSLError, OSError):
             return
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["ApiError", "FieldError", "status_body", "storage_invalid_obj"]
+__all__ = [
+    "ApiError", "FieldError", "GoLiteral", "go_string_slice", "status_body", "storage_invalid_obj",
+]
 
 JSON = dict[str, Any]
 
@@ -91,6 +93,8 @@ class FieldError:
         """``ErrorBody()``: strings are quoted, small ints bare, uint64 in ``%#v`` (``0x0``)."""
         if self.kind in ("Required", "Forbidden"):
             text = "Required value" if self.kind == "Required" else "Forbidden"
+        elif self.kind == "TooLong":  # ErrorBody prints no value for TooLong
+            text = "Too long"
         else:
             label = {"Invalid": "Invalid value", "NotSupported": "Unsupported value"}.get(
                 self.kind, "Too long"
@@ -117,6 +121,18 @@ class _GoHex:
 
 
 GO_UINT64_ZERO = _GoHex(0)
+
+
+class GoLiteral(_GoHex):
+    """A value printed as Go's ``%#v`` writes it, given as text (``[]string{"Bogus"}``)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def go_string_slice(values: list[str]) -> GoLiteral:
+    """``%#v`` of a ``[]string``: ``[]string{"a", "b"}``."""
+    return GoLiteral("[]string{" + ", ".join(_go_quote(v) for v in values) + "}")
 
 
 def storage_invalid_obj(key: str, message: str) -> str:
@@ -223,6 +239,25 @@ class ApiError(Exception):
     def expired(cls, message: str) -> ApiError:
         """``NewResourceExpired``: 410 reason Expired, no details."""
         return cls(410, status_body(410, "Expired", message))
+
+    @classmethod
+    def entity_too_large(cls, limit: int) -> ApiError:
+        """``NewRequestEntityTooLargeError``: 413 for a body over the handlers' read limit."""
+        message = f"Request entity too large: limit is {limit}"
+        return cls(413, status_body(413, "RequestEntityTooLarge", message))
+
+    @classmethod
+    def too_large_resource_version(cls, wanted: int, current: int, retry: int) -> ApiError:
+        """``storage.NewTooLargeResourceVersionError``: a 504 Timeout with a cause."""
+        message = f"Timeout: Too large resource version: {wanted}, current: {current}"
+        details: JSON = {"causes": [
+            {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+        ]}
+        headers = []
+        if retry:
+            details["retryAfterSeconds"] = retry
+            headers.append(("Retry-After", str(retry)))
+        return cls(504, status_body(504, "Timeout", message, details), headers)
 
     @classmethod
     def timeout(cls) -> ApiError:

@@ -21,29 +21,26 @@ one 409 Conflict, and the new object is validated.
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ._events import decode_event, validate_event
+from ._events import as_core_event
 from ._managed import record_update
-from ._resources import ResourceType, crd_initial_status
+from ._prepare import prepare
+from ._resources import ResourceType
 from ._status import GO_UINT64_ZERO, ApiError, FieldError, storage_invalid_obj
-from ._validation import (
-    decode_lease,
-    decode_metadata,
-    drop_disabled_lease_fields,
-    validate_lease_spec,
-    validate_name,
-    validate_schema,
-)
 
 __all__ = ["Event", "Store"]
 
 JSON = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
+
+#: etcd's ``--max-request-bytes`` default (1.5 MiB).
+ETCD_REQUEST_LIMIT = 1536 * 1024
 
 MODIFIED_MSG = (
     "the object has been modified; please apply your changes to the latest version and try again"
@@ -52,8 +49,8 @@ MODIFIED_MSG = (
 
 _META_ORDER = (
     "name", "generateName", "namespace", "uid", "resourceVersion", "generation",
-    "creationTimestamp", "labels", "annotations", "ownerReferences", "finalizers",
-    "managedFields",
+    "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
+    "annotations", "ownerReferences", "finalizers", "managedFields",
 )
 
 
@@ -100,12 +97,19 @@ class Store:
     compacted: int
     #: Warnings of the request being handled (unknown fields), sent as ``Warning`` headers.
     warnings: list[str]
-    #: ``fieldValidation=Strict``: unknown fields are 400, not warnings.
-    strict: bool
+    #: The request's ``fieldValidation``: ``Strict`` (unknown or duplicate fields are 400),
+    #: ``Warn`` (the default: dropped, with a warning each) or ``Ignore`` (dropped silently).
+    field_validation: str
+    #: ``duplicate field "spec.x"`` for each field the request's JSON body repeats.
+    duplicates: list[str]
     #: The ``CoordinatedLeaderElection`` feature gate: off drops Lease strategy/preferredHolder.
     coordinated_leader_election: bool
     #: The field manager of the request being handled (``?fieldManager=`` or User-Agent).
     manager: str
+    #: ``dryRun=All`` for the request being handled: writes are validated, never stored.
+    dry_run: bool
+    #: Objects removed since the cluster last looked (the garbage collector's queue).
+    removed: list[tuple[ResourceType, JSON]]
 
     def __init__(
         self,
@@ -121,8 +125,11 @@ class Store:
         self.compacted = 0
         self._on_event = on_event
         self.warnings = []
-        self.strict = False
+        self.field_validation = "Warn"
+        self.duplicates = []
         self.manager = ""
+        self.dry_run = False
+        self.removed = []
         self.coordinated_leader_election = False
 
     # --- plumbing --------------------------------------------------------------------------
@@ -143,6 +150,18 @@ class Store:
             self.compacted = self.history.popleft().rv
         self._on_event(event)
 
+    def _check_size(self, rt: ResourceType, namespace: str, obj: JSON) -> None:
+        """etcd refuses a request over ``--max-request-bytes`` (1.5 MiB by default); the
+        apiserver passes the error on as a 500 without a reason. A dry run never reaches etcd.
+        The emulator measures the key and the object's compact JSON (etcd stores built-in
+        types as protobuf, a little smaller)."""
+        if self.dry_run:
+            return
+        key = rt.etcd_key(namespace, obj["metadata"]["name"])
+        size = len(key) + len(json.dumps(obj, separators=(",", ":")).encode())
+        if size > ETCD_REQUEST_LIMIT:
+            raise ApiError.unknown("etcdserver: request is too large")
+
     def compact(self) -> None:
         """Forget all history: a watch from any earlier resourceVersion gets 410 Expired."""
         self.history.clear()
@@ -162,7 +181,7 @@ class Store:
         out["apiVersion"] = rt.api_version
         meta = out["metadata"]
         out["metadata"] = {k: meta[k] for k in _META_ORDER if k in meta}
-        return out
+        return as_core_event(out) if rt.legacy_event else out
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -192,59 +211,6 @@ class Store:
 
     # --- writes ----------------------------------------------------------------------------
 
-    def _prepare(
-        self, rt: ResourceType, body: JSON, namespace: str, old: JSON | None = None
-    ) -> JSON:
-        """Decode and validate a new object (400 / 422) and return what will be stored."""
-        metadata = body.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise ApiError.bad_request("metadata must be an object")
-        decode_metadata(rt.kind, rt.version, metadata)
-        name = metadata.get("name") or ""
-        out: JSON = {"kind": rt.kind, "apiVersion": rt.api_version}
-        meta: JSON = {"name": name}
-        if rt.namespaced:
-            meta["namespace"] = namespace
-        for key in ("labels", "annotations", "finalizers", "ownerReferences"):
-            if metadata.get(key):
-                meta[key] = copy.deepcopy(metadata[key])
-        out["metadata"] = meta
-        errors = validate_name(name, label=rt.plural == "namespaces" and not rt.group)
-        if rt.lease:
-            spec = decode_lease(body, self.warnings)
-            if self.strict and self.warnings:
-                raise ApiError.bad_request("strict decoding error: " + ", ".join(self.warnings))
-            old_spec = None if old is None else old.get("spec") or {}
-            drop_disabled_lease_fields(spec, old_spec, self.coordinated_leader_election)
-            errors += validate_lease_spec(spec)
-            out["spec"] = spec
-        elif rt.group == "events.k8s.io":
-            event = decode_event(body, self.warnings)
-            errors += validate_event(event, namespace)
-            out.update(event)
-        elif rt.custom:
-            content = {k: v for k, v in body.items() if k not in ("kind", "apiVersion", "metadata")}
-            schema = copy.deepcopy(rt.schema or {"type": "object"})
-            schema.setdefault("properties", {})
-            if schema["properties"]:
-                content = validate_schema(content, schema, "", errors)
-            out.update(content)
-        else:
-            out.update(
-                {k: copy.deepcopy(v) for k, v in body.items()
-                 if k not in ("kind", "apiVersion", "metadata")}
-            )
-            if rt.plural == "namespaces":
-                meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
-                out["spec"] = {"finalizers": ["kubernetes"]}
-                out["status"] = {"phase": "Active"}
-            if rt.plural == "customresourcedefinitions":
-                # The strategy keeps the status on update (a subresource) and resets it on create.
-                out["status"] = old["status"] if old else crd_initial_status(out)
-        if errors:
-            raise ApiError.invalid(rt.kind, rt.group, name, errors)
-        return out
-
     def create(
         self, rt: ResourceType, namespace: str, body: JSON,
         managed_fields: list[JSON] | None = None, *, refuse_version: bool = False,
@@ -255,10 +221,11 @@ class Store:
         layer's plain error, a 500 (``etcd3/store.go`` Create), checked after validation and
         before AlreadyExists.
         """
-        obj = self._prepare(rt, body, namespace)
+        obj = prepare(self, rt, body, namespace)
         name = obj["metadata"]["name"]
         if refuse_version and (body.get("metadata") or {}).get("resourceVersion"):
             raise ApiError.unknown("resourceVersion should not be set on objects to be created")
+        self._check_size(rt, namespace, obj)
         if (namespace, name) in self.bucket(rt):
             raise ApiError.already_exists(rt.plural, rt.group, name)
         meta = obj["metadata"]
@@ -270,6 +237,8 @@ class Store:
             rt, None, obj, (body.get("metadata") or {}).get("managedFields"), self.manager,
             meta["creationTimestamp"],
         ))
+        if self.dry_run:  # DryRunnableStorage.Create: no resourceVersion, nothing stored
+            return self.present(rt, obj)
         self.bucket(rt)[(namespace, name)] = obj
         self._commit(rt, "ADDED", obj)
         return self.present(rt, obj)
@@ -305,10 +274,14 @@ class Store:
             )
         if rv != existing["metadata"]["resourceVersion"]:
             raise ApiError.conflict(rt.plural, rt.group, name, MODIFIED_MSG)
-        new = self._prepare(rt, body, namespace, existing)
-        for key in ("uid", "creationTimestamp", "resourceVersion", "generation"):
+        new = prepare(self, rt, body, namespace, existing)
+        # rest.BeforeUpdate: an update never changes these, nor removes a deletion timestamp.
+        for key in ("uid", "creationTimestamp", "resourceVersion", "generation",
+                    "deletionTimestamp", "deletionGracePeriodSeconds"):
             if key in existing["metadata"]:
                 new["metadata"][key] = existing["metadata"][key]
+        if "deletionTimestamp" in existing["metadata"]:
+            _check_no_new_finalizers(rt, name, new, existing)
         _set_managed(new, managed_fields if managed_fields is not None else record_update(
             rt, existing, new, metadata.get("managedFields"), self.manager, self._timestamp()
         ))
@@ -316,8 +289,17 @@ class Store:
             return 200, self.present(rt, existing)
         if rt.custom and new.get("spec") != existing.get("spec"):
             new["metadata"]["generation"] = existing["metadata"].get("generation", 1) + 1
+        self._check_size(rt, namespace, new)
+        if self.dry_run:  # DryRunnableStorage.GuaranteedUpdate: the stored resourceVersion
+            return 200, self.present(rt, new)
         self.bucket(rt)[(namespace, name)] = new
         self._commit(rt, "MODIFIED", new, existing)
+        if "deletionTimestamp" in new["metadata"] and not new["metadata"].get("finalizers"):
+            # The last finalizer is gone from an object being deleted: it goes now
+            # (Store.Update, shouldDeleteDuringUpdate).
+            del self.bucket(rt)[(namespace, name)]
+            self._commit(rt, "DELETED", new)
+            self.removed.append((rt, new))
         return 200, self.present(rt, new)
 
     def write_status(self, rt: ResourceType, namespace: str, name: str, status: JSON) -> None:
@@ -328,11 +310,30 @@ class Store:
         self.bucket(rt)[(namespace, name)] = new
         self._commit(rt, "MODIFIED", new, existing)
 
+    def rewrite(self, rt: ResourceType, namespace: str, name: str, new: JSON) -> None:
+        """A controller's metadata write (the garbage collector's): MODIFIED, no validation."""
+        existing = self.bucket(rt)[(namespace, name)]
+        if new == existing:
+            return
+        self.bucket(rt)[(namespace, name)] = new
+        self._commit(rt, "MODIFIED", new, existing)
+
     def delete(self, rt: ResourceType, namespace: str, name: str, options: JSON) -> JSON:
         """DELETE with optional uid / resourceVersion preconditions; returns the deleted object."""
         existing = self.bucket(rt).get((namespace, name))
         if existing is None:
             raise ApiError.not_found(rt.plural, rt.group, name)
+        self.check_preconditions(rt, name, existing, options)
+        if self.dry_run:  # DryRunnableStorage.Delete: preconditions checked, nothing removed
+            return self.present(rt, existing)
+        del self.bucket(rt)[(namespace, name)]
+        self._commit(rt, "DELETED", existing)
+        self.removed.append((rt, existing))
+        return self.present(rt, existing)
+
+    @staticmethod
+    def check_preconditions(rt: ResourceType, name: str, existing: JSON, options: JSON) -> None:
+        """A DELETE's uid and resourceVersion preconditions (409 when they do not match)."""
         preconditions = options.get("preconditions") or {}
         meta = existing["metadata"]
         for key, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
@@ -344,12 +345,43 @@ class Store:
                     f"the {label} in the precondition ({wanted}) does not match the {label} in "
                     f"record ({meta[key]}). The object might have been {_DELETE_WHY[key]}",
                 )
-        del self.bucket(rt)[(namespace, name)]
-        self._commit(rt, "DELETED", existing)
-        return self.present(rt, existing)
+
+    def mark_deleted(
+        self, rt: ResourceType, namespace: str, name: str, add_finalizer: str = ""
+    ) -> JSON:
+        """A DELETE of an object with finalizers: ``deletionTimestamp`` and a grace period of
+        0 are set (``BeforeDelete``, ``updateForGracefulDeletionAndFinalizers``), with
+        ``add_finalizer`` (``foregroundDeletion``, ``orphan``) if given; the object stays until
+        its finalizers are removed. An object already being deleted is left as it is."""
+        existing = self.bucket(rt)[(namespace, name)]
+        new = copy.deepcopy(existing)
+        meta = new["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        if add_finalizer and add_finalizer not in finalizers:
+            finalizers.append(add_finalizer)
+        meta["finalizers"] = finalizers
+        meta.setdefault("deletionTimestamp", self._timestamp())
+        meta.setdefault("deletionGracePeriodSeconds", 0)
+        if new == existing or self.dry_run:
+            return self.present(rt, new)
+        self.bucket(rt)[(namespace, name)] = new
+        self._commit(rt, "MODIFIED", new, existing)
+        return self.present(rt, new)
 
 
 _DELETE_WHY = {"uid": "deleted and then recreated", "resourceVersion": "modified"}
+
+
+def _check_no_new_finalizers(rt: ResourceType, name: str, new: JSON, old: JSON) -> None:
+    """``ValidateNoNewFinalizers``: none may be added once the object is being deleted."""
+    extra = sorted(set(new["metadata"].get("finalizers") or [])
+                   - set(old["metadata"].get("finalizers") or []))
+    if extra:
+        raise ApiError.invalid(rt.kind, rt.group, name, [FieldError(
+            "metadata.finalizers", "Forbidden",
+            "no new finalizers can be added if the object is being deleted, found new "
+            "finalizers []string{" + ", ".join(json.dumps(f) for f in extra) + "}",
+        )])
 
 
 def _set_managed(obj: JSON, entries: list[JSON]) -> None:
@@ -357,17 +389,3 @@ def _set_managed(obj: JSON, entries: list[JSON]) -> None:
         obj["metadata"]["managedFields"] = entries
     else:
         obj["metadata"].pop("managedFields", None)
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch: objects merge recursively, ``null`` deletes, rest replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    if not isinstance(target, dict):
-        target = {}
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        else:
-            target[key] = merge_patch(target.get(key), value)
-    return target

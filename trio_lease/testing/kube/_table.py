@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from ._cluster import Cluster
-from ._events import EVENT_COLUMNS, event_row
+from ._events import EVENT_COLUMNS, event_row, from_core_event
 from ._http import Request
 from ._resources import ResourceType
 from ._status import ApiError
@@ -199,9 +199,10 @@ def _convertor(emulator: Cluster, rt: ResourceType, now: datetime) -> tuple[list
             ]
 
         return columns, custom_row
-    if rt.group == "events.k8s.io":
+    if rt.group == "events.k8s.io" or rt.legacy_event:
         since = lambda when: _age({"metadata": {"creationTimestamp": when}}, now)  # noqa: E731
-        return list(EVENT_COLUMNS), lambda obj: event_row(obj, since)
+        view = from_core_event if rt.legacy_event else (lambda obj: obj)
+        return list(EVENT_COLUMNS), lambda obj: event_row(view(obj), since)
     columns = [name, _column("Created At", "date", _CREATED_DOC)]
 
     def default_row(obj: JSON) -> list[Any]:

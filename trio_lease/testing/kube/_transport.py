@@ -80,9 +80,11 @@ class KubeTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         body = await request.aread()
-        query = dict(request.url.params.multi_items())
-        headers = {k.lower(): v for k, v in request.headers.multi_items()}
-        req = Request(request.method, request.url.path, query, headers, body)
+        params = list(request.url.params.multi_items())
+        listed = [(k.lower(), v) for k, v in request.headers.multi_items()]
+        req = Request(
+            request.method, request.url.path, dict(params), dict(listed), body, listed, params
+        )
         try:
             with anyio.fail_after(_read_timeout(request)):
                 response = await handle(self.emulator, req)

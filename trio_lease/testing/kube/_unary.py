@@ -60,12 +60,15 @@ class InProcessUnary:
         full = self.url.prefix + target
         request_head(method, full, sent)
         path, _, query = full.partition("?")
+        params = parse_qsl(query, keep_blank_values=True)
         request = Request(
             method,
             path,
-            dict(parse_qsl(query, keep_blank_values=True)),
+            dict(params),
             {name.lower(): value for name, value in sent},
             body or b"",
+            [(name.lower(), value) for name, value in sent],
+            params,
         )
         try:
             response = await handle(self.cluster, request)

@@ -38,9 +38,9 @@ __all__ = [
 JSON = dict[str, Any]
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_SUBDOMAIN_RE = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
+SUBDOMAIN_RE = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
 _LABEL_RE = re.compile(rf"^{_LABEL}$")
-_SUBDOMAIN_MSG = (
+SUBDOMAIN_MSG = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
     "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
     "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
@@ -61,7 +61,7 @@ def validate_name(name: str, *, label: bool = False) -> list[FieldError]:
     if not name:
         return [FieldError("metadata.name", "Required", "name or generateName is required")]
     limit, pattern, message = (63, _LABEL_RE, _LABEL_MSG) if label else (
-        253, _SUBDOMAIN_RE, _SUBDOMAIN_MSG
+        253, SUBDOMAIN_RE, SUBDOMAIN_MSG
     )
     errors = []
     if len(name) > limit:
@@ -262,13 +262,16 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def validate_schema(value: Any, schema: JSON, path: str, errors: list[FieldError]) -> Any:
+def validate_schema(
+    value: Any, schema: JSON, path: str, errors: list[FieldError],
+    pruned: list[str] | None = None,
+) -> Any:
     """A small structural-schema check for custom resources: types, ``required``, pruning.
 
     Returns the value with unknown object fields pruned (as the apiserver prunes them unless
-    ``x-kubernetes-preserve-unknown-fields`` is set). Errors read like the apiextensions
-    validator's: ``spec.time: Invalid value: "string": spec.time in body must be of type
-    integer: "string"``.
+    ``x-kubernetes-preserve-unknown-fields`` is set); their paths go to ``pruned``. Errors
+    read like the apiextensions validator's: ``spec.time: Invalid value: "string": spec.time in
+    body must be of type integer: "string"``.
     """
     expected = schema.get("type")
     if expected in _JSON_TYPES and value is not None:
@@ -288,14 +291,16 @@ def validate_schema(value: Any, schema: JSON, path: str, errors: list[FieldError
             if required not in value:
                 errors.append(FieldError(f"{path}.{required}" if path else required, "Required"))
         keep = schema.get("x-kubernetes-preserve-unknown-fields", False) or not properties
-        pruned: JSON = {}
+        kept: JSON = {}
         for key, item in value.items():
+            child = f"{path}.{key}" if path else key
             if key in properties:
-                child = f"{path}.{key}" if path else key
-                pruned[key] = validate_schema(item, properties[key], child, errors)
+                kept[key] = validate_schema(item, properties[key], child, errors, pruned)
             elif keep:
-                pruned[key] = item
-        return pruned
+                kept[key] = item
+            elif pruned is not None:
+                pruned.append(child)
+        return kept
     return value
 
 

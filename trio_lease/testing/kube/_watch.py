@@ -30,6 +30,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from ._events import as_core_event
 from ._resources import ResourceType
 from ._selectors import Selection
 from ._status import ApiError
@@ -67,6 +68,9 @@ class WatchStream:
     last_rv: str
     #: How each event is written when it is sent (a Table for kubectl; None: as it is).
     present: Callable[[JSON], JSON] | None = None
+    #: Only events with a resourceVersion above this one are sent (a watch from a version the
+    #: store has not reached yet).
+    after: int = 0
 
     def __init__(
         self,
@@ -107,6 +111,8 @@ class WatchStream:
 
     def offer(self, type_: str, obj: JSON, prev: JSON | None = None) -> None:
         """Queue one event (``obj`` is already a private copy; ``prev`` is read-only)."""
+        if self.after and int(obj["metadata"].get("resourceVersion") or 0) <= self.after:
+            return
         if self.selection is not None:
             now_in = type_ != "DELETED" and self.selection.matches(obj)
             if type_ == "DELETED":
@@ -123,12 +129,21 @@ class WatchStream:
                 obj["metadata"]["resourceVersion"] = rv
                 type_ = "DELETED"
         obj["apiVersion"] = self.rt.api_version
+        if self.rt.legacy_event:
+            obj = as_core_event(obj)
         self.last_rv = obj["metadata"].get("resourceVersion", self.last_rv)
         self._push("event", {"type": type_, "object": obj})
 
     def bookmark(self) -> None:
         if self.bookmarks:
             self._push("event", self._bookmark_event())
+
+    def initial_events_end(self) -> None:
+        """The watch-list's BOOKMARK after the initial events, annotated
+        ``k8s.io/initial-events-end: "true"``, at the revision they were read at."""
+        event = self._bookmark_event()
+        event["object"]["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
+        self._push("event", event)
 
     def expire(self, message: str) -> None:
         """Send an in-stream 410 Expired ERROR event, then end the stream."""

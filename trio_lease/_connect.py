@@ -1,0 +1,67 @@
+"""What stopped a connection, in the user's words, for the backends' messages.
+
+A refused connection or a host name that does not resolve never sent the request: the outcome
+of a write is then known (it did not happen), and the message says so and names the host and
+port (or the host name) the user configured, so a typo in a port or a name is seen at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import ssl
+from urllib.parse import urlsplit
+
+__all__ = ["certificate_problem", "connect_problem"]
+
+_UNREACHABLE = {errno.ENETUNREACH, errno.EHOSTUNREACH}
+
+
+def connect_problem(exc: BaseException, url: str) -> str | None:
+    """Why ``exc`` (an error connecting to ``url``) could not connect, when nothing was sent:
+    "connection refused by 127.0.0.1:6443; nothing was sent", "cannot resolve the host name
+    'kube.example'; nothing was sent"; None when the chain of causes says neither."""
+    host, port = _host_port(url)
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ConnectionRefusedError):
+            return f"connection refused by {host}:{port}; nothing was sent"
+        if isinstance(current, socket.gaierror):
+            return f"cannot resolve the host name {host!r}; nothing was sent"
+        if isinstance(current, OSError) and current.errno in _UNREACHABLE:
+            return f"{host}:{port} is unreachable ({current.strerror}); nothing was sent"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _host_port(url: str) -> tuple[str, str]:
+    """The host and port of ``url`` (the scheme's default port when none is given); never the
+    user info, which may hold a password."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return "the server", "?"
+    if port is None:
+        port = 443 if parts.scheme == "https" else 80
+    shown = f"[{host}]" if ":" in host else host
+    return shown, str(port)
+
+
+def certificate_problem(exc: BaseException) -> str:
+    """What failed to verify in the server's certificate, from OpenSSL's reason ("self-signed
+    certificate in certificate chain", "Hostname mismatch, certificate is not valid for
+    'kube.example'."), found along the chain of causes; a generic phrase when none is there."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError):
+            reason = getattr(current, "verify_message", None)
+            text = "".join(c for c in str(reason or "")[:160] if c.isprintable())
+            if text:
+                return text
+        current = current.__cause__ or current.__context__
+    return "certificate verify failed"

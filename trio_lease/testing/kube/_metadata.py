@@ -1,0 +1,96 @@
+"""Object metadata validation: labels, annotations and finalizers
+(``apimachinery/pkg/api/validation/objectmeta.go``, ``apimachinery/pkg/apis/meta/v1/validation``,
+``apimachinery/pkg/util/validation``), with the exact apimachinery messages.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ._status import FieldError
+from ._validation import SUBDOMAIN_MSG, SUBDOMAIN_RE
+
+__all__ = ["ANNOTATIONS_LIMIT", "validate_object_meta"]
+
+JSON = dict[str, Any]
+
+_QNAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_QNAME_MSG = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+    "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+    "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_LABEL_VALUE_MSG = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+    "'my_value',  or '12345', regex used for validation is "
+    "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+#: ``TotalAnnotationSizeLimitB``: the keys' and values' bytes together.
+ANNOTATIONS_LIMIT = 256 * 1024
+
+def _qualified_name(value: str) -> list[str]:
+    """``IsQualifiedName`` (``apimachinery/pkg/util/validation``): ``[prefix/]name``."""
+    parts = value.split("/")
+    if len(parts) > 2:
+        return [
+            f"a qualified name {_QNAME_MSG} with an optional DNS subdomain prefix and '/' "
+            "(e.g. 'example.com/MyName')"
+        ]
+    errors = []
+    name = parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            errors.append("prefix part must be non-empty")
+        else:
+            if len(prefix) > 253:
+                errors.append("prefix part must be no more than 253 characters")
+            if not SUBDOMAIN_RE.match(prefix):
+                errors.append(f"prefix part {SUBDOMAIN_MSG}")
+    if not name:
+        errors.append("name part must be non-empty")
+    elif len(name) > 63:
+        errors.append("name part must be no more than 63 characters")
+    if not _QNAME_RE.match(name):
+        errors.append(f"name part {_QNAME_MSG}")
+    return errors
+
+
+def validate_object_meta(metadata: JSON) -> list[FieldError]:
+    """Labels, annotations and finalizers of ``ValidateObjectMetaAccessor``
+    (``apimachinery/pkg/api/validation/objectmeta.go``, ``meta/v1/validation.ValidateLabels``).
+
+    A label key and each finalizer is a qualified name; a label value at most 63 characters
+    of ``[A-Za-z0-9_.-]`` starting and ending alphanumeric (or empty); an annotation key a
+    qualified name (case-insensitive), and all annotations together at most 256 KiB.
+    """
+    errors: list[FieldError] = []
+    for key, value in (metadata.get("labels") or {}).items():
+        errors += [FieldError("metadata.labels", "Invalid", m, key) for m in _qualified_name(key)]
+        text = value or ""
+        if len(text) > 63:
+            errors.append(FieldError(
+                "metadata.labels", "Invalid", "must be no more than 63 characters", text
+            ))
+        if not _LABEL_VALUE_RE.match(text):
+            errors.append(FieldError("metadata.labels", "Invalid", _LABEL_VALUE_MSG, text))
+    annotations = metadata.get("annotations") or {}
+    for key in annotations:
+        errors += [
+            FieldError("metadata.annotations", "Invalid", m, key)
+            for m in _qualified_name(key.lower())
+        ]
+    size = sum(len(k.encode()) + len((v or "").encode()) for k, v in annotations.items())
+    if size > ANNOTATIONS_LIMIT:
+        errors.append(FieldError(
+            "metadata.annotations", "TooLong", f"must have at most {ANNOTATIONS_LIMIT} bytes"
+        ))
+    for finalizer in metadata.get("finalizers") or []:
+        text = finalizer if isinstance(finalizer, str) else ""
+        errors += [
+            FieldError("metadata.finalizers", "Invalid", m, text) for m in _qualified_name(text)
+        ]
+    return errors
