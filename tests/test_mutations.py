@@ -127,7 +127,7 @@ MUTATIONS = [
     Mutation(
         "4.4 release is shielded",
         "trio_lease/_writing.py",
-        "            anyio.CancelScope(shield=True),\n"
+        "            anyio.CancelScope(shield=True),  # noqa: ASYNC912  a shield for cleanup\n"
         "            anyio.move_on_after(self._state.settings.lease_operation_timeout) as scope,",
         "            anyio.CancelScope(),\n"
         "            anyio.move_on_after(self._state.settings.lease_operation_timeout) as scope,",

@@ -20,9 +20,14 @@ To write a backend, subclass :class:`LeaseBackend` and implement:
     the record no longer exists. Every successful write must produce a version never used before
     for that name (versions are compared for equality only, never ordered).
 ``watch(name)`` (optional; set ``supports_watch = True``)
-    An async iterator that first yields the current record (or ``None``), then each later state
-    as it changes. It may coalesce changes and may yield a state twice, but must eventually yield
-    the latest state after every change.
+    An async context manager handing out a receive stream: first the current record (or
+    ``None``), then each later state as it changes. It may coalesce changes and may deliver a
+    state twice, but must eventually deliver the latest state after every change. Build it with
+    :class:`~trio_lease.abc.Changes` from an async function that awaits ``emit(state)``:
+    ``return Changes(functools.partial(self._follow, name))``; the function runs in a task the
+    context owns, so its own timers and task groups never wrap the caller's loop body. (An
+    async generator ``watch``, the form of older versions, still works: the core runs it in a
+    task of its own, and a ``watch`` returning anything else is a BackendProtocolError.)
 ``watch_feed()`` (optional, with ``supports_watch``)
     Return a :class:`~trio_lease.abc.WatchFeed` that follows many leases with one stream (a
     watch by label, a prefix watch, one poller). The core runs one per backend object and
@@ -74,6 +79,7 @@ import abc
 import dataclasses
 import inspect
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self
 
@@ -146,8 +152,11 @@ class LeaseBackend(abc.ABC):
     async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
         """Replace the record if at ``expected_version``, else raise :class:`ConflictError`."""
 
-    def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
-        """Yield the current record, then each change (optional; see ``supports_watch``)."""
+    def watch(self, name: str) -> AbstractAsyncContextManager[AsyncIterator[LeaseRecord | None]]:
+        """The current record, then each change (optional; see ``supports_watch``).
+
+        ``async with backend.watch(name) as records: async for record in records: ...``
+        """
         raise NotImplementedError(f"{type(self).__name__} does not support watch")
 
     def watch_feed(self) -> WatchFeed | None:
@@ -212,7 +221,8 @@ class LeaseBackend(abc.ABC):
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):  # closes when cancelled
+            await self.aclose()
 
 
 #: ``publish(name, state)``: a watched lease changed; ``state`` is its record now (None: gone).

@@ -70,7 +70,7 @@ class AkkaHost:
             await self.end_hosted()
 
         try:
-            return await close_host(stack, end_hold, exc_type, exc, tb)
+            return await close_host(stack, end_hold, exc_type, exc, tb)  # noqa: ASYNC102  close_host shields and bounds the release
         finally:
             self._host = None
 

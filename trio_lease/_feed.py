@@ -36,15 +36,18 @@ the grant. So a feed that lags, replays old events or drops them costs time, nev
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import TypeVar
+from collections.abc import AsyncIterable, AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TypeVar, cast
 
 import anyio
 
 from ._abc import LeaseBackend, LeaseRecord, Publish, Watched, WatchFeed
 from ._exceptions import BackendProtocolError, BackendUnavailable, LeaseError
+from ._host import reraise, sole_error
+from ._streams import Changes, Emit
 
 __all__ = ["PerNameFeed", "checked_watch", "closing", "untyped"]
 
@@ -79,8 +82,9 @@ class PerNameFeed(WatchFeed):
         with scope:
             while True:
                 try:
-                    async for state in checked_watch(self.backend, name):
-                        publish(name, state)
+                    async with checked_watch(self.backend, name) as states:
+                        async for state in states:
+                            publish(name, state)
                 except BackendUnavailable as exc:  # opened again after a pause
                     logger.info("watch of lease %r failed (%s); opening it again", name, exc)
                 # Anything else (credentials, configuration) ends the run: the hub wakes every
@@ -88,24 +92,61 @@ class PerNameFeed(WatchFeed):
                 await anyio.sleep(self.retry)
 
 
-async def checked_watch(backend: LeaseBackend, name: str) -> AsyncIterator[LeaseRecord | None]:
-    """``backend.watch(name)``, each item checked, anything untyped it raises made typed."""
-    async with closing(backend.watch(name)) as stream:
-        while True:
-            try:
-                record = await stream.__anext__()
-            except StopAsyncIteration:
-                return
-            except LeaseError:
-                raise
-            except Exception as exc:
-                raise untyped(exc, backend, f"watching lease {name!r}") from exc
-            if record is not None and not isinstance(record, LeaseRecord):
-                raise BackendProtocolError(
-                    f"watching lease {name!r}: {backend!r} yielded "
-                    f"{type(record).__name__}, not a LeaseRecord or None"
-                )
-            yield record
+def checked_watch(backend: LeaseBackend, name: str) -> Changes[LeaseRecord | None]:
+    """``backend.watch(name)``, each item checked, anything untyped it raises made typed.
+
+    Takes both forms of ``watch``: an async context manager handing out a receive stream (the
+    SPI), or an async iterator (the form of older versions), which is run in the stream's own
+    task and closed when the caller leaves; anything else is a
+    :class:`~trio_lease.BackendProtocolError`.
+    """
+    return Changes(
+        functools.partial(_forward_watch, backend, name), what=f"the watch of lease {name!r}"
+    )
+
+
+async def _forward_watch(
+    backend: LeaseBackend, name: str, emit: Emit[LeaseRecord | None]
+) -> None:
+    what = f"watching lease {name!r}"
+    try:
+        opened: object = backend.watch(name)
+        if hasattr(opened, "__aenter__") and hasattr(opened, "__aexit__"):
+            async with cast(AbstractAsyncContextManager[object], opened) as stream:
+                await _forward(backend, name, stream, emit)
+        elif isinstance(opened, AsyncIterator):
+            async with closing(opened) as stream:
+                await _forward(backend, name, stream, emit)
+        else:
+            raise BackendProtocolError(
+                f"{what}: {type(backend).__name__}.watch() returned {type(opened).__name__}; "
+                "it must return an async context manager that hands out a receive stream "
+                "(trio_lease.abc.Changes), or an async iterator"
+            )
+    except LeaseError:
+        raise
+    except Exception as exc:
+        single = sole_error(exc) if isinstance(exc, ExceptionGroup) else exc
+        if isinstance(single, LeaseError):
+            reraise(single)
+        raise untyped(exc, backend, what) from exc
+
+
+async def _forward(
+    backend: LeaseBackend, name: str, stream: object, emit: Emit[LeaseRecord | None]
+) -> None:
+    if not isinstance(stream, AsyncIterable):
+        raise BackendProtocolError(
+            f"watching lease {name!r}: {type(backend).__name__}.watch() handed out "
+            f"{type(stream).__name__}, not an async iterable of LeaseRecord or None"
+        )
+    async for record in stream:
+        if record is not None and not isinstance(record, LeaseRecord):
+            raise BackendProtocolError(
+                f"watching lease {name!r}: {backend!r} yielded "
+                f"{type(record).__name__}, not a LeaseRecord or None"
+            )
+        await emit(record)
 
 
 def untyped(exc: Exception, backend: LeaseBackend, what: str) -> BackendProtocolError:
@@ -123,7 +164,7 @@ def untyped(exc: Exception, backend: LeaseBackend, what: str) -> BackendProtocol
 
 @asynccontextmanager
 async def closing(stream: AsyncIterator[T]) -> AsyncIterator[AsyncIterator[T]]:
-    """Close a backend's watch stream (an async generator) as soon as we stop reading it."""
+    """Close an async iterator ``watch`` (the form of older versions) when we stop reading it."""
     try:
         yield stream
     finally:

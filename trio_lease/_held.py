@@ -98,7 +98,7 @@ class HeldScopes:
                     holding.check_deadline(passed=body.cancel_called)
                     heartbeat_scope.cancel()
         finally:
-            await self._writer.drop_hold(holding, raise_unknown=False)
+            await self._writer.drop_hold(holding, raise_unknown=False)  # noqa: ASYNC102  drop_hold shields and bounds the release
         if body_error is not None and not isinstance(body_error, Exception):
             raise body_error  # KeyboardInterrupt, SystemExit: never turned into LeaseLost
         if holding.lost_cause is not None:

@@ -39,7 +39,7 @@ async def close_host(
         await cleanup()
     except BaseException:
         if stack is not None:
-            await stack.aclose()
+            await stack.aclose()  # not shielded: exits the task group, cancelling its tasks
         raise
     if stack is None:
         return None

@@ -324,6 +324,8 @@ async def read_capped(response: httpx.Response, body: CappedBody) -> Reply:
             async for chunk in response.aiter_bytes():
                 body.add(chunk)
         finally:
+            # Not shielded (this runs for every request on the httpx path): httpcore shields
+            # its own release of the connection, and closing a reply never waits on the peer.
             await response.aclose()
     except QUOTES_THE_WIRE as exc:
         error = without_wire_text(exc)

@@ -18,7 +18,7 @@ grants (reentrancy, docs/design.md §4.6) through the process's registry of hold
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from types import TracebackType
@@ -37,6 +37,7 @@ from ._observer import LeaseInfo, LeaseObserver, observers_of
 from ._reading import RecordReader
 from ._settings import LeaseSettings
 from ._state import LeaseState
+from ._streams import Changes
 from ._waiting import Waiter
 from ._writing import GrantWriter
 
@@ -174,7 +175,7 @@ class Lease:
         tb: TracebackType | None,
     ) -> bool | None:
         """End what :meth:`acquire` holds (releasing it), then close the host task group."""
-        return await self._akka.exit(exc_type, exc, tb)
+        return await self._akka.exit(exc_type, exc, tb)  # noqa: ASYNC102  AkkaHost.exit shields and bounds the release
 
     def attach_host(self, host: TaskGroup | None) -> None:
         """Host :meth:`acquire`'s heartbeat in ``host`` (used by :class:`LeaseProvider`)."""
@@ -221,8 +222,11 @@ class Lease:
         """
         return self._reader.holder()
 
-    def watch_holder(self) -> AsyncIterator[str | None]:
-        """Yield the holder identity (None when free) now and whenever it changes.
+    def watch_holder(self) -> Changes[str | None]:
+        """The holder identity (None when free) now and whenever it changes.
+
+        ``async with lease.watch_holder() as holders: async for holder in holders: ...``: the
+        watch runs in a task the block owns, never around the loop's body.
 
         Uses the backend's watch when it has one, else polls every ``wait_interval``. A dead
         holder's record does not change, so this reports what the record says, not expiry.

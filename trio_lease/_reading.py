@@ -11,7 +11,6 @@ anything a backend returns or raises outside the SPI becomes a typed error here
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 
 import anyio
 
@@ -19,7 +18,9 @@ from . import _algorithm as algo
 from ._abc import LeaseRecord
 from ._exceptions import BackendProtocolError, BackendUnavailable, LeaseError
 from ._feed import checked_watch, closing, untyped
+from ._holder_changes import holder_changes
 from ._state import LeaseState
+from ._streams import Changes
 
 __all__ = ["RecordReader", "closing", "untyped"]
 
@@ -71,32 +72,14 @@ class RecordReader:
             return algo.UNKNOWN_HOLDER
         return record.holder
 
-    async def watch_holder(self) -> AsyncIterator[str | None]:
-        """Yield the holder identity (None when free) now and whenever it changes.
+    def watch_holder(self) -> Changes[str | None]:
+        """The holder identity (None when free) now and whenever it changes, as a stream.
 
         Uses the backend's watch when it has one, else polls every ``wait_interval``. A dead
         holder's record does not change, so this reports what the record says, not expiry.
         """
-        last: object = object()
-        if self._state.backend.supports_watch:
-            async with closing(self.watch_records()) as stream:
-                async for record in stream:
-                    self._state.observe(record)
-                    if self.holder() != last:
-                        last = self.holder()
-                        yield self.holder()
-        else:
-            while True:
-                try:
-                    await self.read()
-                except BackendUnavailable as exc:
-                    logger.info("lease %r: reading the holder failed: %s", self._state.name, exc)
-                else:
-                    if self.holder() != last:
-                        last = self.holder()
-                        yield self.holder()
-                await anyio.sleep(self._state.settings.wait_interval)
+        return holder_changes(self, self._state)
 
-    def watch_records(self) -> AsyncIterator[LeaseRecord | None]:
+    def watch_records(self) -> Changes[LeaseRecord | None]:
         """The backend's watch, each item checked, anything untyped it raises made typed."""
         return checked_watch(self._state.backend, self._state.name)

@@ -134,23 +134,24 @@ class Singleton:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._subscribers.remove(subscriber)
 
-    async def states(self) -> AsyncIterator[SingletonState]:
+    async def states(self) -> AsyncIterator[SingletonState]:  # noqa: ASYNC900  every yield stands outside any scope
         """Yield the current state, then every change, until the runner stops."""
         send, receive = anyio.create_memory_object_stream[SingletonState](math.inf)
         self._subscribers.append(send)
+        # Every yield stands outside any scope (no task, no timer, no `with`): the caller's
+        # loop body runs under the caller's scopes only. The finally has no await.
         try:
-            yield self._state
-            if isinstance(self._state, Stopped):
-                return
-            async with receive:
-                async for state in receive:
-                    yield state
-                    if isinstance(state, Stopped):
-                        return
+            state = self._state
+            while True:
+                yield state
+                if isinstance(state, Stopped):
+                    return
+                state = await receive.receive()
         finally:
             if send in self._subscribers:
                 self._subscribers.remove(send)
             send.close()
+            receive.close()
 
     def healthy(self) -> bool:
         """False when the runner believes it leads but its deadline has passed.
@@ -162,7 +163,7 @@ class Singleton:
             return not self._grant.lost
         return True
 
-    async def run(self, *, task_status: TaskStatus[Grant] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: TaskStatus[Grant] = anyio.TASK_STATUS_IGNORED) -> None:  # noqa: ASYNC128  _lead_once calls task_status.started()
         """Compete for the lease and run ``fn`` while holding it, forever (or until done)."""
         started = False
         try:
@@ -226,7 +227,7 @@ class Singleton:
             try:
                 with fn_scope:
                     await self.fn(SingletonContext(grant, stopping))
-            except BaseException as exc:  # delivered to the runner below, never in a group
+            except BaseException as exc:  # noqa: ASYNC103  to the runner below, bare; cancel too
                 error.append(exc)
             finally:
                 finished.set()
@@ -264,7 +265,7 @@ class Singleton:
             raise error[0]
 
 
-async def run_singleton(
+async def run_singleton(  # noqa: ASYNC128  Singleton.run calls task_status.started()
     lease: Lease,
     fn: SingletonFn,
     *,

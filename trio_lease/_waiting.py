@@ -91,7 +91,7 @@ class Waiter:
             # Cancelled after the grant was written but before the caller got it: release it
             # before the cancellation propagates (shielded and bounded inside _drop_hold).
             if box:
-                await self._writer.drop_hold(box[0], raise_unknown=False)
+                await self._writer.drop_hold(box[0], raise_unknown=False)  # noqa: ASYNC102  drop_hold shields and bounds the release
             raise
         if not box:
             last = self.last_error
@@ -115,7 +115,7 @@ class Waiter:
         self._state.wait_started = self._state.clock()
         error: list[Exception] = []
         try:
-            with anyio.move_on_after(infinite_or(timeout)):
+            with anyio.move_on_after(infinite_or(timeout)):  # noqa: ASYNC912  a deadline; the awaits in it checkpoint
                 async with anyio.create_task_group() as tg:
                     try:
                         await self._wait_loop(tg, box)
@@ -248,7 +248,7 @@ class Waiter:
         # it would cost a read per renewal per waiter, and the wait ends no sooner.
         known = [self._state.last_record]
 
-        async def receive(state: LeaseRecord | FeedFailure | None) -> None:
+        async def receive(state: LeaseRecord | FeedFailure | None) -> None:  # noqa: ASYNC124  the shared watch's Receive is async
             if isinstance(state, FeedFailure):
                 # Not transient (credentials, TLS, a missing CRD): the next attempt meets the
                 # error too and ends the wait with it.

@@ -182,14 +182,14 @@ class GrantWriter:
                 )
         except ConflictError:
             return None
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: ASYNC103  Cancelled is re-raised below
             # Unknown outcome (error, timeout, or our caller was cancelled): the write may have
             # landed. Learn the truth; adopt it, or, if we are being cancelled, release it.
             cancelled = not isinstance(exc, Exception)
-            current = await self._resolve_unknown_grant(decision.record, release=cancelled)
+            current = await self._resolve_unknown_grant(decision.record, release=cancelled)  # noqa: ASYNC102  resolve_unknown_grant shields and bounds
             if current is None or cancelled:
                 if isinstance(exc, Exception) and not isinstance(exc, LeaseError):
-                    raise untyped(
+                    raise untyped(  # noqa: ASYNC104  only an Exception is made typed
                         exc, self._state.backend, f"writing lease {self._state.name!r}"
                     ) from exc
                 raise
@@ -236,8 +236,8 @@ class GrantWriter:
         Shielded and bounded by T.
         """
         with (
-            anyio.CancelScope(shield=True),
-            anyio.move_on_after(self._state.settings.lease_operation_timeout),
+            anyio.CancelScope(shield=True),  # noqa: ASYNC912  a shield for cleanup
+            anyio.move_on_after(self._state.settings.lease_operation_timeout),  # noqa: ASYNC912  bounds backend calls
         ):
             try:
                 current = await self._state.backend.get(self._state.name)
@@ -280,8 +280,8 @@ class GrantWriter:
         """Write an empty holder if a fresh read still shows our grant (docs/design.md §4.4)."""
         error: BaseException | None = None
         with (
-            anyio.CancelScope(shield=True),
-            anyio.move_on_after(self._state.settings.lease_operation_timeout) as scope,
+            anyio.CancelScope(shield=True),  # noqa: ASYNC912  a shield for cleanup
+            anyio.move_on_after(self._state.settings.lease_operation_timeout) as scope,  # noqa: ASYNC912  bounds backend calls
             urgent(),  # a release hands the lease over: it goes before acquisitions
         ):
             try:

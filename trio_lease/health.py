@@ -286,9 +286,9 @@ class HealthServer:
         try:
             await group.__aenter__()
         except BaseException:
-            await anyio.aclose_forcefully(listener)
+            await anyio.aclose_forcefully(listener)  # not shielded: forceful, no wait
             raise
-        group.start_soon(server.serve, listener)
+        group.start_soon(server.serve, listener)  # noqa: ASYNC113  the listener is bound above; serving may start later
         self._running = group, listener
         return self
 
@@ -305,9 +305,9 @@ class HealthServer:
         # is not handed to the group, so it leaves as itself, not inside an exception group.
         group.cancel_scope.cancel()
         try:
-            await group.__aexit__(None, None, None)
+            await group.__aexit__(None, None, None)  # noqa: ASYNC102  exits the server's task group, cancelled above
         finally:
-            await anyio.aclose_forcefully(listener)  # in case the task never started
+            await anyio.aclose_forcefully(listener)  # if never started; forceful, no wait
         return None
 
 

@@ -102,7 +102,9 @@ class UpdateCheckThenWrite(MemoryBackend):
 
 
 class WatchSeesNoChange(MemoryBackend):
-    async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
+    """An old-style watch (an async generator): the core runs it through its adapter."""
+
+    async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:  # type: ignore[override]
         yield await self.get(name)
         await anyio.sleep_forever()
 
@@ -133,9 +135,12 @@ class UpdateKeepsOldHandoverTo(MemoryBackend):
 
 
 class WatchDropsHandoverTo(MemoryBackend):
-    async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
-        async for state in super().watch(name):
-            yield state if state is None else dataclasses.replace(state, handover_to="")
+    """An old-style watch (an async generator) built on the new form of its base class."""
+
+    async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:  # type: ignore[override]
+        async with super().watch(name) as records:
+            async for state in records:
+                yield state if state is None else dataclasses.replace(state, handover_to="")
 
 
 def _shared(cls: type[MemoryBackend]) -> Callable[[], object]:

@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests._watching import first_state
 from trio_lease import (
     BackendProtocolError,
     BackendUnavailable,
@@ -202,7 +203,7 @@ async def test_unreadable_version_raises_protocol_error_naming_lease_and_column(
         with pytest.raises(BackendProtocolError, match=r"\(version: "):
             await backend.names()
         with pytest.raises(BackendProtocolError, match=r"version"):
-            await anext(backend.watch("job"))
+            await first_state(backend, "job")
 
 
 async def test_names_checks_every_row(tmp_path: Path) -> None:
@@ -224,14 +225,13 @@ async def test_names_checks_every_row(tmp_path: Path) -> None:
 async def test_watch_validates_rows_on_its_own_connection(tmp_path: Path) -> None:
     """watch yields an unreadable row as unreadable, then the row a writer fixed."""
     path = foreign_file(tmp_path / "db", fencing_token="abc")
-    async with SqliteBackend(path, watch_interval=0.01) as backend:
-        events = backend.watch("job")
+    backend = SqliteBackend(path, watch_interval=0.01)
+    async with backend, backend.watch("job") as events:
         first = await anext(events)
         assert first is not None and first.unreadable.startswith("fencing_token: ")
         assert first.fencing_token == -1
         written = await backend.update(record(fencing_token=8), first.version)
         assert await anext(events) == written
-        await events.aclose()  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -279,7 +279,7 @@ async def test_leases_table_missing_columns_is_not_a_trio_lease_database(tmp_pat
             assert str(path) in str(caught.value)
             assert "no column lease_duration, fencing_token" in str(caught.value)
         with pytest.raises(LeaseConfigError, match="is not a trio_lease database"):
-            await anext(backend.watch("job"))
+            await first_state(backend, "job")
 
 
 async def test_another_programs_database_is_refused_and_left_untouched(tmp_path: Path) -> None:
@@ -425,7 +425,7 @@ async def test_no_raw_error_escapes_any_public_method(tmp_path: Path, case: str)
         "create": lambda: backend.create(record()),
         "update": lambda: backend.update(record(), "1"),
         "names": backend.names,
-        "watch": lambda: anext(backend.watch("job")),
+        "watch": lambda: first_state(backend, "job"),
     }
     for call in calls.values():
         with pytest.raises(LeaseConfigError):

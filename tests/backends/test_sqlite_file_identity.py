@@ -176,13 +176,12 @@ async def test_a_watch_stops_following_a_removed_file(tmp_path: Path) -> None:
     path = tmp_path / "leases.sqlite3"
     async with SqliteBackend(path, watch_interval=0.01) as backend:
         made = await backend.create(LeaseRecord("job", "alice", 30.0, 1))
-        changes = backend.watch("job")
         with anyio.fail_after(LIMIT):
-            assert await anext(changes) == made
-            remove(path)
             with pytest.raises(LeaseConfigError, match=GONE):
-                await anext(changes)
-        await changes.aclose()  # type: ignore[attr-defined]
+                async with backend.watch("job") as changes:
+                    assert await anext(changes) == made
+                    remove(path)
+                    await anext(changes)
 
 
 async def test_the_same_file_moved_away_and_back_is_used_on(tmp_path: Path) -> None:

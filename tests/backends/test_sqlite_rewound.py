@@ -25,6 +25,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests._watching import first_state
 from trio_lease import Lease, LeaseConfigError, LeaseLost, LeaseRecord, LeaseSettings
 from trio_lease._abc import Watched
 from trio_lease.backends.sqlite import SqliteBackend
@@ -93,7 +94,7 @@ def calls(backend: SqliteBackend, job: LeaseRecord) -> dict[str, Callable[[], Aw
         "update": lambda: backend.update(job, job.version),
         "create": lambda: backend.create(LeaseRecord("new", "alice", 30.0, 1)),
         "names": backend.names,
-        "watch": lambda: anext(backend.watch(job.name)),
+        "watch": lambda: first_state(backend, job.name),
     }
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
-from contextlib import aclosing
 
 import anyio
 import pytest
@@ -21,6 +19,7 @@ from trio_lease import (
     LeaseSettings,
 )
 from trio_lease._waiting import EXPIRY_JITTER
+from trio_lease.abc import Changes, Emit
 from trio_lease.backends.memory import MemoryBackend
 
 from .conftest import World
@@ -231,10 +230,11 @@ async def test_holder_and_watch_holder_report_changes(world: World) -> None:
     seen: list[str | None] = []
 
     async def watch() -> None:
-        async for holder in b.watch_holder():
-            seen.append(holder)
-            if len(seen) == 3:
-                return
+        async with b.watch_holder() as holders:
+            async for holder in holders:
+                seen.append(holder)
+                if len(seen) == 3:
+                    return
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch)
@@ -284,17 +284,23 @@ async def test_leaving_watch_holder_closes_the_backend_stream(world: World) -> N
     closed: list[bool] = []
 
     class Recording(MemoryBackend):
-        async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
-            try:
-                async for state in super().watch(name):
-                    yield state
-            finally:
-                closed.append(True)
+        def watch(self, name: str) -> Changes[LeaseRecord | None]:
+            inner = super().watch(name)
+
+            async def follow(emit: Emit[LeaseRecord | None]) -> None:
+                try:
+                    async with inner as states:
+                        async for state in states:
+                            await emit(state)
+                finally:
+                    closed.append(True)
+
+            return Changes(follow)
 
     backend = world.backend()
     assert isinstance(backend, MemoryBackend)
     lease = world.lease("a", backend=Recording(backend.store))
-    async with aclosing(lease.watch_holder()) as holders:  # type: ignore[type-var]
+    async with lease.watch_holder() as holders:
         async for holder in holders:
             assert holder is None
             break
@@ -309,12 +315,18 @@ async def test_release_between_first_read_and_watch_start_wakes_the_waiter(world
     released_at: list[float] = []
 
     class ReleaseBeforeWatch(MemoryBackend):
-        async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
-            if not released_at:
-                await a._akka.end_hold(raise_unknown=True)  # a releases just before the watch opens
-                released_at.append(anyio.current_time())
-            async for state in super().watch(name):
-                yield state
+        def watch(self, name: str) -> Changes[LeaseRecord | None]:
+            inner = super().watch(name)
+
+            async def follow(emit: Emit[LeaseRecord | None]) -> None:
+                if not released_at:
+                    await a._akka.end_hold(raise_unknown=True)  # a releases before the watch opens
+                    released_at.append(anyio.current_time())
+                async with inner as states:
+                    async for state in states:
+                        await emit(state)
+
+            return Changes(follow)
 
     assert isinstance(backend, MemoryBackend)
     b = world.lease("b", backend=ReleaseBeforeWatch(backend.store))

@@ -548,8 +548,9 @@ async def test_watch_holder_turns_a_bad_watch_into_a_protocol_error(backend: _Ba
     lease = Lease("job", "me", backend, SETTINGS)
     seen = []
     with pytest.raises(BackendProtocolError, match="watching lease 'job'"):
-        async for holder in lease.watch_holder():
-            seen.append(holder)
+        async with lease.watch_holder() as holders:
+            async for holder in holders:
+                seen.append(holder)
     assert seen == [None]
 
 

@@ -28,7 +28,6 @@ import anyio
 import httpx
 
 from trio_lease import Lease, LeaseBackend, LeaseRecord, LeaseSettings
-from trio_lease._reading import closing as _closing
 from trio_lease._writing import MAX_CONFLICTS
 from trio_lease.backends.kubernetes._models import LeaseKind
 
@@ -209,7 +208,7 @@ async def _watch_call(
         target.fake.watch_storm.add((target.label, name))
 
     async def watch() -> None:
-        async with _closing(backend.watch(name)) as stream:
+        async with backend.watch(name) as stream:
             with anyio.move_on_after(window):
                 async for item in stream:
                     items.append(item)

@@ -39,7 +39,6 @@ from trio_lease import (
     LeaseRecord,
     LeaseSettings,
 )
-from trio_lease._reading import closing as _closing
 from trio_lease._writing import MAX_CONFLICTS
 from trio_lease.backends.etcd import EtcdBackend
 from trio_lease.backends.kubernetes import (
@@ -346,7 +345,7 @@ async def test_a_watch_list_with_items_5_neither_crashes_nor_spins() -> None:
     with anyio.CancelScope() as scope:
         scripted.scope = scope
         with anyio.move_on_after(10):
-            async with backend, _closing(backend.watch("job")) as stream:
+            async with backend, backend.watch("job") as stream:
                 async for item in stream:
                     items.append(item)
     assert len(scripted.requests) <= 40, f"{len(scripted.requests)} requests in 10 s"
@@ -379,7 +378,7 @@ async def test_kubernetes_watch_streams_ending_after_one_bookmark_do_not_spin() 
     with anyio.CancelScope() as scope:
         scripted.scope = scope
         with anyio.move_on_after(10):
-            async with backend, _closing(backend.watch("job")) as stream:
+            async with backend, backend.watch("job") as stream:
                 async for _ in stream:
                     pass
     watches = [r for r in scripted.requests if r.query.get("watch") in ("1", "true")]
@@ -403,7 +402,7 @@ async def test_etcd_watch_streams_ending_after_one_progress_notification_do_not_
     with anyio.CancelScope() as scope:
         scripted.scope = scope
         with anyio.move_on_after(10):
-            async with backend, _closing(backend.watch("job")) as stream:
+            async with backend, backend.watch("job") as stream:
                 async for _ in stream:
                     pass
     watches = [r for r in scripted.requests if r.path.endswith("/watch")]

@@ -219,12 +219,13 @@ class Harness:
         async with self._watch_backend() as backend:
             while True:
                 try:
-                    async for record in backend.watch(LEASE):
-                        if record is not None:
-                            self.records.append({
-                                "t": time.monotonic(), "holder": record.holder,
-                                "token": record.fencing_token, "version": record.version,
-                            })
+                    async with backend.watch(LEASE) as records:
+                        async for record in records:
+                            if record is not None:
+                                self.records.append({
+                                    "t": time.monotonic(), "holder": record.holder,
+                                    "token": record.fencing_token, "version": record.version,
+                                })
                 except Exception:  # cut watches, paused servers: watch again
                     pass
                 await anyio.sleep(0.05)

@@ -28,6 +28,7 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Hashable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
@@ -102,7 +103,7 @@ class SlowReplyBackend(LeaseBackend):
             if self.clock is not None:
                 self.clock.thaw()
 
-    def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
+    def watch(self, name: str) -> AbstractAsyncContextManager[AsyncIterator[LeaseRecord | None]]:
         return self.inner.watch(name)
 
     async def aclose(self) -> None:

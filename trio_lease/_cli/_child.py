@@ -155,7 +155,7 @@ async def run_child(command: list[str], lease_env: dict[str, str], grace: float)
         returncode = await process.wait()
     finally:
         if process.returncode is None:
-            await _stop(process, grace)
+            await _stop(process, grace)  # noqa: ASYNC102  _stop shields itself; grace, then SIGKILL
         if isinstance(process, _Forked):
             process.close()
     return 128 - returncode if returncode < 0 else returncode

@@ -8,14 +8,16 @@ watch (:class:`MemoryFeed`) is told of every commit of the store and publishes t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import Hashable
 
 import anyio
 import anyio.lowlevel
 
 from .._abc import LeaseBackend, LeaseRecord, Publish, Watched, WatchFeed
 from .._exceptions import ConflictError
+from ..abc import Changes, Emit
 
 __all__ = ["MemoryBackend", "MemoryFeed", "MemoryStore"]
 
@@ -100,11 +102,15 @@ class MemoryBackend(LeaseBackend):
             return None
         return MemoryFeed(self.store)
 
-    async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
-        """Yield the current record, then the record after every change."""
+    def watch(self, name: str) -> Changes[LeaseRecord | None]:
+        """The current record, then the record after every change."""
+        follow = functools.partial(self._follow, name)
+        return Changes(follow, what=f"{type(self).__name__}.watch({name!r})")
+
+    async def _follow(self, name: str, emit: Emit[LeaseRecord | None]) -> None:
         while True:
             changed = self.store.changed(name)
-            yield self.store.records.get(name)
+            await emit(self.store.records.get(name))
             await changed.wait()
 
 

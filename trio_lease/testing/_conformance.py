@@ -31,6 +31,7 @@ import anyio
 from .._abc import LeaseBackend, LeaseRecord
 from .._algorithm import echo_problem
 from .._exceptions import ConflictError
+from .._feed import checked_watch
 
 __all__ = ["BackendConformanceError", "check_backend"]
 
@@ -262,12 +263,13 @@ async def _check_watch(run: _Run) -> None:
     change_seen = anyio.Event()
 
     async def watch() -> None:
-        async for state in watcher.watch(name):
-            states.append(state)
-            first_seen.set()
-            if state is not None and state.holder == "second":
-                change_seen.set()
-                return
+        async with checked_watch(watcher, name) as stream:
+            async for state in stream:
+                states.append(state)
+                first_seen.set()
+                if state is not None and state.holder == "second":
+                    change_seen.set()
+                    return
 
     with anyio.move_on_after(limit) as scope:
         async with anyio.create_task_group() as tg:
@@ -299,13 +301,8 @@ async def _check_handover_to(run: _Run) -> None:
     if run.a.supports_watch:
         state: LeaseRecord | None = None
         with anyio.move_on_after(run.watch_timeout):
-            states = run.a.watch(name)
-            try:
-                state = await anext(states)
-            finally:
-                aclose = getattr(states, "aclose", None)  # a generator: close it now
-                if aclose is not None:
-                    await aclose()
+            async with checked_watch(run.a, name) as states:
+                state = await states.receive()
         ok = state is not None and state.handover_to == "owner-b"
         _require(ok, "watch yields the handover_to an update stored" + why)
     cleared = await run.a.update(dataclasses.replace(asked, handover_to=""), asked.version)

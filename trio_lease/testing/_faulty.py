@@ -17,16 +17,19 @@ Faults, all seeded so a failing run can be replayed:
 
 from __future__ import annotations
 
+import functools
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import TypeVar
 
 import anyio
 
 from .._abc import LeaseBackend, LeaseRecord
 from .._exceptions import BackendUnavailable
+from .._feed import checked_watch
 from .._settings import LeaseSettings
+from .._streams import Changes, Emit
 
 __all__ = ["FaultyBackend"]
 
@@ -142,13 +145,18 @@ class FaultyBackend(LeaseBackend):
             "update", lambda: self.inner.update(record, expected_version), write=True
         )
 
-    async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
+    def watch(self, name: str) -> Changes[LeaseRecord | None]:
         if not self.supports_watch:
             raise NotImplementedError("watch is disabled on this FaultyBackend")
         self.calls["watch"] += 1
-        async for state in self.inner.watch(name):
-            await self._gate()
-            yield state
+        follow = functools.partial(self._follow, name)
+        return Changes(follow, what=f"{self!r}.watch({name!r})")
+
+    async def _follow(self, name: str, emit: Emit[LeaseRecord | None]) -> None:
+        async with checked_watch(self.inner, name) as states:
+            async for state in states:
+                await self._gate()
+                await emit(state)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -454,8 +454,9 @@ async def test_an_untrusted_server_certificate_is_a_configuration_error() -> Non
             await b.create(LeaseRecord(name="x"))  # nothing was sent: both are tried
         assert hosts == ["a.invalid", "b.invalid"]
         with pytest.raises(LeaseConfigError, match="ca-file"):
-            async for _ in b.watch("x"):
-                pass
+            async with b.watch("x") as records:
+                async for _ in records:
+                    pass
 
 
 async def test_an_untrusted_certificate_on_the_watch_stream_ends_the_watch() -> None:
@@ -471,8 +472,9 @@ async def test_an_untrusted_certificate_on_the_watch_stream_ends_the_watch() -> 
 
     async with backend(handler) as b:
         with anyio.fail_after(10), pytest.raises(LeaseConfigError, match="ca-file"):
-            async for _ in b.watch("x"):
-                pass
+            async with b.watch("x") as records:
+                async for _ in records:
+                    pass
     assert watches == 1
 
 
@@ -498,8 +500,9 @@ async def _watch_requests(handler: Handler, seconds: float) -> list[float]:
 
     async with backend(counting) as b:
         with anyio.move_on_after(seconds):
-            async for _ in b.watch("x"):
-                pass
+            async with b.watch("x") as records:
+                async for _ in records:
+                    pass
     return opened
 
 
@@ -598,10 +601,11 @@ async def test_an_unreadable_watch_line_is_a_protocol_error_and_never_a_state(
                     pass
         seen: list[LeaseRecord | None] = []
         with anyio.fail_after(30):
-            async for state in b.watch("x"):
-                seen.append(state)
-                if len(seen) == 2:
-                    break
+            async with b.watch("x") as records:
+                async for state in records:
+                    seen.append(state)
+                    if len(seen) == 2:
+                        break
     assert ranges == 2  # the second state comes from reading again, not from the bad line
     assert seen[0] == seen[1]
     assert seen[0] is not None

@@ -131,12 +131,13 @@ async def test_watch_follows_changes_across_a_member_kill(
         done = anyio.Event()
 
         async def follow() -> None:
-            async for state in watcher.watch("x"):
-                seen.append(None if state is None else state.holder)
-                first.set()
-                if state is not None and state.holder == "after-kill":
-                    done.set()
-                    return
+            async with watcher.watch("x") as records:
+                async for state in records:
+                    seen.append(None if state is None else state.holder)
+                    first.set()
+                    if state is not None and state.holder == "after-kill":
+                        done.set()
+                        return
 
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
@@ -175,12 +176,13 @@ async def test_watch_reports_a_deleted_key_as_none(
         await backend.create(LeaseRecord(name="x", holder="a"))
         states: list[str | None] = []
         with anyio.fail_after(20):
-            async for state in backend.watch("x"):
-                states.append(None if state is None else state.holder)
-                if state is None:
-                    break
-                async with httpx.AsyncClient() as http:
-                    url = f"{etcd_server.endpoints[0]}/v3/kv/deleterange"
-                    response = await http.post(url, json={"key": b64(f"{etcd_prefix}x")})
-                    assert response.status_code == 200
+            async with backend.watch("x") as records:
+                async for state in records:
+                    states.append(None if state is None else state.holder)
+                    if state is None:
+                        break
+                    async with httpx.AsyncClient() as http:
+                        url = f"{etcd_server.endpoints[0]}/v3/kv/deleterange"
+                        response = await http.post(url, json={"key": b64(f"{etcd_prefix}x")})
+                        assert response.status_code == 200
     assert states == ["a", None]

@@ -341,10 +341,11 @@ async def test_watch_decodes_events_and_rereads_after_an_error_line() -> None:
     seen: list[tuple[str, str] | None] = []
     async with backend(handler) as b:
         with anyio.fail_after(5):
-            async for state in b.watch("x"):
-                seen.append(None if state is None else (state.holder, state.version))
-                if len(seen) == 4:
-                    break
+            async with b.watch("x") as records:
+                async for state in records:
+                    seen.append(None if state is None else (state.holder, state.version))
+                    if len(seen) == 4:
+                        break
     assert seen == [("a", "5"), ("b", "6"), None, ("a", "5")]
     assert watches[0]["create_request"]["start_revision"] == "6"
 

@@ -10,7 +10,6 @@ import itertools
 import json
 import ssl
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -526,7 +525,7 @@ async def _watch_for(backend: KubernetesBackend, seconds: float) -> list[LeaseRe
     seen: list[LeaseRecord | None] = []
 
     async def collect() -> None:
-        async with aclosing(backend.watch("job")) as states:
+        async with backend.watch("job") as states:
             async for state in states:
                 seen.append(state)
 

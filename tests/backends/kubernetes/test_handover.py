@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from contextlib import aclosing
 
 import anyio
 import pytest
@@ -66,7 +65,7 @@ async def test_the_annotation_is_written_when_asked_and_removed_when_cleared(kin
             make_backend(emulator.transport(), kind=kind) as other:
         made = await backend.create(LeaseRecord("job", "a", 15.0, 1))
         assert HANDOVER_TO_ANNOTATION not in stored_annotations(emulator, kind)
-        async with aclosing(other.watch("job")) as states:
+        async with other.watch("job") as states:
             first = await anext(states)
             assert first is not None and first.handover_to == ""
             asked = await backend.update(dataclasses.replace(made, handover_to="b"), made.version)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -122,7 +121,7 @@ async def test_a_failing_watch_logs_and_raises_no_token(
             async with Lease("job", "me", backend, SETTINGS).held():
                 pass
         with pytest.raises(LeaseConfigError) as info:
-            async with aclosing(backend.watch("job")) as states:
+            async with backend.watch("job") as states:
                 async for _ in states:
                     pass
     assert any("shared watch" in record.getMessage() for record in caplog.records)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 
 import anyio
 import httpx
@@ -40,7 +39,7 @@ async def test_release_and_delete_wake_the_watcher_at_once(kind: str) -> None:
     async with make_backend(emulator.transport(), kind=kind) as writer, \
             make_backend(transport, kind=kind, watch_poll_interval=1000) as watcher:
         await writer.create(LeaseRecord("job", holder="a", lease_duration=15))
-        async with aclosing(watcher.watch("job")) as states:
+        async with watcher.watch("job") as states:
             first = await _next(states)
             assert first is not None
             assert first.holder == "a"
@@ -62,7 +61,7 @@ async def test_watch_of_a_missing_lease_sees_its_creation() -> None:
     """Watching a lease that does not exist yields None, then the created record."""
     emulator = emulator_with_crd()
     async with make_backend(emulator.transport()) as writer, \
-            make_backend(emulator.transport()) as watcher, aclosing(watcher.watch("job")) as states:
+            make_backend(emulator.transport()) as watcher, watcher.watch("job") as states:
         assert await _next(states) is None
         await writer.create(LeaseRecord("job", holder="a", lease_duration=15))
         created = await _next(states)
@@ -72,7 +71,7 @@ async def test_watch_of_a_missing_lease_sees_its_creation() -> None:
 
 async def _collect(backend: KubernetesBackend, name: str, out: list[LeaseRecord | None],
                    changed: anyio.Event) -> None:
-    async with aclosing(backend.watch(name)) as states:
+    async with backend.watch(name) as states:
         async for state in states:
             out.append(state)
             changed.set()
@@ -146,7 +145,7 @@ async def test_forbidden_watch_falls_back_to_polling() -> None:
     async with make_backend(emulator.transport(), token="tok") as writer, \
             make_backend(transport, token="tok", watch_poll_interval=2) as watcher:
         await writer.create(LeaseRecord("job", holder="a", lease_duration=15))
-        async with aclosing(watcher.watch("job")) as states:
+        async with watcher.watch("job") as states:
             await _next(states)
             await _release(writer, "job")
             seen = await _next(states, limit=10)
@@ -165,7 +164,7 @@ async def test_watch_disabled_polls() -> None:
     async with make_backend(emulator.transport()) as writer, \
             make_backend(transport, watch=False, watch_poll_interval=3) as watcher:
         await writer.create(LeaseRecord("job", holder="a", lease_duration=15))
-        async with aclosing(watcher.watch("job")) as states:
+        async with watcher.watch("job") as states:
             await _next(states)
             await _release(writer, "job")
             seen = await _next(states, limit=4)
@@ -208,11 +207,14 @@ async def test_http_410_at_watch_start_rereads() -> None:
     async with make_backend(emulator.transport()) as writer, \
             make_backend(transport, watch_poll_interval=1000) as watcher:
         await writer.create(LeaseRecord("job", holder="a", lease_duration=15))
-        async with aclosing(watcher.watch("job")) as states:
+        async with watcher.watch("job") as states:
+            with anyio.fail_after(1):  # the stream's task has listed and waits for us to read
+                while not transport.requests:
+                    await anyio.sleep(0.01)
+            await writer.create(LeaseRecord("other", holder="x", lease_duration=15))
+            emulator.compact()  # the version it listed is now too old to watch from
             first = await _next(states)
             assert first is not None
-            await writer.create(LeaseRecord("other", holder="x", lease_duration=15))
-            emulator.compact()  # the version we read is now too old to watch from
             again = await _next(states)  # the re-read after 410
             assert again is not None
             assert again.version == first.version

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -94,7 +93,7 @@ def _invented() -> Callable[[], str]:
 
 
 async def _watch_lease(backend: KubernetesBackend) -> None:
-    async with aclosing(backend.watch("job")) as states:
+    async with backend.watch("job") as states:
         async for _ in states:
             pass
 

@@ -30,7 +30,7 @@ import contextlib
 import dataclasses
 import functools
 import random
-from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -41,6 +41,7 @@ from ..._abc import LeaseBackend, LeaseRecord
 from ..._exceptions import BackendAuthError, BackendError, ConflictError, LeaseConfigError
 from ..._settings import SECTION_KEYS
 from ..._wire import INT64_MAX
+from ...abc import Changes, Emit
 from ._client import EtcdClient
 from ._codec import b64, encode_record
 from ._feed import OWN_WRITES_KEPT, PAGE, EtcdFeed, prefix_end
@@ -307,8 +308,8 @@ class EtcdBackend(LeaseBackend):
         """One prefix watch for every lease this backend object's process follows."""
         return EtcdFeed(self._client, self.prefix, self._own_writes)
 
-    async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
-        """Yield the current record, then the record after every change.
+    def watch(self, name: str) -> Changes[LeaseRecord | None]:
+        """The current record, then the record after every change.
 
         After a broken stream (member killed, no leader, compaction, an unreadable line) it
         reads the key again and resumes from there, so the latest state is always delivered
@@ -318,6 +319,10 @@ class EtcdBackend(LeaseBackend):
         hammered. Only authentication and configuration errors end the iteration (retrying
         cannot fix them).
         """
+        follow = functools.partial(self._follow, name)
+        return Changes(follow, what=f"EtcdBackend.watch({name!r})")
+
+    async def _follow(self, name: str, emit: Emit[LeaseRecord | None]) -> None:
         key = self._key(name)
         subject = f" for lease {name!r}"
         read = functools.partial(read_watch_result, key=key, name=name)
@@ -325,14 +330,14 @@ class EtcdBackend(LeaseBackend):
         while True:
             try:
                 state = await self._range(name)
-                yield state.record
+                await emit(state.record)
                 async with contextlib.aclosing(
                     self._client.watch(key, state.revision + 1, read=read, subject=subject)
                 ) as batches:
                     async for batch in batches:
                         for record in batch.states:
                             backoff = WATCH_BACKOFF  # the stream delivers: it is healthy
-                            yield record
+                            await emit(record)
                         if batch.ended:
                             break  # the server dropped the watch: read again and resume
             except BackendAuthError:

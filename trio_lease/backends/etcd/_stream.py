@@ -26,7 +26,7 @@ async def read_capped(response: httpx.Response | LeanStream, cap: int) -> bytes:
     return bytes(content[: cap + 1])
 
 
-async def lines(response: httpx.Response | LeanStream, where: str) -> AsyncIterator[bytes]:
+async def lines(response: httpx.Response | LeanStream, where: str) -> AsyncIterator[bytes]:  # noqa: ASYNC900  internal; no scope at its yields
     """The lines of a streamed body, each at most :data:`MAX_WATCH_LINE` bytes."""
     buffer = bytearray()
     async for chunk in response.aiter_bytes():

@@ -89,7 +89,7 @@ class KubeAuth(httpx.Auth):
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response]:
         raise RuntimeError("trio_lease's Kubernetes client is async only")
 
-    async def async_auth_flow(
+    async def async_auth_flow(  # noqa: ASYNC900  httpx.Auth's flow is a generator
         self, request: httpx.Request
     ) -> AsyncGenerator[httpx.Request, httpx.Response]:
         request.headers = httpx.Headers([*request.headers.multi_items(), *await self.headers()])

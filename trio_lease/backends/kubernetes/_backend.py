@@ -28,8 +28,9 @@ shared watch, by the label every object we create carries); ``check()`` is :mod:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import secrets
-from collections.abc import AsyncGenerator, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
@@ -38,6 +39,7 @@ import httpx
 from ..._abc import LeaseBackend, LeaseRecord, WatchFeed
 from ..._exceptions import BackendProtocolError, ConflictError, LeaseConfigError
 from ..._wire import JsonObject, Malformed
+from ...abc import Changes
 from ._api import KubeApi
 from ._check import CheckReport, run_check
 from ._cluster import ClusterConfig
@@ -312,10 +314,15 @@ class KubernetesBackend(LeaseBackend):
             return None
         return KubernetesFeed(self._api, poll_interval=self.watch_poll_interval)
 
-    def watch(self, name: str) -> AsyncGenerator[LeaseRecord | None]:
-        return watch_lease(
-            self._api, name, watch=self.watch_enabled, poll_interval=self.watch_poll_interval
+    def watch(self, name: str) -> Changes[LeaseRecord | None]:
+        produce = functools.partial(
+            watch_lease,
+            self._api,
+            name,
+            watch=self.watch_enabled,
+            poll_interval=self.watch_poll_interval,
         )
+        return Changes(produce, what=f"KubernetesBackend.watch({name!r})")
 
     async def __aenter__(self) -> Self:
         return self

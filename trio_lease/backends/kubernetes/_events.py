@@ -231,11 +231,11 @@ class KubernetesEvents(LeaseObserver):
         self._wake.set()
         try:
             with anyio.move_on_after(self.flush_timeout):
-                await self._done.wait()
+                await self._done.wait()  # noqa: ASYNC102  a best-effort flush: bounded; a cancel cuts it
         finally:
             self._group.cancel_scope.cancel()
             self._wake = None
-            await stack.aclose()
+            await stack.aclose()  # not shielded: exits its task group, cancelled above
 
     async def _send_queued(self) -> None:
         try:

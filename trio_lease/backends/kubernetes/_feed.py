@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from contextlib import aclosing
 from typing import Final
 
 import anyio
@@ -173,12 +172,13 @@ class KubernetesFeed(WatchFeed):
 
     async def _follow_one(self, key: str, scope: anyio.CancelScope, publish: Publish) -> None:
         """The field-selector watch of one lease the label stream does not show."""
+        async def emit(state: LeaseRecord | None) -> None:  # noqa: ASYNC124  an Emit is async
+            publish(key, state)
         with scope:
             while True:  # watch_lease retries by itself; it ends only if something is amiss
-                states = watch_lease(self.api, key, poll_interval=self.poll_interval, cache=False)
-                async with aclosing(states):
-                    async for state in states:
-                        publish(key, state)
+                await watch_lease(
+                    self.api, key, emit, poll_interval=self.poll_interval, cache=False
+                )
                 await anyio.sleep(self.poll_interval)
 
     # -- the label stream ----------------------------------------------------------------------

@@ -39,16 +39,16 @@ configuration errors (a missing CRD or namespace, a TLS certificate that cannot 
 are raised. A dead holder emits no event: expiry is still judged by the core's local countdown,
 never here.
 
-Close the iterator when done (``async with contextlib.aclosing(backend.watch(name))``): it holds
-an open HTTP stream between items.
+``backend.watch(name)`` runs :func:`watch_lease` in a task of its own and hands out a receive
+stream (``async with backend.watch(name) as records: async for record in records: ...``): the
+HTTP stream, its timer and its task group never wrap the caller's loop body.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
-from typing import Final
+from collections.abc import AsyncIterator
+from typing import Final, NoReturn
 
 import anyio
 import httpx
@@ -63,6 +63,7 @@ from ..._exceptions import (
     LeaseError,
 )
 from ..._wire import JsonObject
+from ...abc import Emit
 from ._api import KubeApi, Streamed
 from ._errors import RequestContext, error_for, error_from, map_transport_error
 from ._pacing import FIRST_BACKOFF, Backoff, Cursor
@@ -89,33 +90,33 @@ class _Forbidden(Exception):
 async def watch_lease(
     api: KubeApi,
     key: str,
+    emit: Emit[LeaseRecord | None],
     *,
     watch: bool = True,
     poll_interval: float = 5.0,
     cache: bool = True,
-) -> AsyncGenerator[LeaseRecord | None]:
-    """Yield the current record of ``key``, then each change (see the module docstring).
+) -> None:
+    """Emit the current record of ``key``, then each change (see the module docstring).
 
     ``watch``: use a watch (until it is forbidden); else, and after that, poll every
     ``poll_interval`` seconds. ``cache``: keep the objects seen for the next PUT (the shared
     watch's per-name watches do not: an event may lag behind our own write).
     """
-    lease = _Watched(api, key, cache=cache)
+    lease = _Watched(api, key, emit, cache=cache)
     if watch:
-        async with aclosing(lease.watch(Backoff(poll_interval))) as states:
-            async for state in states:
-                yield state
-    async with aclosing(lease.poll(poll_interval)) as states:
-        async for state in states:
-            yield state
+        await lease.watch(Backoff(poll_interval))
+    await lease.poll(poll_interval)
 
 
 class _Watched:
     """One lease being waited on: its object name, and the states read of it."""
 
-    def __init__(self, api: KubeApi, key: str, *, cache: bool = True) -> None:
+    def __init__(
+        self, api: KubeApi, key: str, emit: Emit[LeaseRecord | None], *, cache: bool = True
+    ) -> None:
         self.api = api
         self.key = key
+        self.emit = emit
         self.cache = cache
         self.object_name = api.objects.object_name(key)
 
@@ -128,7 +129,7 @@ class _Watched:
             return None
         return self.api.objects.record(self.key, obj)
 
-    async def poll(self, interval: float) -> AsyncGenerator[LeaseRecord | None]:
+    async def poll(self, interval: float) -> None:
         """GET every ``interval`` seconds, forever (failed reads are skipped)."""
         while True:
             try:
@@ -136,10 +137,10 @@ class _Watched:
             except BackendUnavailable:  # protocol errors too
                 await anyio.sleep(interval)
                 continue
-            yield self.state(obj)
+            await self.emit(self.state(obj))
             await anyio.sleep(interval)
 
-    async def watch(self, backoff: Backoff) -> AsyncGenerator[LeaseRecord | None]:
+    async def watch(self, backoff: Backoff) -> None:
         """LIST, then watch from the list's version, again after each resync; ends on 403."""
         while True:
             try:
@@ -149,32 +150,30 @@ class _Watched:
             except BackendUnavailable:  # protocol errors too
                 await backoff.sleep()
                 continue
-            yield self.state(obj)
+            await self.emit(self.state(obj))
             cursor = Cursor(version, resource_version(obj) if obj is not None else None)
             try:
-                async with aclosing(self.follow(cursor, backoff)) as states:
-                    async for state in states:
-                        yield state
+                await self.follow(cursor, backoff)
             except _Forbidden:
                 return  # the Role lacks watch/list: poll from now on
             except (_Resync, BackendUnavailable):  # a cut stream, a 5xx, an unreadable event
                 pass
             await backoff.sleep()  # pace every re-list, even after useful events
 
-    async def follow(
-        self, cursor: Cursor, backoff: Backoff
-    ) -> AsyncGenerator[LeaseRecord | None]:
+    async def follow(self, cursor: Cursor, backoff: Backoff) -> NoReturn:
         """Watch streams from the cursor, resumed after each clean end (raises to re-list)."""
         while True:
             before, opened = cursor.useful, anyio.current_time()
-            async with aclosing(self.stream(cursor)) as states:
-                async for state in states:
-                    yield state
+            await self.stream(cursor)
             # At once after news in a stream that lived, or a long healthy stream; else wait.
             await backoff.after_stream(cursor.useful > before, opened)
 
-    async def stream(self, cursor: Cursor) -> AsyncGenerator[LeaseRecord | None]:
-        """One watch request: yields the state after each ADDED/MODIFIED/DELETED event."""
+    async def stream(self, cursor: Cursor) -> None:
+        """One watch request: emits the state after each ADDED/MODIFIED/DELETED event.
+
+        The stream's own timer (its whole life, :meth:`._api.KubeApi.stream`) is open around
+        ``emit``: it can cancel only this task's wait for the reader, and the watch then
+        re-lists, so the latest state is still delivered."""
         api, object_name = self.api, self.object_name
         ctx = api.ctx("watch", object_name)
         params = {
@@ -195,7 +194,7 @@ class _Watched:
                     continue
                 obj = api.read_object(obj, object_name, ctx, listed=True)
                 cursor.moved_to(resource_version(obj))
-                yield self.state(None if kind == "DELETED" else obj)
+                await self.emit(self.state(None if kind == "DELETED" else obj))
 
 
 async def _list(api: KubeApi, object_name: str) -> tuple[JsonObject | None, str]:
@@ -272,7 +271,7 @@ async def _check_opened(api: KubeApi, response: Streamed, ctx: RequestContext) -
     raise BackendUnavailable(f"watch of {ctx.target} failed with {status.code}")
 
 
-async def _lines(
+async def _lines(  # noqa: ASYNC900  internal; no scope at its yields
     response: Streamed, ctx: RequestContext, buffer: bytearray | None = None
 ) -> AsyncIterator[bytes]:
     """The non-empty lines of a watch stream; a line over MAX_LINE_BYTES is a protocol error.

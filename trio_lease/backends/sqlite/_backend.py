@@ -25,7 +25,7 @@ import math
 import os
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
@@ -44,6 +44,7 @@ from ..._exceptions import (
 from ..._paths import user_path
 from ..._settings import parse_duration
 from ..._wire import Malformed
+from ...abc import Changes, Emit
 from ._errors import translate
 from ._feed import SqliteFeed
 from ._file import default_path, rollback
@@ -274,8 +275,12 @@ class SqliteBackend(LeaseBackend):
         )
         return self._feed
 
-    async def watch(self, name: str) -> AsyncIterator[LeaseRecord | None]:
-        """Yield the current record, then the record whenever its version changes."""
+    def watch(self, name: str) -> Changes[LeaseRecord | None]:
+        """The current record, then the record whenever its version changes."""
+        follow = functools.partial(self._follow, name)
+        return Changes(follow, what=f"SqliteBackend.watch({name!r})")
+
+    async def _follow(self, name: str, emit: Emit[LeaseRecord | None]) -> None:
         name = lease_name(name)
         conns = [await anyio.to_thread.run_sync(self._guarded, self._connect)]
 
@@ -303,9 +308,9 @@ class SqliteBackend(LeaseBackend):
                     data_version, record = polled
                     if first or (record.version if record is not None else None) != version:
                         version = record.version if record is not None else None
-                        yield record
+                        await emit(record)
                 await anyio.sleep(self.watch_interval)
-        finally:
+        finally:  # no await: closing a connection is quick and local
             with contextlib.suppress(sqlite3.Error):
                 for conn in conns:
                     conn.close()

@@ -186,7 +186,7 @@ class Cluster:
 
     async def wait_for_revision(self, wanted: int) -> bool:
         """Wait up to :attr:`fresh_wait` for the store to reach ``wanted``; False if it did not."""
-        with anyio.move_on_after(self.fresh_wait):
+        with anyio.move_on_after(self.fresh_wait):  # noqa: ASYNC912  a deadline on the wait; the loop awaits
             while self.store.revision < wanted:
                 waiter = anyio.Event()
                 self._revision_waiters.append(waiter)

@@ -57,7 +57,7 @@ class _WatchBody(httpx.AsyncByteStream):
                 request=self._request,
             ) from None
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    async def __aiter__(self) -> AsyncIterator[bytes]:  # noqa: ASYNC900  httpx.AsyncByteStream's form
         while (chunk := await self._next()) is not None:
             yield chunk
 
