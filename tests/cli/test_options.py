@@ -8,6 +8,7 @@ import re
 import sys
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import entry_points
+from pathlib import Path
 
 import anyio
 import pytest
@@ -199,3 +200,30 @@ def test_python_dash_m_runs_the_command(
         runpy.run_module("trio_lease._cli", run_name="__main__", alter_sys=True)
     assert exit_info.value.code == 0
     assert "usage: trio-lease" in capsys.readouterr().out
+
+
+def _synopsis() -> str:
+    """The text block that opens docs/cli.md."""
+    page = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
+    return page.split("```text\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_synopsis_in_docs_cli_names_every_command_and_option() -> None:
+    """docs/cli.md's synopsis has a line for every command, and names every option of the
+    commands that touch leases and of `manifests` (`check` and `emulate` end in "...": their
+    pages list the rest)."""
+    synopsis = _synopsis()
+    commands = next(
+        action for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+    partial = {"check", "emulate"}
+    for name, parser in commands.choices.items():
+        assert f"trio-lease {name}" in synopsis, name
+        if name in partial:
+            continue
+        options = {
+            option for action in parser._actions for option in action.option_strings
+        } - {"-h", "--help"}
+        missing = sorted(option for option in options if option not in synopsis)
+        assert missing == [], (name, missing)
