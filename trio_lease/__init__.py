@@ -20,6 +20,8 @@ from ._observer import LeaseObserver as LeaseObserver
 from ._observer import add_observer as add_observer
 from ._observer import remove_observer as remove_observer
 from ._provider import LeaseProvider as LeaseProvider
+from ._semaphore import Semaphore as Semaphore
+from ._semaphore import SemaphoreGrant as SemaphoreGrant
 from ._settings import LeaseSettings as LeaseSettings
 from ._singleton import Following as Following
 from ._singleton import Leading as Leading
@@ -52,6 +54,8 @@ __all__ = [
     "LeaseProvider",
     "LeaseRecord",
     "LeaseSettings",
+    "Semaphore",
+    "SemaphoreGrant",
     "Singleton",
     "SingletonContext",
     "SingletonState",
