@@ -14,6 +14,8 @@ from ._exceptions import LeaseConfigError as LeaseConfigError
 from ._exceptions import LeaseError as LeaseError
 from ._exceptions import LeaseLost as LeaseLost
 from ._grant import Grant as Grant
+from ._group import Group as Group
+from ._group import Membership as Membership
 from ._lease import Lease as Lease
 from ._observer import LeaseInfo as LeaseInfo
 from ._observer import LeaseObserver as LeaseObserver
@@ -42,6 +44,7 @@ __all__ = [
     "ConflictError",
     "Following",
     "Grant",
+    "Group",
     "Leading",
     "Lease",
     "LeaseBackend",
@@ -54,6 +57,7 @@ __all__ = [
     "LeaseProvider",
     "LeaseRecord",
     "LeaseSettings",
+    "Membership",
     "Semaphore",
     "SemaphoreGrant",
     "Singleton",
