@@ -21,6 +21,7 @@ from ._observer import LeaseInfo as LeaseInfo
 from ._observer import LeaseObserver as LeaseObserver
 from ._observer import add_observer as add_observer
 from ._observer import remove_observer as remove_observer
+from ._partitioned import run_partitioned as run_partitioned
 from ._provider import LeaseProvider as LeaseProvider
 from ._semaphore import Semaphore as Semaphore
 from ._semaphore import SemaphoreGrant as SemaphoreGrant
@@ -67,6 +68,7 @@ __all__ = [
     "Stopping",
     "add_observer",
     "remove_observer",
+    "run_partitioned",
     "run_singleton",
 ]
 

@@ -1,0 +1,110 @@
+"""run_partitioned: each key on one live member at a time, balanced, moved on join and leave.
+
+The tests taking ``world`` run on every backend, on asyncio and trio; :func:`assign`'s balance
+and moves are checked directly.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Awaitable, Callable, Hashable
+
+import anyio
+import pytest
+
+from tests.conftest import World
+from trio_lease import Grant, run_partitioned
+from trio_lease._partitioned import assign
+from trio_lease.testing import FaultyBackend
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def world(every_world: World) -> World:
+    """A World on every backend (``every_world``)."""
+    return every_world
+
+
+class _OwnProcess(FaultyBackend):
+    """A client of the store standing for a process of its own (its own store key)."""
+
+    @property
+    def store_key(self) -> Hashable:
+        return ("own process", id(self))
+
+
+def test_assign_is_balanced_deterministic_and_moves_few_keys() -> None:
+    """Every member gets ⌊K/M⌋ or ⌈K/M⌉ keys, the result depends only on the sorted inputs; a
+    join moves at most 2.5 times the newcomer's share, and a leave moves, besides the leaver's
+    keys, at most 1.5 times its share between the others (measured: not the minimum)."""
+    keys = [f"k{i}" for i in range(100)]
+    for m in range(1, 16):
+        members = [f"m{j}" for j in range(m)]
+        shares = assign(keys, members)
+        assert sorted(k for taken in shares.values() for k in taken) == sorted(keys)
+        assert {len(taken) for taken in shares.values()} <= {100 // m, -(-100 // m)}
+        assert assign(reversed(keys), list(reversed(members))) == shares
+        joined = assign(keys, [*members, "new"])
+        moved = sum(len(set(shares[member]) - set(joined[member])) for member in members)
+        assert moved <= 2.5 * len(joined["new"])
+        if m > 1:
+            left = assign(keys, members[1:])
+            among = sum(len(set(shares[member]) - set(left[member])) for member in members[1:])
+            assert among <= 1.5 * len(shares[members[0]])
+
+
+async def test_each_key_runs_on_one_member_at_a_time_and_moves(world: World) -> None:
+    """Two members then a third: every key runs on exactly one member at a time with an
+    increasing token per key, shares balance, and the third's leave hands its keys back."""
+    s = world.settings
+    keys = [f"k{i}" for i in range(6)]
+    running: Counter[str] = Counter()
+    most = 0
+    tokens: dict[str, list[int]] = {key: [] for key in keys}
+    where: dict[str, str] = {}
+
+    def work(member: str) -> Callable[[str, Grant], Awaitable[None]]:
+        async def fn(key: str, grant: Grant) -> None:
+            nonlocal most
+            running[key] += 1
+            most = max(most, running[key])
+            tokens[key].append(grant.fencing_token)
+            where[key] = member
+            try:
+                await anyio.sleep_forever()
+            finally:
+                running[key] -= 1
+
+        return fn
+
+    async def member(owner: str, scope: anyio.CancelScope) -> None:
+        with scope:
+            await run_partitioned(
+                keys,
+                work(owner),
+                name="jobs",
+                owner=owner,
+                backend=_OwnProcess(world.backend()),
+                settings=s,
+            )
+
+    scopes = {owner: anyio.CancelScope() for owner in ("a", "b", "c")}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(member, "a", scopes["a"])
+        tg.start_soon(member, "b", scopes["b"])
+        await anyio.sleep(4 * s.heartbeat_interval)
+        assert sorted(Counter(where.values()).values()) == [3, 3]
+        tg.start_soon(member, "c", scopes["c"])
+        await anyio.sleep(4 * s.heartbeat_interval)
+        assert sorted(Counter(where.values()).values()) == [2, 2, 2]
+        assert sum(running.values()) == 6
+        scopes["c"].cancel()
+        await anyio.sleep(4 * s.heartbeat_interval)
+        assert set(where.values()) == {"a", "b"}
+        assert sorted(Counter(where.values()).values()) == [3, 3]
+        assert sum(running.values()) == 6
+        tg.cancel_scope.cancel()
+    assert most == 1
+    for key_tokens in tokens.values():
+        assert key_tokens == sorted(set(key_tokens))
