@@ -25,7 +25,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._abc import LeaseBackend, LeaseRecord
-from ._exceptions import BackendUnavailable, LeaseBusy, LeaseConfigError
+from ._exceptions import BackendUnavailable, LeaseBusy, LeaseConfigError, LeaseError
 from ._grant import Grant
 from ._lease import Lease
 from ._settings import LeaseSettings
@@ -222,9 +222,10 @@ class Membership:
         while True:
             try:
                 await self._scan(clock)
-            except BackendUnavailable as exc:
+            except LeaseError as exc:  # the view's failure never ends the membership
                 failures += 1
-                logger.info("group %r: reading the members failed: %s", group.name, exc)
+                log = logger.info if isinstance(exc, BackendUnavailable) else logger.warning
+                log("group %r: reading the members failed: %s", group.name, exc)
             else:
                 failures = 0
             self._publish(clock)

@@ -344,7 +344,9 @@ class Semaphore:
             if wait:
                 family.leave_queue(ticket)
             if reserved is not None and reserved != taken:
-                await clear_reservation(self._slot_lease(reserved))
+                bound = self.settings.lease_operation_timeout
+                with anyio.CancelScope(shield=True), anyio.move_on_after(bound):
+                    await clear_reservation(self._slot_lease(reserved))
 
     async def _try_slots(
         self, stack: AsyncExitStack, reserved: int | None

@@ -202,3 +202,44 @@ async def test_bad_names_raise_lease_config_error() -> None:
     """An empty group name is refused with LeaseConfigError."""
     with pytest.raises(LeaseConfigError, match="group name"):
         Group("", "a", MemoryBackend(MemoryStore()))
+
+
+class _NoWatch(FaultyBackend):
+    """A client of a store without a watch, in a process of its own."""
+
+    def __init__(self, inner: MemoryBackend) -> None:
+        super().__init__(inner, watch_enabled=False)
+
+    @property
+    def store_key(self) -> Hashable:
+        return ("own process", id(self))
+
+
+async def test_without_a_watch_the_view_polls() -> None:
+    """On a store without a watch, a join and a clean leave are seen within wait_interval."""
+    store = MemoryStore()
+    stayer = Group("workers", "stay", _NoWatch(MemoryBackend(store)), SETTINGS)
+    leaver = Group("workers", "leave", _NoWatch(MemoryBackend(store)), SETTINGS)
+    async with stayer.joined() as membership:
+        async with leaver.joined():
+            joined_at = anyio.current_time()
+            await _until(membership, 2)
+            assert anyio.current_time() - joined_at <= SETTINGS.wait_interval + 0.01
+        left_at = anyio.current_time()
+        await _until(membership, 1)
+        assert anyio.current_time() - left_at <= SETTINGS.wait_interval + 0.01
+
+
+async def test_a_failing_store_does_not_end_the_membership() -> None:
+    """Reads of the view failing for a while only delay it: the body goes on, and the view
+    catches up once the store answers."""
+    store = MemoryStore()
+    flaky = _NoWatch(MemoryBackend(store))
+    member = Group("workers", "a", flaky, SETTINGS)
+    other = Group("workers", "b", _NoWatch(MemoryBackend(store)), SETTINGS)
+    async with member.joined() as membership:
+        flaky.fail_next(3)
+        async with other.joined():
+            with anyio.fail_after(SETTINGS.heartbeat_interval * 4):
+                await _until(membership, 2)
+        assert not membership.grant.lost

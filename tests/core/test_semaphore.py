@@ -305,3 +305,28 @@ async def test_waiters_of_one_process_are_served_in_arrival_order() -> None:
             tg.start_soon(wait, index)
             await anyio.sleep(0.1)
     assert order == [-1, 0, 1, 2, 3, 4]
+
+
+async def test_without_a_watch_a_waiter_polls() -> None:
+    """On a store without a watch, a waiter in another process gets a released slot within
+    wait_interval (it polls)."""
+    store = MemoryStore()
+
+    def contender(owner: str) -> Semaphore:
+        backend = _OwnProcess(MemoryBackend(store), watch_enabled=False)
+        return Semaphore("pool", owner, backend, SETTINGS, limit=1)
+
+    holder, waiter = contender("a"), contender("b")
+    released_at: list[float] = []
+
+    async def hold() -> None:
+        async with holder.held():
+            await anyio.sleep(10)
+        released_at.append(anyio.current_time())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold)
+        await anyio.sleep(1)
+        async with waiter.held() as grant:
+            assert grant.slot == 0
+            assert anyio.current_time() - released_at[0] <= SETTINGS.wait_interval * 1.2 + 0.01
