@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import anyio
+from anyio.abc import ObjectReceiveStream, TaskGroup
 
 from ._abc import LeaseBackend
 from ._exceptions import LeaseConfigError, LeaseError, LeaseLost
@@ -75,7 +76,7 @@ KeyWork = Callable[[str, Grant], Awaitable[None]]
 
 
 async def run_partitioned(
-    keys: Iterable[str],
+    keys: Iterable[str] | ObjectReceiveStream[Iterable[str]],
     fn: KeyWork,
     *,
     name: str,
@@ -89,47 +90,102 @@ async def run_partitioned(
     holds the key's lease ``<name>.<key>`` (``grant`` is that lease's; ``fn`` is cancelled if it
     is lost or the key moves to another member). If ``fn`` returns, the key stays held, idle,
     until it moves. An exception of ``fn`` ends this member (the keys move to the others).
-    Every member must pass the same keys; each process must use its own owner.
+
+    ``keys`` is the keys, or a receive stream of key sets (an anyio memory object stream, say):
+    the first set received starts the work, each later one replaces the keys while running
+    (a key left out is cancelled and released). Every member must be given the same keys; each
+    process must use its own owner.
     """
-    wanted = sorted(set(keys))
-    for key in wanted:
-        if not isinstance(key, str) or not key:
-            raise LeaseConfigError(f"every key must be a non-empty string, got {key!r}")
+    stream: ObjectReceiveStream[Iterable[str]] | None = None
+    if isinstance(keys, ObjectReceiveStream):
+        stream, wanted = keys, []
+    else:
+        wanted = _checked(keys)
     group = Group(f"{name}.members", owner, backend, settings)
-    leases = {key: Lease(f"{name}.{key}", owner, backend, settings) for key in wanted}
+    leases: dict[str, Lease] = {}
     failure: list[BaseException] = []
     async with group.joined() as membership, anyio.create_task_group() as tg:
         running: dict[str, anyio.CancelScope] = {}
+        ended: dict[str, anyio.Event] = {}
         starts = anyio.Lock()
+        members = membership.members()
+        changed = anyio.Event()
 
-        async def run_key(key: str, scope: anyio.CancelScope) -> None:
-            with scope:
-                async with starts:
-                    await anyio.sleep(START_PACE)
-                lease = leases[key]
-                try:
-                    await lease.request_handover()
-                except LeaseError as exc:
-                    logger.info("key %r: asking for a handover failed: %s", key, exc)
-                while True:
-                    try:
-                        async with lease.held() as grant:
-                            await fn(key, grant)
-                            await anyio.sleep_forever()
-                    except LeaseLost as exc:
-                        logger.warning("key %r: lost (%s); asking for it again", key, exc)
-                    except Exception as exc:
-                        failure.append(exc)
-                        tg.cancel_scope.cancel()
-                        return
+        async def run_key(key: str, scope: anyio.CancelScope, before: anyio.Event | None) -> None:
+            done = ended[key] = anyio.Event()
+            try:
+                with scope:
+                    if before is not None:
+                        await before.wait()  # the key's previous run has released it
+                    async with starts:
+                        await anyio.sleep(START_PACE)
+                    await _hold_key(key, fn, leases[key], failure, tg)
+            finally:
+                done.set()
 
-        async with membership.changes() as lists:
-            async for members in lists:
-                mine = set(assign(wanted, members).get(membership.identity, []))
-                for key in sorted(running.keys() - mine):
-                    running.pop(key).cancel()
-                for key in sorted(mine - running.keys()):
-                    running[key] = anyio.CancelScope()
-                    tg.start_soon(run_key, key, running[key])
+        def rebalance() -> None:
+            mine = set(assign(wanted, members).get(membership.identity, []))
+            for key in sorted(running.keys() - mine):
+                running.pop(key).cancel()
+            for key in sorted(mine - running.keys()):
+                if key not in leases:
+                    leases[key] = Lease(f"{name}.{key}", owner, backend, settings)
+                running[key] = anyio.CancelScope()
+                before = ended.get(key)
+                tg.start_soon(run_key, key, running[key], None if before is None else before)
+
+        async def follow_members() -> None:
+            nonlocal members
+            async with membership.changes() as lists:
+                async for listed in lists:
+                    members = listed
+                    changed.set()
+
+        async def follow_keys(updates: ObjectReceiveStream[Iterable[str]]) -> None:
+            nonlocal wanted
+            async for update in updates:
+                wanted = _checked(update)
+                changed.set()
+
+        tg.start_soon(follow_members)
+        if stream is not None:
+            tg.start_soon(follow_keys, stream)
+        while True:
+            await changed.wait()
+            changed = anyio.Event()
+            rebalance()
     if failure:
         raise failure[0]
+
+
+async def _hold_key(
+    key: str, fn: KeyWork, lease: Lease, failure: list[BaseException], tg: TaskGroup
+) -> None:
+    """Ask for the key, hold it and run ``fn`` (again after a loss); an error of ``fn`` ends
+    the member (noted in ``failure``)."""
+    try:
+        await lease.request_handover()
+    except LeaseError as exc:
+        logger.info("key %r: asking for a handover failed: %s", key, exc)
+    while True:
+        try:
+            async with lease.held() as grant:
+                await fn(key, grant)
+                await anyio.sleep_forever()
+        except LeaseLost as exc:
+            logger.warning("key %r: lost (%s); asking for it again", key, exc)
+        except Exception as exc:
+            failure.append(exc)
+            tg.cancel_scope.cancel()
+            return
+
+
+def _checked(keys: Iterable[str]) -> list[str]:
+    """The keys, sorted and unique; a key that is not a non-empty string is refused."""
+    if isinstance(keys, str):
+        raise LeaseConfigError(f"keys must be an iterable of strings, not the string {keys!r}")
+    items = list(keys)
+    for key in items:
+        if not isinstance(key, str) or not key:
+            raise LeaseConfigError(f"every key must be a non-empty string, got {key!r}")
+    return sorted(set(items))

@@ -6,16 +6,20 @@ and moves are checked directly.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 
 import anyio
 import pytest
 
 from tests.conftest import World
-from trio_lease import Grant, run_partitioned
+from trio_lease import Grant, LeaseConfigError, run_partitioned
 from trio_lease._partitioned import assign
+from trio_lease.backends.memory import MemoryBackend, MemoryStore
 from trio_lease.testing import FaultyBackend
+
+from .conftest import SETTINGS
 
 pytestmark = pytest.mark.anyio
 
@@ -108,3 +112,58 @@ async def test_each_key_runs_on_one_member_at_a_time_and_moves(world: World) -> 
     assert most == 1
     for key_tokens in tokens.values():
         assert key_tokens == sorted(set(key_tokens))
+
+
+async def test_keys_may_change_while_running() -> None:
+    """Keys given as a stream: added keys start, removed keys are cancelled and released, and
+    the shares stay balanced between two members."""
+    store = MemoryStore()
+    s = SETTINGS
+    running: dict[str, str] = {}
+
+    def work(member: str) -> Callable[[str, Grant], Awaitable[None]]:
+        async def fn(key: str, grant: Grant) -> None:
+            assert key not in running
+            running[key] = member
+            try:
+                await anyio.sleep_forever()
+            finally:
+                del running[key]
+
+        return fn
+
+    senders = []
+    async with anyio.create_task_group() as tg:
+        for owner in ("a", "b"):
+            send, receive = anyio.create_memory_object_stream[Iterable[str]](1)
+            senders.append(send)
+            tg.start_soon(
+                functools.partial(
+                    run_partitioned,
+                    receive,
+                    work(owner),
+                    name="jobs",
+                    owner=owner,
+                    backend=_OwnProcess(MemoryBackend(store)),
+                    settings=s,
+                )
+            )
+        for keys in (["k1", "k2"], ["k1", "k2", "k3", "k4", "k5", "k6"], ["k5", "k6"]):
+            for send in senders:
+                await send.send(keys)
+            await anyio.sleep(4 * s.heartbeat_interval)
+            assert sorted(running) == keys
+            assert sorted(Counter(running.values()).values()) == [len(keys) // 2] * 2
+        tg.cancel_scope.cancel()
+
+
+async def test_bad_keys_raise_lease_config_error() -> None:
+    """A key that is not a non-empty string, or a bare string as keys, is refused."""
+
+    async def fn(key: str, grant: Grant) -> None:
+        pass
+
+    backend = MemoryBackend(MemoryStore())
+    for keys in (["ok", ""], ["ok", 3], "abc"):
+        with pytest.raises(LeaseConfigError):
+            await run_partitioned(keys, fn, name="jobs", owner="a", backend=backend)  # type: ignore[arg-type]
