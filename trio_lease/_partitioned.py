@@ -96,7 +96,8 @@ async def run_partitioned(
     Runs until cancelled. Each key runs on one live member at a time, only while that member
     holds the key's lease ``<name>.<key>`` (``grant`` is that lease's; ``fn`` is cancelled if it
     is lost or the key moves to another member). If ``fn`` returns, the key stays held, idle,
-    until it moves. An exception of ``fn`` ends this member (the keys move to the others).
+    until it moves. An exception of ``fn`` ends this member (the keys move to the others) and
+    is raised here; so is :class:`LeaseLost` if the member's own lease in the group is lost.
 
     ``keys`` is the keys, or a receive stream of key sets (an anyio memory object stream, say):
     the first set received starts the work, each later one replaces the keys while running
