@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -82,3 +85,44 @@ def test_operated_singleton_example(tmp_path: Path, loop: str) -> None:
         "new: stopping gracefully",
         f"after both stopped: /healthz 200, /readyz?leader=1 503, {held} 0.0",
     ]
+
+
+def test_partitioned_consumers_scale_from_one_to_three_replicas(tmp_path: Path) -> None:
+    """Three replicas of the partitioned-consumers example started one after another on one
+    SQLite file: no tenant is consumed by two replicas at once, tokens grow per tenant, and
+    once all three run each consumes two tenants."""
+    db = str(tmp_path / "leases.sqlite3")
+    program = str(ROOT / "examples" / "partitioned_consumers.py")
+    replicas = []
+    for index, seconds in enumerate((14, 11, 5)):  # the third leaves first, at 11 s
+        replicas.append(
+            subprocess.Popen(
+                [sys.executable, program, db, f"replica-{index + 1}", str(seconds)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+        time.sleep(3)
+    events = []
+    for replica in replicas:
+        out, err = replica.communicate(timeout=60)
+        assert replica.returncode == 0, err
+        events += [json.loads(line) for line in out.splitlines()]
+    events.sort(key=lambda event: event["t"])
+    holders: dict[str, str] = {}
+    tokens: dict[str, list[int]] = {}
+    shares_with_three: list[dict[str, int]] = []
+    for event in events:
+        if event["event"] == "end" and event["replica"] == "replica-3" and not shares_with_three:
+            # The third replica leaves first: this is the last state with all three running.
+            shares_with_three.append(dict(Counter(holders.values())))
+        if event["event"] == "start":
+            assert event["tenant"] not in holders, f"two consumers of {event['tenant']}"
+            holders[event["tenant"]] = event["replica"]
+            tokens.setdefault(event["tenant"], []).append(event["token"])
+        elif event["event"] == "end":
+            assert holders.pop(event["tenant"]) == event["replica"]
+    assert shares_with_three == [{"replica-1": 2, "replica-2": 2, "replica-3": 2}]
+    for tenant_tokens in tokens.values():
+        assert tenant_tokens == sorted(set(tenant_tokens))

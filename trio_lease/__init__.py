@@ -14,12 +14,17 @@ from ._exceptions import LeaseConfigError as LeaseConfigError
 from ._exceptions import LeaseError as LeaseError
 from ._exceptions import LeaseLost as LeaseLost
 from ._grant import Grant as Grant
+from ._group import Group as Group
+from ._group import Membership as Membership
 from ._lease import Lease as Lease
 from ._observer import LeaseInfo as LeaseInfo
 from ._observer import LeaseObserver as LeaseObserver
 from ._observer import add_observer as add_observer
 from ._observer import remove_observer as remove_observer
+from ._partitioned import run_partitioned as run_partitioned
 from ._provider import LeaseProvider as LeaseProvider
+from ._semaphore import Semaphore as Semaphore
+from ._semaphore import SemaphoreGrant as SemaphoreGrant
 from ._settings import LeaseSettings as LeaseSettings
 from ._singleton import Following as Following
 from ._singleton import Leading as Leading
@@ -40,6 +45,7 @@ __all__ = [
     "ConflictError",
     "Following",
     "Grant",
+    "Group",
     "Leading",
     "Lease",
     "LeaseBackend",
@@ -52,6 +58,9 @@ __all__ = [
     "LeaseProvider",
     "LeaseRecord",
     "LeaseSettings",
+    "Membership",
+    "Semaphore",
+    "SemaphoreGrant",
     "Singleton",
     "SingletonContext",
     "SingletonState",
@@ -59,6 +68,7 @@ __all__ = [
     "Stopping",
     "add_observer",
     "remove_observer",
+    "run_partitioned",
     "run_singleton",
 ]
 

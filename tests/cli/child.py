@@ -47,6 +47,7 @@ def main() -> None:
         token=int(os.environ["TRIO_LEASE_FENCING_TOKEN"]),
         owner=os.environ["TRIO_LEASE_OWNER"],
         name=os.environ["TRIO_LEASE_NAME"],
+        slot=os.environ.get("TRIO_LEASE_SLOT"),
     )
     if args.kill_self is not None:
         os.kill(os.getpid(), args.kill_self)

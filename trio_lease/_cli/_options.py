@@ -144,6 +144,17 @@ def positive_duration(value: str) -> float:
     return seconds
 
 
+def slot_count(value: str) -> int:
+    """An argparse type: a whole number of slots, at least 1."""
+    try:
+        count = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {value!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value!r}")
+    return count
+
+
 def _anyio_backend(value: str) -> str:
     if value not in ANYIO_BACKENDS:
         raise argparse.ArgumentTypeError(f"use {' or '.join(ANYIO_BACKENDS)}")

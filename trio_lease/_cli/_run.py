@@ -1,5 +1,8 @@
 """``trio-lease run NAME -- CMD...``: run CMD only while this process holds the lease NAME.
 
+With ``--limit N`` it holds one of N slots of the semaphore NAME instead (at most N such runs
+at once), and gives the child its slot (``TRIO_LEASE_SLOT``).
+
 It waits for the lease (or, with ``--no-wait``, gives up at once if another owner holds it),
 saying on stderr what it waits for (:mod:`._waiting`), then runs CMD under the lease
 (:mod:`._child`). SIGINT, SIGTERM or SIGHUP (a closed terminal) stops the child the same way a
@@ -18,8 +21,10 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from .._exceptions import LeaseConfigError
 from .._grant import Grant
 from .._lease import Lease
+from .._semaphore import Semaphore
 from .._settings import LeaseSettings
 from ._child import check_command, run_child
 from ._options import (
@@ -30,6 +35,7 @@ from ._options import (
     lease_name,
     open_backend,
     positive_duration,
+    slot_count,
 )
 from ._serving import add_serving_options, serving
 from ._waiting import report_waiting
@@ -76,6 +82,14 @@ def add_run_command(commands: Any) -> None:
         help="ask the holder to hand the lease over to this run (it stops gracefully) "
         "instead of waiting for it to end",
     )
+    parser.add_argument(
+        "--limit",
+        type=slot_count,
+        default=env_value("limit", slot_count),
+        metavar="N",
+        help="run while holding one of N slots of NAME (a semaphore: the leases NAME.0 to "
+        "NAME.N-1), so at most N such runs at once; the slot is in TRIO_LEASE_SLOT",
+    )
     parser.add_argument("command", nargs="*", help="-- CMD [ARGS...]")
     add_backend_options(parser)
     add_serving_options(parser)
@@ -86,11 +100,19 @@ async def run(args: argparse.Namespace) -> int:
     """Hold the lease while CMD runs; CMD's exit code, or 128+N if stopped by signal N."""
     command: list[str] = args.command
     check_command(command)
+    if args.limit is not None and args.handover:
+        raise LeaseConfigError(
+            "--handover asks one holder to leave; with --limit no slot holder is asked: drop one"
+        )
     backend, settings = open_backend(args)
     async with serving(args, settings) as observers:  # --health-port, --metrics-port
         lease = Lease(args.name, args.owner, backend, settings, observers=observers)
         supervisor = _Supervisor(lease, settings, command, wait=args.wait, timeout=args.timeout)
         supervisor.handover = args.handover
+        if args.limit is not None:
+            supervisor.semaphore = Semaphore(
+                args.name, args.owner, backend, settings, limit=args.limit
+            )
         async with backend:
             await supervisor.supervise()
     return supervisor.exit_code()
@@ -112,6 +134,8 @@ class _Supervisor:
     stopped_by: int | None
     #: Ask the holder for a handover before waiting (``--handover``).
     handover: bool = False
+    #: Hold one slot of this semaphore instead of the lease (``--limit``).
+    semaphore: Semaphore | None = None
 
     def __init__(
         self,
@@ -156,6 +180,9 @@ class _Supervisor:
             return
 
     async def _hold_and_run(self, tg: TaskGroup) -> None:
+        if self.semaphore is not None:
+            await self._hold_slot_and_run(self.semaphore, tg)
+            return
         lease = self.lease
         try:
             if self.handover and await lease.request_handover():
@@ -187,6 +214,49 @@ class _Supervisor:
             self.error = exc
         finally:
             tg.cancel_scope.cancel()
+
+
+    async def _hold_slot_and_run(self, semaphore: Semaphore, tg: TaskGroup) -> None:
+        """``--limit``: hold one slot of the semaphore while the child runs.
+
+        A slot's handover request comes from a waiter in line (its release is reserved for
+        that waiter), not from one asking this run to stop: the child runs to its end.
+        """
+        try:
+            scope = semaphore.held(timeout=self.timeout) if self.wait else semaphore.try_held()
+            reporter = anyio.CancelScope()
+            tg.start_soon(_say_waiting_for_a_slot, semaphore, self.settings, reporter)
+            try:
+                async with scope as grant:
+                    reporter.cancel()
+                    lease_env = {
+                        "TRIO_LEASE_NAME": grant.lease_name,
+                        "TRIO_LEASE_OWNER": grant.identity,
+                        "TRIO_LEASE_FENCING_TOKEN": str(grant.fencing_token),
+                        "TRIO_LEASE_SLOT": str(grant.slot),
+                        "TRIO_LEASE_LIMIT": str(semaphore.limit),
+                    }
+                    self.code = await run_child(
+                        self.command, lease_env, self.settings.stop_timeout
+                    )
+            finally:
+                reporter.cancel()
+        except Exception as exc:  # re-raised by exit_code(), outside the task group
+            self.error = exc
+        finally:
+            tg.cancel_scope.cancel()
+
+
+async def _say_waiting_for_a_slot(
+    semaphore: Semaphore, settings: LeaseSettings, scope: anyio.CancelScope
+) -> None:
+    """Say once on stderr that the run waits for a slot, if it has not got one within R."""
+    with scope:
+        await anyio.sleep(settings.heartbeat_interval)
+        print(
+            f"trio-lease: waiting for a slot of {semaphore.name!r} (limit {semaphore.limit})",
+            file=sys.stderr,
+        )
 
 
 async def _hand_over_when_asked(

@@ -1,0 +1,245 @@
+"""Group membership: one ordinary lease per member, a view of the live members and its changes.
+
+Every test runs on every backend (memory and the Kubernetes emulator on virtual time, SQLite and
+etcd on real time), on asyncio and trio; durations derive from ``world.settings``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import anyio
+import pytest
+
+from tests.conftest import World
+from trio_lease import Group, LeaseConfigError, LeaseLost, Membership
+from trio_lease.backends.memory import MemoryBackend, MemoryStore
+from trio_lease.testing import FaultyBackend
+
+from .conftest import SETTINGS
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def world(every_world: World) -> World:
+    """A World on every backend (``every_world``)."""
+    return every_world
+
+
+class _OwnProcess(FaultyBackend):
+    """A client of the store standing for a process of its own (its own store key)."""
+
+    @property
+    def store_key(self) -> Hashable:
+        return ("own process", id(self))
+
+
+def _group(world: World, owner: str) -> tuple[Group, _OwnProcess]:
+    backend = _OwnProcess(world.backend())
+    return Group("workers", owner, backend, world.settings), backend
+
+
+async def _until(membership: Membership, count: int) -> None:
+    async with membership.changes() as lists:
+        async for members in lists:
+            if len(members) == count:
+                return
+
+
+async def test_members_see_each_other_sorted(world: World) -> None:
+    """Three members joined: each lists all three identities, sorted, on distinct slots."""
+    groups = [_group(world, owner)[0] for owner in ("c", "a", "b")]
+    seen: dict[str, tuple[str, ...]] = {}
+    slots: set[int] = set()
+    everyone = anyio.Event()
+
+    async def member(group: Group) -> None:
+        async with group.joined() as membership:
+            slots.add(membership.slot)
+            with anyio.fail_after(world.settings.heartbeat_interval * 4):
+                await _until(membership, 3)
+            seen[group.owner] = membership.members()
+            if len(seen) == 3:
+                everyone.set()
+            await everyone.wait()
+
+    async with anyio.create_task_group() as tg:
+        for group in groups:
+            tg.start_soon(member, group)
+    identities = tuple(sorted(group.identity for group in groups))
+    assert seen == dict.fromkeys(("a", "b", "c"), identities)
+    assert slots == {0, 1, 2}
+
+
+async def test_a_clean_leave_is_seen_at_once(world: World) -> None:
+    """A member leaving its joined() scope drops out of the others' views at once (the
+    release, seen by the watch), and the change stream says so."""
+    stayer, _ = _group(world, "stay")
+    leaver, _ = _group(world, "leave")
+    leave = anyio.Event()
+    left_at: list[float] = []
+
+    async def leaving() -> None:
+        async with leaver.joined():
+            await leave.wait()
+        left_at.append(anyio.current_time())
+
+    async with stayer.joined() as membership, anyio.create_task_group() as tg:
+        tg.start_soon(leaving)
+        lists: list[tuple[str, ...]] = []
+        async with membership.changes() as stream:
+            async for members in stream:
+                lists.append(members)
+                if len(members) == 2:
+                    leave.set()
+                elif lists[1:] and len(members) == 1:
+                    break
+        seen_at = anyio.current_time()
+    assert lists[0] == (stayer.identity,) or len(lists[0]) == 2
+    assert lists[-1] == (stayer.identity,)
+    assert tuple(sorted((stayer.identity, leaver.identity))) in lists
+    assert seen_at - left_at[0] < world.settings.wait_interval / 2 + world.tolerance
+
+
+async def test_a_crashed_member_leaves_after_the_heartbeat_timeout(world: World) -> None:
+    """A member cut off from the store stops renewing: the others drop it L after its last
+    renewal (not before L minus one renewal interval, not later than L plus a poll)."""
+    s = world.settings
+    stayer, _ = _group(world, "stay")
+    crasher, backend = _group(world, "crash")
+    cut = anyio.Event()
+    cut_at: list[float] = []
+
+    async def crashing() -> None:
+        with pytest.raises(LeaseLost):
+            async with crasher.joined():
+                await cut.wait()
+                backend.pause()
+                cut_at.append(anyio.current_time())
+                await anyio.sleep_forever()
+
+    async with stayer.joined() as membership, anyio.create_task_group() as tg:
+        tg.start_soon(crashing)
+        with anyio.fail_after(s.heartbeat_interval * 4):
+            await _until(membership, 2)
+        await anyio.sleep(s.heartbeat_interval * 2)
+        cut.set()
+        with anyio.fail_after(s.heartbeat_timeout * 3):
+            await _until(membership, 1)
+        gone = anyio.current_time() - cut_at[0]
+        backend.resume()
+    assert s.heartbeat_timeout - s.heartbeat_interval - world.tolerance <= gone
+    assert gone <= s.heartbeat_timeout + s.heartbeat_interval + world.tolerance
+
+
+async def test_a_new_member_takes_the_lowest_free_slot(world: World) -> None:
+    """Slots are reused: after the member of slot 0 left, the next joiner takes slot 0."""
+    first, _ = _group(world, "a")
+    second, _ = _group(world, "b")
+    third, _ = _group(world, "c")
+    async with second.joined() as held_second:
+        async with first.joined() as held_first:
+            assert {held_first.slot, held_second.slot} == {0, 1}
+        freed = held_first.slot
+        async with third.joined() as held_third:
+            assert held_third.slot == freed
+
+
+async def test_the_change_stream_ends_when_the_member_leaves(world: World) -> None:
+    """A change stream opened while joined ends (the ``async for`` finishes) on leaving."""
+    group, _ = _group(world, "a")
+    received: list[tuple[str, ...]] = []
+
+    async def read(membership: Membership) -> None:
+        async with membership.changes() as stream:
+            async for members in stream:
+                received.append(members)
+        received.append(("ended",))
+
+    async with anyio.create_task_group() as tg, group.joined() as membership:
+        tg.start_soon(read, membership)
+        await anyio.sleep(world.settings.heartbeat_interval)
+    assert received == [(group.identity,), ("ended",)]
+
+
+async def test_a_lost_membership_cancels_the_body_with_lease_lost(world: World) -> None:
+    """Cut off from the store, the member's body is cancelled at its lease's deadline and a
+    bare LeaseLost comes out of joined()."""
+    group, backend = _group(world, "a")
+    with pytest.raises(LeaseLost) as lost:
+        async with group.joined():
+            backend.pause()
+            await anyio.sleep_forever()
+    assert lost.value.lease_name == "workers.0"
+    backend.resume()
+
+
+async def test_a_body_error_comes_out_bare(world: World) -> None:
+    """An exception of the body comes out of joined() as itself, not in an ExceptionGroup, and
+    the member has left."""
+    group, _ = _group(world, "a")
+    other, _ = _group(world, "b")
+    with pytest.raises(ValueError, match="boom"):
+        async with group.joined():
+            raise ValueError("boom")
+    async with other.joined() as membership:
+        assert membership.slot == 0
+        assert membership.members() == (other.identity,)
+
+
+async def test_two_joins_of_one_owner_in_one_process_are_two_members() -> None:
+    """Joined twice by one owner in one process: two slots (never one shared grant)."""
+    backend = MemoryBackend(MemoryStore())
+    group = Group("workers", "same", backend, SETTINGS)
+    async with group.joined() as one, group.joined() as two:
+        assert {one.slot, two.slot} == {0, 1}
+        await anyio.sleep(SETTINGS.heartbeat_interval)
+        assert one.members() == (group.identity, group.identity)
+
+
+async def test_bad_names_raise_lease_config_error() -> None:
+    """An empty group name is refused with LeaseConfigError."""
+    with pytest.raises(LeaseConfigError, match="group name"):
+        Group("", "a", MemoryBackend(MemoryStore()))
+
+
+class _NoWatch(FaultyBackend):
+    """A client of a store without a watch, in a process of its own."""
+
+    def __init__(self, inner: MemoryBackend) -> None:
+        super().__init__(inner, watch_enabled=False)
+
+    @property
+    def store_key(self) -> Hashable:
+        return ("own process", id(self))
+
+
+async def test_without_a_watch_the_view_polls() -> None:
+    """On a store without a watch, a join and a clean leave are seen within wait_interval."""
+    store = MemoryStore()
+    stayer = Group("workers", "stay", _NoWatch(MemoryBackend(store)), SETTINGS)
+    leaver = Group("workers", "leave", _NoWatch(MemoryBackend(store)), SETTINGS)
+    async with stayer.joined() as membership:
+        async with leaver.joined():
+            joined_at = anyio.current_time()
+            await _until(membership, 2)
+            assert anyio.current_time() - joined_at <= SETTINGS.wait_interval + 0.01
+        left_at = anyio.current_time()
+        await _until(membership, 1)
+        assert anyio.current_time() - left_at <= SETTINGS.wait_interval + 0.01
+
+
+async def test_a_failing_store_does_not_end_the_membership() -> None:
+    """Reads of the view failing for a while only delay it: the body goes on, and the view
+    catches up once the store answers."""
+    store = MemoryStore()
+    flaky = _NoWatch(MemoryBackend(store))
+    member = Group("workers", "a", flaky, SETTINGS)
+    other = Group("workers", "b", _NoWatch(MemoryBackend(store)), SETTINGS)
+    async with member.joined() as membership:
+        flaky.fail_next(3)
+        async with other.joined():
+            with anyio.fail_after(SETTINGS.heartbeat_interval * 4):
+                await _until(membership, 2)
+        assert not membership.grant.lost
