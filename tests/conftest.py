@@ -324,6 +324,9 @@ LAYER_OF_FIXTURE = {"cli": "processes", "etcd_server": "real_store"}
 
 def layer_of(item: pytest.Item) -> str | None:
     """The slow layer ``item`` belongs to, or None for the fast layer."""
+    for layer in LAYERS:  # a test may name its layer itself (``@pytest.mark.campaign``)
+        if item.get_closest_marker(layer) is not None:
+            return layer
     path = Path(str(item.path)).relative_to(Path(__file__).parent.parent).as_posix()
     for prefix, layer in LAYER_OF_PATH.items():
         if path.startswith(prefix):

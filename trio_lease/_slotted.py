@@ -159,8 +159,8 @@ async def clear_reservation(lease: Lease) -> None:
     reservation then lapses after L).
     """
     with (
-        anyio.CancelScope(shield=True),
-        anyio.move_on_after(lease.settings.lease_operation_timeout),
+        anyio.CancelScope(shield=True),  # noqa: ASYNC912  a shield for cleanup
+        anyio.move_on_after(lease.settings.lease_operation_timeout),  # noqa: ASYNC912  its bound
     ):
         try:
             record = await lease.backend.get(lease.name)
@@ -199,7 +199,9 @@ async def follow_slots(
             with anyio.fail_after(settings_timeout):
                 return await backend.get(name)
 
-        async def deliver(state: LeaseRecord | FeedFailure | None) -> None:
+        async def deliver(  # noqa: ASYNC124  the hub awaits its callbacks
+            state: LeaseRecord | FeedFailure | None,
+        ) -> None:
             if not isinstance(state, FeedFailure):
                 receive(index, state)
 

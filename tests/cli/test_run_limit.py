@@ -53,8 +53,10 @@ def test_no_wait_with_every_slot_taken_exits_75(cli: Cli) -> None:
 
 
 def test_bad_limits_are_refused(cli: Cli) -> None:
-    """--limit 0 is a usage error (exit 2); --limit with --handover a configuration error (78)."""
+    """--limit 0 and --limit with --handover are configuration errors (exit 78, one line), as
+    every bad option value is."""
     zero = cli.run("run", "job", "--limit", "0", *FAST, "--", "true")
-    assert zero.returncode == 2 and "at least 1" in zero.stderr
+    assert zero.returncode == 78 and "at least 1" in zero.stderr
+    assert len(zero.stderr.strip().splitlines()) == 1, zero.stderr
     both = cli.run("run", "job", "--limit", "2", "--handover", *FAST, "--", "true")
     assert both.returncode == 78 and "--handover" in both.stderr

@@ -253,6 +253,7 @@ async def test_tasks_of_one_process_never_share_a_slot() -> None:
             del a, b, c
 
 
+@pytest.mark.campaign  # 20 virtual minutes of eight contenders: half a minute of CPU
 async def test_no_waiter_starves_under_churn() -> None:
     """Measured: limit 2, eight contenders in processes of their own, each asking again at
     once after every hold, for 20 minutes of virtual time: each gets its share of the grants,
