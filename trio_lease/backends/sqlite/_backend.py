@@ -6,7 +6,9 @@ sees the fix (new permissions). Before each call one ``stat`` checks that the pa
 the file the connection has open; when it does not (the file was replaced or removed), the
 connection is closed and the path opened again, which refuses any file but the one this backend
 object first opened. Each write is one ``BEGIN IMMEDIATE`` transaction that bumps the version
-counter and compares the version (:meth:`SqliteBackend._write`); a counter below the version
+counter and compares the version (:meth:`SqliteBackend._write`); the updates of one event-loop
+turn share one call and one such transaction, each row compared and written on its own version
+(:meth:`SqliteBackend.update`, :class:`_Batch`); a counter below the version
 compared against, or below the row's, means the file was changed by hand, and nothing is
 written. Every call that reads the counter (a write, and ``get`` in the same statement as the
 row) holds it against the highest value this backend object saw: a lower one means the file went
