@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ._config import FAULTS_BY_BACKEND, RunConfig
-from ._harness import run
+from ._harness import run_any
 
 __all__ = ["main"]
 
@@ -81,7 +81,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     config = config_from_args(args)
-    report, out_dir = run(config)
+    report, out_dir = run_any(config)
     summary = json.loads((out_dir / "report.json").read_text())
     if args.json:
         print(json.dumps(summary, indent=2))

@@ -24,15 +24,15 @@ from typing import Any
 import anyio
 
 from ._checker import Report, check
-from ._pchecker import PartitionedReport, check_partitioned
 from ._config import RunConfig
 from ._nemesis import Nemesis
+from ._pchecker import PartitionedReport, check_partitioned
 from ._pmode import PartitionedHarness, PartitionedNemesis
 from ._proc import ROOT, append_log
 from ._proxy import open_proxy
 from ._state import Harness
 
-__all__ = ["run"]
+__all__ = ["run", "run_partitioned_mode"]
 
 
 @contextlib.asynccontextmanager
@@ -182,8 +182,28 @@ def _library_revision() -> dict[str, Any]:
     }
 
 
-def run(config: RunConfig) -> tuple[Report | PartitionedReport, Path]:
-    """Run one campaign and judge it; returns the report and the run's directory."""
+def run(config: RunConfig) -> tuple[Report, Path]:
+    """Run one campaign of the lease mode and judge it; returns the report and the run's
+    directory."""
+    if config.mode != "lease":
+        raise ValueError(f"run() runs the lease mode, not {config.mode!r}")
+    report, out_dir = run_any(config)
+    assert isinstance(report, Report)
+    return report, out_dir
+
+
+def run_partitioned_mode(config: RunConfig) -> tuple[PartitionedReport, Path]:
+    """Run one campaign of the partitioned mode and judge it."""
+    if config.mode != "partitioned":
+        raise ValueError(f"run_partitioned_mode() runs the partitioned mode, not {config.mode!r}")
+    report, out_dir = run_any(config)
+    assert isinstance(report, PartitionedReport)
+    return report, out_dir
+
+
+def run_any(config: RunConfig) -> tuple[Report | PartitionedReport, Path]:
+    """Run one campaign of either mode and judge it; returns the report and the run's
+    directory."""
     out_dir = config.out_dir or Path(tempfile.mkdtemp(prefix="trio-lease-campaign-"))
     out_dir.mkdir(parents=True, exist_ok=True)
     harness = (PartitionedHarness if config.mode == "partitioned" else Harness)(config, out_dir)
