@@ -61,6 +61,7 @@ def run_check(
     events: list[dict[str, Any]],
     writes: list[dict[str, Any]] | None = None,
     nemesis: list[dict[str, Any]] | None = None,
+    outage_kinds: frozenset[str] = frozenset(),
 ) -> PartitionedReport:
     return check_partitioned(
         events=sorted(events, key=lambda e: e["t"]),
@@ -72,6 +73,7 @@ def run_check(
         bound=BOUND,
         stop=19.0,
         run_end=20.0,
+        outage_kinds=outage_kinds,
     )
 
 
@@ -162,8 +164,8 @@ def test_key_left_unrun_too_long_is_a_violation() -> None:
     report = run_check(events)
     assert report.longest_unrun == 6.0
     assert report.violations == [
-        "key k0: unrun for 6.00 s (6.000-12.000) while a member was alive, more than "
-        "L + bound = 5.00 s"
+        "key k0: unrun for 6.00 s (6.000-12.000) while a member was alive and the store up, "
+        "more than L + bound = 5.00 s"
     ]
 
 
@@ -172,8 +174,8 @@ def test_key_never_run_is_a_violation() -> None:
     events = [ready(0, 0.0), ready(1, 0.0), *run_key(0, "k0", 1, 1.0, 19.5)]
     report = run_check(events)
     assert report.violations == [
-        "key k1: unrun for 14.00 s (5.000-19.000) while a member was alive, more than "
-        "L + bound = 5.00 s"
+        "key k1: unrun for 14.00 s (5.000-19.000) while a member was alive and the store up, "
+        "more than L + bound = 5.00 s"
     ]
 
 
@@ -185,6 +187,17 @@ def test_unrun_time_counts_only_while_a_member_is_alive() -> None:
     report = run_check(events)
     assert report.longest_unrun == 2.0
     assert report.violations == []
+
+
+def test_store_outage_does_not_count_as_unrun_time() -> None:
+    """Unrun time during a store-wide outage, and for L after it, is not held against a key."""
+    events = [ready(0, 0.0), ready(1, 0.0), *run_key(0, "k0", 1, 1.0, 6.0),
+              *run_key(1, "k0", 2, 12.0, 19.5), *run_key(1, "k1", 1, 1.2, 19.5)]
+    outage = [{"kind": "pause-long", "target": 1, "t0": 6.5, "t1": 9.0}]
+    assert run_check(events, nemesis=outage, outage_kinds=frozenset({"pause-long"})).ok
+    report = run_check(events, nemesis=outage)  # the same pause, not an outage on this store
+    assert report.longest_unrun == 6.0
+    assert not report.ok
 
 
 def test_stale_write_accepted_for_a_key_is_a_violation() -> None:

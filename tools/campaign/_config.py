@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FAULTS_BY_BACKEND", "PARTITIONED_FAULTS_BY_BACKEND", "RunConfig"]
+__all__ = ["FAULTS_BY_BACKEND", "PARTITIONED_FAULTS_BY_BACKEND", "STORE_OUTAGE_KINDS", "RunConfig"]
 
 _COMMON = ("kill", "pause-short", "pause-long", "pause-in-write", "skew-within")
 _PROXY = ("proxy-latency", "proxy-blackhole", "proxy-reset", "proxy-slicer", "skew-beyond")
@@ -29,6 +29,14 @@ PARTITIONED_FAULTS_BY_BACKEND: dict[str, tuple[str, ...]] = {
     "kubernetes": ("kill", "pause-short", "pause-long", *_PARTITION),
     "etcd": ("kill", "pause-short", "pause-long", *_PARTITION),
     "sqlite": ("kill", "pause-short", "pause-long"),
+}
+
+#: Faults that may stop the store for every member, by backend: a SQLite member stopped inside
+#: a write transaction keeps the file's write lock until it resumes.
+STORE_OUTAGE_KINDS: dict[str, frozenset[str]] = {
+    "kubernetes": frozenset({"emu-pause"}),
+    "etcd": frozenset({"backend-pause"}),
+    "sqlite": frozenset({"pause-long"}),
 }
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from ._checker import Report, check
-from ._config import RunConfig
+from ._config import STORE_OUTAGE_KINDS, RunConfig
 from ._nemesis import Nemesis
 from ._pchecker import PartitionedReport, check_partitioned
 from ._pmode import PartitionedHarness, PartitionedNemesis
@@ -231,6 +231,7 @@ def run_any(config: RunConfig) -> tuple[Report | PartitionedReport, Path]:
             bound=config.unrun_bound,
             stop=harness.stop_started or run_end,
             run_end=run_end,
+            outage_kinds=STORE_OUTAGE_KINDS[config.backend],
         )
     else:
         report = check(

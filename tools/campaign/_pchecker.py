@@ -15,7 +15,11 @@ Rules:
 3. No key is left unrun for longer than ``L + bound`` while a member is alive: between the
    first member's ``ready`` + ``L + bound`` (the start-up) and ``stop`` (when the harness began
    stopping the members), every stretch in which no member ran the key, counted only while at
-   least one member process was alive, is at most ``L + bound``.
+   least one member process was alive and the store was not out for everyone, is at most
+   ``L + bound``. A store-wide outage is an episode of one of ``outage_kinds``, from its start
+   to L after its end (the leases it cost must expire before they are granted again): on
+   SQLite a member SIGSTOPped inside a write transaction keeps the file's write lock, so every
+   member's writes wait, and every member may lose its keys, until it resumes.
 4. A run must bite: at least one key moved, and at least one fault was injected.
 
 A *move* is two consecutive grants of one key (by start) to different identities.
@@ -124,6 +128,24 @@ def _merge(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     return merged
 
 
+def _subtract(
+    spans: Sequence[tuple[float, float]], holes: Sequence[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """The (merged) spans without the (merged) holes."""
+    result: list[tuple[float, float]] = []
+    for start, end in spans:
+        cursor = start
+        for hole_start, hole_end in holes:
+            if hole_end <= cursor or hole_start >= end:
+                continue
+            if hole_start > cursor:
+                result.append((cursor, hole_start))
+            cursor = max(cursor, hole_end)
+        if cursor < end:
+            result.append((cursor, end))
+    return result
+
+
 def _covered(spans: Sequence[tuple[float, float]], t0: float, t1: float) -> float:
     """How much of [t0, t1] the (merged) spans cover."""
     return sum(max(0.0, min(end, t1) - max(start, t0)) for start, end in spans)
@@ -140,13 +162,18 @@ def check_partitioned(
     bound: float,
     stop: float,
     run_end: float,
+    outage_kinds: frozenset[str] = frozenset(),
 ) -> PartitionedReport:
     """Judge one partitioned run (see the module docstring for the rules)."""
     report = PartitionedReport(keys=len(keys), unrun_limit=heartbeat_timeout + bound)
     report.faults_by_kind = dict(Counter(str(e["kind"]) for e in nemesis))
     by_key = key_intervals(events, run_end)
     report.grants = sum(len(v) for v in by_key.values())
-    alive = _alive_spans(events, run_end)
+    outages = _merge(
+        (float(e["t0"]), float(e["t1"]) + heartbeat_timeout)
+        for e in nemesis if e["kind"] in outage_kinds
+    )
+    alive = _subtract(_alive_spans(events, run_end), outages)
     readies = [float(e["t"]) for e in events if e["ev"] == "ready"]
     window_start = (min(readies) if readies else run_end) + report.unrun_limit
 
@@ -204,7 +231,8 @@ def check_partitioned(
             if unrun > report.unrun_limit:
                 report.violations.append(
                     f"key {key}: unrun for {unrun:.2f} s ({t0:.3f}-{t1:.3f}) while a member "
-                    f"was alive, more than L + bound = {report.unrun_limit:.2f} s"
+                    f"was alive and the store up, more than L + bound = "
+                    f"{report.unrun_limit:.2f} s"
                 )
 
     # The store: accepted tokens never go down, per key, in apply order.
