@@ -39,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--mode", choices=["lease", "partitioned"], default="lease",
                         help="contend for one lease, or run_partitioned over --keys keys")
     parser.add_argument("--keys", type=int, default=40, help="partitioned: how many keys")
+    parser.add_argument("--unrun-bound", type=float, default=6.0,
+                        help="partitioned: a key may stay unrun for L plus this many seconds")
     parser.add_argument("--short", action="store_true", help="the short CI mix")
     parser.add_argument("--broken", choices=["no-fencing", "reply-anchor"],
                         help="run a deliberately broken variant (the checker must bite)")
@@ -59,7 +61,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     elif args.slow_replies:
         config = RunConfig.broken_variant("slow-replies", seed=args.seed)
     elif args.mode == "partitioned":
-        config = RunConfig.partitioned(args.backend, seed=args.seed, keys=args.keys)
+        config = RunConfig.partitioned(args.backend, seed=args.seed, keys=args.keys,
+                                       unrun_bound=args.unrun_bound)
     elif args.short:
         config = RunConfig.short(args.backend, seed=args.seed)
     else:
