@@ -114,3 +114,18 @@ def test_command_line_builds_the_run() -> None:
     assert config.faults == ("kill", "pause-long")
     broken = config_from_args(_parser().parse_args(["--broken", "no-fencing"]))
     assert broken.broken == "no-fencing"
+
+
+def test_cli_builds_the_partitioned_mode() -> None:
+    """--mode partitioned gives four members, the asked keys and bound, and its own faults."""
+    args = _parser().parse_args(
+        ["--mode", "partitioned", "--backend", "etcd", "--keys", "60", "--unrun-bound", "4"]
+    )
+    config = config_from_args(args)
+    assert (config.mode, config.workers, config.keys, config.unrun_bound) == (
+        "partitioned", 4, 60, 4.0
+    )
+    assert config.fault_kinds() == (
+        "kill", "pause-short", "pause-long", "proxy-blackhole", "proxy-reset"
+    )
+    assert config_from_args(_parser().parse_args([])).workers == 5

@@ -5,6 +5,7 @@ Examples::
     python -m tools.campaign --short                                 # the CI mix (one round)
     python -m tools.campaign --backend kubernetes --seed 7 --handovers 10000 --duration 3600
     python -m tools.campaign --broken no-fencing                     # must report violations
+    python -m tools.campaign --mode partitioned --backend sqlite --keys 40 --handovers 2000
 
 Exit status: 0 when the run is clean and its faults bit, 1 otherwise (with ``--broken``:
 0 only when the checker did find violations).
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ._config import FAULTS_BY_BACKEND, RunConfig
-from ._harness import run
+from ._harness import run_any
 
 __all__ = ["main"]
 
@@ -34,7 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--duration", type=float, help="stop after this many seconds")
     parser.add_argument("--handovers", type=int, help="stop once this many handovers happened")
-    parser.add_argument("--workers", type=int, default=5)
+    parser.add_argument("--workers", type=int, help="worker processes (default 5; partitioned: 4)")
+    parser.add_argument("--mode", choices=["lease", "partitioned"], default="lease",
+                        help="contend for one lease, or run_partitioned over --keys keys")
+    parser.add_argument("--keys", type=int, default=40, help="partitioned: how many keys")
+    parser.add_argument("--unrun-bound", type=float, default=6.0,
+                        help="partitioned: a key may stay unrun for L plus this many seconds")
     parser.add_argument("--short", action="store_true", help="the short CI mix")
     parser.add_argument("--broken", choices=["no-fencing", "reply-anchor"],
                         help="run a deliberately broken variant (the checker must bite)")
@@ -54,11 +60,16 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         config = RunConfig.broken_variant(args.broken, seed=args.seed)
     elif args.slow_replies:
         config = RunConfig.broken_variant("slow-replies", seed=args.seed)
+    elif args.mode == "partitioned":
+        config = RunConfig.partitioned(args.backend, seed=args.seed, keys=args.keys,
+                                       unrun_bound=args.unrun_bound)
     elif args.short:
         config = RunConfig.short(args.backend, seed=args.seed)
     else:
         config = RunConfig(backend=args.backend, seed=args.seed, duration=3600.0)
-    changes: dict[str, Any] = {"workers": args.workers, "out_dir": args.out, "progress": True}
+    changes: dict[str, Any] = {"out_dir": args.out, "progress": True}
+    if args.workers is not None:
+        changes["workers"] = args.workers
     if args.duration is not None:
         changes["duration"] = args.duration
     if args.handovers is not None:
@@ -73,7 +84,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     config = config_from_args(args)
-    report, out_dir = run(config)
+    report, out_dir = run_any(config)
     summary = json.loads((out_dir / "report.json").read_text())
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -86,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def format_summary(summary: dict[str, Any], out_dir: Path) -> str:
     """A human-readable table of one run's totals."""
+    if summary.get("mode") == "partitioned":
+        return _format_partitioned(summary, out_dir)
     lines = [
         f"campaign: backend={summary['backend']} seed={summary['seed']} "
         f"broken={summary['broken'] or 'no'} seconds={summary['seconds']} "
@@ -103,6 +116,35 @@ def format_summary(summary: dict[str, Any], out_dir: Path) -> str:
         f"within 2 s after them {summary['stale_after_pause']}",
         f"  losses {summary['losses']} (false {summary['false_losses']}), "
         f"worker errors {summary['errors']}",
+        f"  violations {len(summary['violations'])}, bite failures "
+        f"{len(summary['bite_failures'])}: {'OK' if summary['ok'] else 'FAIL'}",
+    ]
+    for problem in [*summary["violations"], *summary["bite_failures"]][:20]:
+        lines.append(f"    - {problem}")
+    library = summary.get("library") or {}
+    lines.append(
+        f"  library: commit {str(library.get('commit', '?'))[:12]}, uncommitted changes: "
+        f"{', '.join(library.get('uncommitted', [])) or 'none'}"
+    )
+    lines.append(f"  logs: {out_dir}")
+    return "\n".join(lines)
+
+
+def _format_partitioned(summary: dict[str, Any], out_dir: Path) -> str:
+    lines = [
+        f"campaign (partitioned): backend={summary['backend']} seed={summary['seed']} "
+        f"members={summary['workers']} keys={summary['keys']} seconds={summary['seconds']} "
+        f"machine={platform.machine()} {platform.python_implementation()} "
+        f"{platform.python_version()}",
+        f"  settings: {summary['settings']} (safety margin {summary['safety_margin']:.3f} s)",
+        f"  key grants {summary['grants']}, key moves {summary['moves']}",
+        f"  faults {sum(summary['faults_by_kind'].values())}: {summary['faults_by_kind']}",
+        f"  overlaps {summary['overlaps']} (explained by pause {summary['overlaps_explained']})",
+        f"  longest unrun {summary['longest_unrun']:.2f} s (limit L + bound "
+        f"{summary['unrun_limit']:.2f} s)",
+        f"  writes accepted {summary['writes_accepted']}, stale rejected "
+        f"{summary['stale_rejected']}, stale accepted {summary['stale_accepted']}",
+        f"  member losses {summary['losses']}, errors {summary['errors']}",
         f"  violations {len(summary['violations'])}, bite failures "
         f"{len(summary['bite_failures'])}: {'OK' if summary['ok'] else 'FAIL'}",
     ]

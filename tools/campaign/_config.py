@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FAULTS_BY_BACKEND", "RunConfig"]
+__all__ = ["FAULTS_BY_BACKEND", "PARTITIONED_FAULTS_BY_BACKEND", "STORE_OUTAGE_KINDS", "RunConfig"]
 
 _COMMON = ("kill", "pause-short", "pause-long", "pause-in-write", "skew-within")
 _PROXY = ("proxy-latency", "proxy-blackhole", "proxy-reset", "proxy-slicer", "skew-beyond")
@@ -19,6 +19,24 @@ FAULTS_BY_BACKEND: dict[str, tuple[str, ...]] = {
     "kubernetes": _COMMON + _PROXY + _EMULATOR,
     "etcd": (*_COMMON, *_PROXY, "backend-pause"),
     "sqlite": _COMMON,
+}
+
+#: The partitioned mode's faults: kills, pauses and, where there is a network, partitions
+#: (a member's connection blackholed or reset). Clock skew and the emulator's own faults
+#: stay with the lease mode: run_partitioned takes no injected clock.
+_PARTITION = ("proxy-blackhole", "proxy-reset")
+PARTITIONED_FAULTS_BY_BACKEND: dict[str, tuple[str, ...]] = {
+    "kubernetes": ("kill", "pause-short", "pause-long", *_PARTITION),
+    "etcd": ("kill", "pause-short", "pause-long", *_PARTITION),
+    "sqlite": ("kill", "pause-short", "pause-long"),
+}
+
+#: Faults that may stop the store for every member, by backend: a SQLite member stopped inside
+#: a write transaction keeps the file's write lock until it resumes.
+STORE_OUTAGE_KINDS: dict[str, frozenset[str]] = {
+    "kubernetes": frozenset({"emu-pause"}),
+    "etcd": frozenset({"backend-pause"}),
+    "sqlite": frozenset({"pause-long"}),
 }
 
 
@@ -52,10 +70,17 @@ class RunConfig:
     slow_reply: float = 0.0  # delay every lease write's reply (seconds, after the commit)
     controller_loop: str = "trio"
     progress: bool = False  # print a progress line to stderr every 30 s
+    mode: str = "lease"  # "lease" (workers contend for one lease) or "partitioned"
+    keys: int = 40  # partitioned: how many keys the members share
+    key_write_gap: float = 0.5  # partitioned: seconds between fenced writes of a running key
+    #: partitioned: a key may stay unrun for L plus this many seconds while a member is alive.
+    unrun_bound: float = 6.0
 
     def fault_kinds(self) -> tuple[str, ...]:
         if self.faults is not None:
             return self.faults
+        if self.mode == "partitioned":
+            return PARTITIONED_FAULTS_BY_BACKEND[self.backend]
         return FAULTS_BY_BACKEND[self.backend]
 
     @classmethod
@@ -68,6 +93,15 @@ class RunConfig:
         faults = (*FAULTS_BY_BACKEND[backend], "pause-in-write")
         config = cls(backend=backend, seed=seed, duration=90.0, rounds=1, fault_gap=(0.3, 0.8),
                      faults=faults)
+        return dataclasses.replace(config, **overrides)
+
+    @classmethod
+    def partitioned(
+        cls, backend: str = "kubernetes", seed: int = 1, **overrides: Any
+    ) -> RunConfig:
+        """The partitioned mode: four members over 40 keys, a fault every 1-3 s."""
+        config = cls(backend=backend, seed=seed, duration=180.0, mode="partitioned", workers=4,
+                     fault_gap=(1.0, 3.0))
         return dataclasses.replace(config, **overrides)
 
     @classmethod

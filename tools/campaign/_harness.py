@@ -24,13 +24,15 @@ from typing import Any
 import anyio
 
 from ._checker import Report, check
-from ._config import RunConfig
+from ._config import STORE_OUTAGE_KINDS, RunConfig
 from ._nemesis import Nemesis
+from ._pchecker import PartitionedReport, check_partitioned
+from ._pmode import PartitionedHarness, PartitionedNemesis
 from ._proc import ROOT, append_log
 from ._proxy import open_proxy
 from ._state import Harness
 
-__all__ = ["run"]
+__all__ = ["run", "run_partitioned_mode"]
 
 
 @contextlib.asynccontextmanager
@@ -99,7 +101,10 @@ async def _run_async(harness: Harness) -> None:
                     tg.start_soon(_progress, harness)
                 for worker in harness.workers:
                     await harness.start_worker(worker, tg)
-                nemesis = Nemesis(harness, tg)
+                nemesis_class = (
+                    PartitionedNemesis if isinstance(harness, PartitionedHarness) else Nemesis
+                )
+                nemesis = nemesis_class(harness, tg)
                 with anyio.move_on_after(config.duration):
                     await nemesis.run()
             finally:
@@ -178,10 +183,30 @@ def _library_revision() -> dict[str, Any]:
 
 
 def run(config: RunConfig) -> tuple[Report, Path]:
-    """Run one campaign and judge it; returns the report and the run's directory."""
+    """Run one campaign of the lease mode and judge it; returns the report and the run's
+    directory."""
+    if config.mode != "lease":
+        raise ValueError(f"run() runs the lease mode, not {config.mode!r}")
+    report, out_dir = run_any(config)
+    assert isinstance(report, Report)
+    return report, out_dir
+
+
+def run_partitioned_mode(config: RunConfig) -> tuple[PartitionedReport, Path]:
+    """Run one campaign of the partitioned mode and judge it."""
+    if config.mode != "partitioned":
+        raise ValueError(f"run_partitioned_mode() runs the partitioned mode, not {config.mode!r}")
+    report, out_dir = run_any(config)
+    assert isinstance(report, PartitionedReport)
+    return report, out_dir
+
+
+def run_any(config: RunConfig) -> tuple[Report | PartitionedReport, Path]:
+    """Run one campaign of either mode and judge it; returns the report and the run's
+    directory."""
     out_dir = config.out_dir or Path(tempfile.mkdtemp(prefix="trio-lease-campaign-"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    harness = Harness(config, out_dir)
+    harness = (PartitionedHarness if config.mode == "partitioned" else Harness)(config, out_dir)
     started = time.monotonic()
     with open(out_dir / "events.jsonl", "w", encoding="utf-8") as events_file, _etcd(harness):
         harness.events_file = events_file
@@ -193,17 +218,35 @@ def run(config: RunConfig) -> tuple[Report, Path]:
     (out_dir / "records.jsonl").write_text(
         "".join(json.dumps(r) + "\n" for r in harness.records)
     )
-    report = check(
-        events=sorted(harness.events, key=lambda e: float(e["t"])),
-        writes=_read_jsonl(out_dir / "writes.jsonl"),
-        records=harness.records,
-        nemesis=harness.nemesis_log,
-        margin=harness.settings.safety_margin,
-        heartbeat_timeout=harness.settings.heartbeat_timeout,
-        run_end=run_end,
-    )
+    events = sorted(harness.events, key=lambda e: float(e["t"]))
+    report: Report | PartitionedReport
+    if isinstance(harness, PartitionedHarness):
+        report = check_partitioned(
+            events=events,
+            writes=_read_jsonl(out_dir / "writes.jsonl"),
+            nemesis=harness.nemesis_log,
+            keys=[f"k{i:03d}" for i in range(config.keys)],
+            margin=harness.settings.safety_margin,
+            heartbeat_timeout=harness.settings.heartbeat_timeout,
+            bound=config.unrun_bound,
+            stop=harness.stop_started or run_end,
+            run_end=run_end,
+            outage_kinds=STORE_OUTAGE_KINDS[config.backend],
+        )
+    else:
+        report = check(
+            events=events,
+            writes=_read_jsonl(out_dir / "writes.jsonl"),
+            records=harness.records,
+            nemesis=harness.nemesis_log,
+            margin=harness.settings.safety_margin,
+            heartbeat_timeout=harness.settings.heartbeat_timeout,
+            run_end=run_end,
+        )
     summary = {
         **report.to_dict(),
+        "mode": config.mode,
+        "workers": config.workers,
         "seed": config.seed,
         "backend": config.backend,
         "broken": config.broken,

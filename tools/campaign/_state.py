@@ -47,6 +47,9 @@ class Worker:
 class Harness:
     """The live state of one run, shared with the nemesis."""
 
+    #: The program each worker process runs.
+    worker_module = "tools.campaign._worker"
+
     def __init__(self, config: RunConfig, out_dir: Path) -> None:
         self.config: RunConfig = config
         self.out_dir: Path = out_dir
@@ -120,7 +123,7 @@ class Harness:
     async def start_worker(self, worker: Worker, tg: anyio.abc.TaskGroup) -> None:
         worker.starts += 1
         config = json.dumps(self.worker_config(worker))
-        argv = [sys.executable, "-m", "tools.campaign._worker", config]
+        argv = [sys.executable, "-m", self.worker_module, config]
         with append_log(self.out_dir / f"worker{worker.slot}.stderr") as stderr:
             worker.process = await anyio.open_process(
                 argv, stdin=-1, stdout=-1, stderr=stderr, cwd=ROOT

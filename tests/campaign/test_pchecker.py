@@ -1,0 +1,220 @@
+"""The partitioned mode's checker on hand-made histories: per-key overlaps, tokens, unrun keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tools.campaign._pchecker import PartitionedReport, check_partitioned, key_intervals
+
+MARGIN = 0.66
+L = 2.0
+BOUND = 3.0
+KEYS = ["k0", "k1"]
+
+
+def ready(slot: int, t: float, pid: int | None = None) -> dict[str, Any]:
+    return {"ev": "ready", "t": t, "slot": slot, "identity": f"w{slot}",
+            "pid": 1000 + slot if pid is None else pid}
+
+
+def run_key(
+    slot: int, key: str, token: int, start: float, end: float | None, identity: str = ""
+) -> list[dict[str, Any]]:
+    """Member events of one run of a key: start, and end unless the process died first."""
+    who = identity or f"w{slot}_x"
+    events: list[dict[str, Any]] = [
+        {"ev": "start", "t": start, "slot": slot, "key": key, "token": token, "identity": who,
+         "hold": 0.0}
+    ]
+    if end is not None:
+        events.append({"ev": "end", "t": end, "slot": slot, "key": key, "token": token})
+    return events
+
+
+def killed(slot: int, t: float) -> dict[str, Any]:
+    return {"ev": "killed", "t": t, "slot": slot}
+
+
+def gone(slot: int, t: float, pid: int) -> dict[str, Any]:
+    return {"ev": "gone", "t": t, "slot": slot, "pid": pid, "returncode": -9}
+
+
+def write(t: float, key: str, token: int, ok: bool, writer: str = "w0") -> dict[str, Any]:
+    return {"t": t, "r": key, "token": token, "w": writer, "ok": ok}
+
+
+def pause(slot: int, t0: float, t1: float) -> dict[str, Any]:
+    return {"kind": "pause-long", "target": slot, "t0": t0, "t1": t1, "seconds": t1 - t0}
+
+
+def clean_history() -> list[dict[str, Any]]:
+    """Two members from t=0; k0 moves from w0 to w1 at 10 s, k1 stays on w1."""
+    return [
+        ready(0, 0.0), ready(1, 0.0),
+        *run_key(0, "k0", 1, 1.0, 10.0),
+        *run_key(1, "k0", 2, 10.1, 19.5),
+        *run_key(1, "k1", 1, 1.2, 19.5),
+    ]
+
+
+def run_check(
+    events: list[dict[str, Any]],
+    writes: list[dict[str, Any]] | None = None,
+    nemesis: list[dict[str, Any]] | None = None,
+    outage_kinds: frozenset[str] = frozenset(),
+) -> PartitionedReport:
+    return check_partitioned(
+        events=sorted(events, key=lambda e: e["t"]),
+        writes=writes or [],
+        nemesis=nemesis if nemesis is not None else [pause(0, 30.0, 31.0)],
+        keys=KEYS,
+        margin=MARGIN,
+        heartbeat_timeout=L,
+        bound=BOUND,
+        stop=19.0,
+        run_end=20.0,
+        outage_kinds=outage_kinds,
+    )
+
+
+def test_clean_history_passes() -> None:
+    """Handed-over keys with rising tokens and accepted writes: no violation, one move."""
+    report = run_check(
+        clean_history(),
+        writes=[write(1.1, "k0", 1, True), write(10.2, "k0", 2, True, "w1"),
+                write(1.3, "k1", 1, True, "w1")],
+    )
+    assert report.violations == []
+    assert report.moves == 1
+    assert report.grants == 3
+    assert report.writes_accepted == 3
+    assert report.longest_unrun < 0.2
+    assert report.ok
+
+
+def test_overlapping_grants_of_one_key_are_a_violation() -> None:
+    """Two members running one key at once, with no pause to explain it, is reported."""
+    events = [ready(0, 0.0), ready(1, 0.0), *run_key(0, "k0", 1, 1.0, 10.0),
+              *run_key(1, "k0", 2, 9.5, 19.5), *run_key(1, "k1", 1, 1.2, 19.5)]
+    report = run_check(events)
+    assert report.overlaps == 1
+    assert len(report.violations) == 1
+    assert report.violations[0].startswith("key k0: overlap of 500.0 ms")
+    assert not report.ok
+
+
+def test_overlap_explained_by_a_long_pause_of_the_older_runner() -> None:
+    """A SIGSTOP beyond the margin of the lower-token runner explains the overlap."""
+    events = [ready(0, 0.0), ready(1, 0.0), *run_key(0, "k0", 1, 1.0, 10.0),
+              *run_key(1, "k0", 2, 9.5, 19.5), *run_key(1, "k1", 1, 1.2, 19.5)]
+    report = run_check(events, nemesis=[pause(0, 6.0, 9.9)])
+    assert report.overlaps == 1
+    assert report.overlaps_explained == 1
+    assert report.violations == []
+
+
+def test_runs_of_different_keys_may_overlap() -> None:
+    """Two members at once on two different keys is the point, not a violation."""
+    report = run_check(clean_history())
+    assert report.overlaps == 0
+
+
+def test_kill_ends_every_run_of_the_killed_member() -> None:
+    """A SIGKILL ends all the keys its process ran, so a takeover after it does not overlap."""
+    events = [ready(0, 0.0, pid=50), ready(1, 0.0), *run_key(0, "k0", 1, 1.0, None),
+              *run_key(0, "k1", 1, 1.0, None), killed(0, 5.0),
+              *run_key(1, "k0", 2, 7.5, 19.5), *run_key(1, "k1", 2, 7.6, 19.5)]
+    by_key = key_intervals(sorted(events, key=lambda e: e["t"]), 20.0)
+    assert [(i.end, i.outcome) for i in by_key["k0"]] == [(5.0, "killed"), (19.5, "ended")]
+    report = run_check(events)
+    assert report.violations == []
+    assert report.moves == 2
+
+
+def test_late_exit_of_an_earlier_process_ends_nothing() -> None:
+    """The "gone" of a process that was replaced does not end the new process's runs."""
+    events = [ready(0, 0.0, pid=50), ready(1, 0.0), ready(0, 4.0, pid=51),
+              *run_key(0, "k0", 1, 5.0, None), gone(0, 6.0, pid=50),
+              *run_key(1, "k0", 2, 7.0, 19.5), *run_key(1, "k1", 1, 1.0, 19.5)]
+    report = run_check(events)
+    assert report.overlaps == 1
+    assert any(v.startswith("key k0: overlap of") for v in report.violations)
+
+
+def test_token_that_does_not_increase_is_a_violation() -> None:
+    """A later grant of a key with a token not above the earlier one is reported."""
+    events = [ready(0, 0.0), ready(1, 0.0), *run_key(0, "k0", 5, 1.0, 10.0),
+              *run_key(1, "k0", 5, 10.1, 19.5), *run_key(1, "k1", 1, 1.2, 19.5)]
+    report = run_check(events)
+    assert any("token 5, not above 5" in v for v in report.violations)
+    assert any("token 5 granted to two identities" in v for v in report.violations)
+
+
+def test_tokens_are_judged_per_key() -> None:
+    """Token 1 of one key after token 2 of another is no violation: each key counts alone."""
+    events = [ready(0, 0.0), ready(1, 0.0), *run_key(0, "k0", 2, 1.0, 19.5),
+              *run_key(1, "k1", 1, 1.2, 19.5)]
+    assert run_check(events).violations == []
+
+
+def test_key_left_unrun_too_long_is_a_violation() -> None:
+    """A key nobody runs for longer than L + bound while a member lives is reported."""
+    events = [ready(0, 0.0), ready(1, 0.0), *run_key(0, "k0", 1, 1.0, 6.0),
+              *run_key(1, "k0", 2, 12.0, 19.5), *run_key(1, "k1", 1, 1.2, 19.5)]
+    report = run_check(events)
+    assert report.longest_unrun == 6.0
+    assert report.violations == [
+        "key k0: unrun for 6.00 s (6.000-12.000) while a member was alive and the store up, "
+        "more than L + bound = 5.00 s"
+    ]
+
+
+def test_key_never_run_is_a_violation() -> None:
+    """A key no member ever takes is unrun from the end of start-up to the stop."""
+    events = [ready(0, 0.0), ready(1, 0.0), *run_key(0, "k0", 1, 1.0, 19.5)]
+    report = run_check(events)
+    assert report.violations == [
+        "key k1: unrun for 14.00 s (5.000-19.000) while a member was alive and the store up, "
+        "more than L + bound = 5.00 s"
+    ]
+
+
+def test_unrun_time_counts_only_while_a_member_is_alive() -> None:
+    """A stretch with every member dead does not count against the key."""
+    events = [ready(0, 0.0, pid=50), *run_key(0, "k0", 1, 1.0, None),
+              *run_key(0, "k1", 1, 1.0, None), killed(0, 6.0), ready(0, 11.0, pid=51),
+              *run_key(0, "k0", 2, 13.0, 19.5), *run_key(0, "k1", 2, 13.0, 19.5)]
+    report = run_check(events)
+    assert report.longest_unrun == 2.0
+    assert report.violations == []
+
+
+def test_store_outage_does_not_count_as_unrun_time() -> None:
+    """Unrun time during a store-wide outage, and for L after it, is not held against a key."""
+    events = [ready(0, 0.0), ready(1, 0.0), *run_key(0, "k0", 1, 1.0, 6.0),
+              *run_key(1, "k0", 2, 12.0, 19.5), *run_key(1, "k1", 1, 1.2, 19.5)]
+    outage = [{"kind": "pause-long", "target": 1, "t0": 6.5, "t1": 9.0}]
+    assert run_check(events, nemesis=outage, outage_kinds=frozenset({"pause-long"})).ok
+    report = run_check(events, nemesis=outage)  # the same pause, not an outage on this store
+    assert report.longest_unrun == 6.0
+    assert not report.ok
+
+
+def test_stale_write_accepted_for_a_key_is_a_violation() -> None:
+    """The store accepting a key's token below one it accepted for that key is reported."""
+    report = run_check(
+        clean_history(),
+        writes=[write(10.2, "k0", 2, True, "w1"), write(10.3, "k0", 1, True),
+                write(10.4, "k1", 1, True, "w1")],
+    )
+    assert report.stale_accepted == 1
+    assert any(v.startswith("key k0: stale write accepted") for v in report.violations)
+
+
+def test_run_without_moves_or_faults_does_not_bite() -> None:
+    """A run where no key moved and no fault was injected fails its bite check."""
+    events = [ready(0, 0.0), *run_key(0, "k0", 1, 1.0, 19.5), *run_key(0, "k1", 1, 1.0, 19.5)]
+    report = run_check(events, nemesis=[])
+    assert report.violations == []
+    assert report.bite_failures == ["no key moved", "no fault was injected"]
+    assert not report.ok

@@ -1,0 +1,261 @@
+"""The partitioned mode's checker: pure functions from a run's logs to its verdict.
+
+Inputs are the member events (``start``/``end`` with ``key``, ``token`` and ``identity``;
+``ready``; the harness's ``killed``/``gone``; each with its ``slot``), the fencing store's write
+log (one resource per key) and the nemesis log, all on the system-wide monotonic clock.
+
+Rules:
+
+1. Per key, belief intervals (``start`` → ``end``; a SIGKILL ends every interval of the killed
+   process) of different grants must not overlap, unless the stale one (the lower token) was
+   paused beyond the safety margin during it: the same rule, and the same explanation, as the
+   lease mode's checker.
+2. Per key, grant tokens strictly increase in the order the grants started, and no token is
+   granted to two identities; per key, the store never accepts a write below one it accepted.
+3. No key is left unrun for longer than ``L + bound`` while a member is alive: between the
+   first member's ``ready`` + ``L + bound`` (the start-up) and ``stop`` (when the harness began
+   stopping the members), every stretch in which no member ran the key, counted only while at
+   least one member process was alive and the store was not out for everyone, is at most
+   ``L + bound``. A store-wide outage is an episode of one of ``outage_kinds``, from its start
+   to L after its end (the leases it cost must expire before they are granted again): on
+   SQLite a member SIGSTOPped inside a write transaction keeps the file's write lock, so every
+   member's writes wait, and every member may lose its keys, until it resumes.
+4. A run must bite: at least one key moved, and at least one fault was injected.
+
+A *move* is two consecutive grants of one key (by start) to different identities.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ._checker import Interval, _explained
+
+__all__ = ["PartitionedReport", "check_partitioned", "key_intervals"]
+
+
+@dataclasses.dataclass
+class PartitionedReport:
+    """The verdict of one partitioned run."""
+
+    keys: int = 0
+    grants: int = 0
+    moves: int = 0
+    faults_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
+    overlaps: int = 0
+    overlaps_explained: int = 0
+    longest_unrun: float = 0.0  # seconds, counted while a member was alive
+    unrun_limit: float = 0.0  # L + bound
+    writes_accepted: int = 0
+    stale_rejected: int = 0
+    stale_accepted: int = 0
+    losses: int = 0
+    errors: int = 0
+    violations: list[str] = dataclasses.field(default_factory=list)
+    bite_failures: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No violation, and the faults bit."""
+        return not self.violations and not self.bite_failures
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "ok": self.ok}
+
+
+def key_intervals(
+    events: Iterable[Mapping[str, Any]], run_end: float
+) -> dict[str, list[Interval]]:
+    """Belief intervals per key from the member events (in time order)."""
+    by_key: dict[str, list[Interval]] = {}
+    current: dict[tuple[int, str], Interval] = {}
+    pid_of: dict[int, object] = {}  # slot -> pid of its current process
+    for event in events:
+        slot, kind, t = int(event["slot"]), event["ev"], float(event["t"])
+        if kind == "start":
+            key = str(event["key"])
+            interval = Interval(slot, str(event["identity"]), int(event["token"]), t, run_end)
+            current[(slot, key)] = interval
+            by_key.setdefault(key, []).append(interval)
+        elif kind == "end":
+            done = current.pop((slot, str(event["key"])), None)
+            if done is not None:
+                done.end = t
+                done.outcome = "ended"
+        elif kind == "ready":
+            pid_of[slot] = event.get("pid")
+        elif kind in ("killed", "gone"):  # the process died: its beliefs died with it
+            pid = event.get("pid")
+            if pid is not None and pid_of.get(slot) not in (None, pid):
+                continue  # an earlier incarnation's exit, reported late
+            for slot_key in [sk for sk in current if sk[0] == slot]:
+                open_one = current.pop(slot_key)
+                open_one.end = t
+                open_one.outcome = "killed"
+    return by_key
+
+
+def _alive_spans(events: Sequence[Mapping[str, Any]], run_end: float) -> list[tuple[float, float]]:
+    """When at least one member process was alive (``ready`` → ``killed``/``gone``), merged."""
+    spans: list[tuple[float, float]] = []
+    since: dict[int, float] = {}
+    pid_of: dict[int, object] = {}
+    for event in events:
+        slot, kind, t = int(event["slot"]), event["ev"], float(event["t"])
+        if kind == "ready":
+            since.setdefault(slot, t)
+            pid_of[slot] = event.get("pid")
+        elif kind in ("killed", "gone") and slot in since:
+            pid = event.get("pid")
+            if pid is not None and pid_of.get(slot) not in (None, pid):
+                continue
+            spans.append((since.pop(slot), t))
+    spans.extend((t, run_end) for t in since.values())
+    return _merge(spans)
+
+
+def _merge(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _subtract(
+    spans: Sequence[tuple[float, float]], holes: Sequence[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """The (merged) spans without the (merged) holes."""
+    result: list[tuple[float, float]] = []
+    for start, end in spans:
+        cursor = start
+        for hole_start, hole_end in holes:
+            if hole_end <= cursor or hole_start >= end:
+                continue
+            if hole_start > cursor:
+                result.append((cursor, hole_start))
+            cursor = max(cursor, hole_end)
+        if cursor < end:
+            result.append((cursor, end))
+    return result
+
+
+def _covered(spans: Sequence[tuple[float, float]], t0: float, t1: float) -> float:
+    """How much of [t0, t1] the (merged) spans cover."""
+    return sum(max(0.0, min(end, t1) - max(start, t0)) for start, end in spans)
+
+
+def check_partitioned(
+    *,
+    events: Sequence[Mapping[str, Any]],
+    writes: Sequence[Mapping[str, Any]],
+    nemesis: Sequence[Mapping[str, Any]],
+    keys: Sequence[str],
+    margin: float,
+    heartbeat_timeout: float,
+    bound: float,
+    stop: float,
+    run_end: float,
+    outage_kinds: frozenset[str] = frozenset(),
+) -> PartitionedReport:
+    """Judge one partitioned run (see the module docstring for the rules)."""
+    report = PartitionedReport(keys=len(keys), unrun_limit=heartbeat_timeout + bound)
+    report.faults_by_kind = dict(Counter(str(e["kind"]) for e in nemesis))
+    by_key = key_intervals(events, run_end)
+    report.grants = sum(len(v) for v in by_key.values())
+    outages = _merge(
+        (float(e["t0"]), float(e["t1"]) + heartbeat_timeout)
+        for e in nemesis if e["kind"] in outage_kinds
+    )
+    alive = _subtract(_alive_spans(events, run_end), outages)
+    readies = [float(e["t"]) for e in events if e["ev"] == "ready"]
+    window_start = (min(readies) if readies else run_end) + report.unrun_limit
+
+    for key in sorted(set(keys) | set(by_key)):
+        intervals = sorted(by_key.get(key, []), key=lambda i: i.start)
+        # 1. Overlapping beliefs of one key.
+        for i, first in enumerate(intervals):
+            for second in intervals[i + 1 :]:
+                if second.start >= first.end:
+                    break
+                report.overlaps += 1
+                stale, fresh = (first, second) if first.token <= second.token else (
+                    second, first
+                )
+                if stale.token != fresh.token and _explained(stale, nemesis, margin):
+                    report.overlaps_explained += 1
+                    continue
+                overlap = min(first.end, second.end) - second.start
+                report.violations.append(
+                    f"key {key}: overlap of {overlap * 1000:.1f} ms: w{stale.slot} (token "
+                    f"{stale.token}, {stale.start:.3f}-{stale.end:.3f}) and w{fresh.slot} "
+                    f"(token {fresh.token}, from {fresh.start:.3f}); no pause explains it"
+                )
+        # 2. Tokens strictly increase per key, one identity per token.
+        owner_of: dict[int, str] = {}
+        for previous, following in itertools.pairwise(intervals):
+            if following.token <= previous.token:
+                report.violations.append(
+                    f"key {key}: grant to {following.identity} at {following.start:.3f} has "
+                    f"token {following.token}, not above {previous.token} of "
+                    f"{previous.identity}'s earlier grant"
+                )
+            if following.identity != previous.identity:
+                report.moves += 1
+        for interval in intervals:
+            other = owner_of.setdefault(interval.token, interval.identity)
+            if other != interval.identity:
+                report.violations.append(
+                    f"key {key}: token {interval.token} granted to two identities: {other} and "
+                    f"{interval.identity}"
+                )
+        # 3. Unrun stretches while a member is alive.
+        running = _merge((i.start, i.end) for i in intervals)
+        cursor = window_start
+        gaps: list[tuple[float, float]] = []
+        for start, end in running:
+            if start > cursor:
+                gaps.append((cursor, min(start, stop)))
+            cursor = max(cursor, end)
+        if cursor < stop:
+            gaps.append((cursor, stop))
+        for t0, t1 in gaps:
+            unrun = _covered(alive, t0, t1)
+            report.longest_unrun = max(report.longest_unrun, unrun)
+            if unrun > report.unrun_limit:
+                report.violations.append(
+                    f"key {key}: unrun for {unrun:.2f} s ({t0:.3f}-{t1:.3f}) while a member "
+                    f"was alive and the store up, more than L + bound = "
+                    f"{report.unrun_limit:.2f} s"
+                )
+
+    # The store: accepted tokens never go down, per key, in apply order.
+    highest: dict[str, int] = {}
+    for write in writes:
+        resource, token = str(write["r"]), int(write["token"])
+        top = highest.get(resource, -1)
+        if write["ok"]:
+            report.writes_accepted += 1
+            if token < top:
+                report.stale_accepted += 1
+                report.violations.append(
+                    f"key {resource}: stale write accepted: token {token} by {write['w']} at "
+                    f"{float(write['t']):.3f} after token {top} was accepted"
+                )
+            highest[resource] = max(top, token)
+        elif token < top:
+            report.stale_rejected += 1
+
+    report.losses = sum(1 for e in events if e["ev"] == "lost")
+    report.errors = sum(1 for e in events if e["ev"] == "error")
+    if report.moves == 0:
+        report.bite_failures.append("no key moved")
+    if not nemesis:
+        report.bite_failures.append("no fault was injected")
+    return report

@@ -1,0 +1,85 @@
+"""The partitioned mode's live state and nemesis: M member processes run ``run_partitioned``
+over K keys, and the faults aim at a member that runs keys right now.
+
+The harness, the proxies, the fencing store, the process control and the fault episodes are the
+lease mode's (:mod:`._state`, :mod:`._nemesis`); what differs is the member program
+(:mod:`._pworker`), the live count of key moves (the stop rule ``handovers`` counts them) and
+how a target is chosen: a member running at least one key, not stopped, picked by the seeded
+generator.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import anyio
+
+from ._nemesis import Nemesis
+from ._state import Harness, Worker
+
+__all__ = ["PartitionedHarness", "PartitionedNemesis"]
+
+
+class PartitionedHarness(Harness):
+    """The live state of a partitioned run: which keys each member runs, and the moves."""
+
+    worker_module = "tools.campaign._pworker"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.running: dict[int, set[str]] = {w.slot: set() for w in self.workers}
+        self.last_identity: dict[str, str] = {}  # key -> identity of its latest grant
+        self.stop_started: float | None = None
+
+    def record(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+        if self.events_file is not None:
+            self.events_file.write(json.dumps(event) + "\n")
+        slot, kind = event["slot"], event["ev"]
+        if kind == "start":
+            key = str(event["key"])
+            self.running[slot].add(key)
+            previous = self.last_identity.get(key)
+            if previous is not None and previous != event["identity"]:
+                self.handovers_live += 1
+            self.last_identity[key] = str(event["identity"])
+        elif kind == "end":
+            self.running[slot].discard(str(event["key"]))
+        elif kind in ("killed", "gone", "exit"):
+            self.running[slot].clear()
+
+    def worker_config(self, worker: Worker) -> dict[str, Any]:
+        return {**super().worker_config(worker), "keys": self.config.keys,
+                "gap": self.config.key_write_gap}
+
+    async def stop_workers(self) -> None:
+        if self.stop_started is None:
+            self.stop_started = time.monotonic()
+        await super().stop_workers()
+
+    async def watch_records(self) -> None:
+        """Key tokens are judged from the members' grants; no single record to follow."""
+        await anyio.sleep_forever()
+
+
+class PartitionedNemesis(Nemesis):
+    """The lease mode's fault episodes, aimed at a member that runs keys."""
+
+    h: PartitionedHarness
+
+    async def holder(
+        self, timeout: float = 10.0, hold: tuple[float, float] | None = None
+    ) -> Worker | None:
+        """A member running at least one key and not stopped, or None after ``timeout``."""
+        with anyio.move_on_after(timeout):
+            while True:
+                busy = [
+                    w for w in self.h.workers
+                    if self.h.running[w.slot] and not w.stopped and w.process is not None
+                ]
+                if busy:
+                    return self.rng.choice(busy)
+                await anyio.sleep(0.05)
+        return None
