@@ -273,7 +273,7 @@ class HealthServer:
         #: The port asked for; once entered, the port listened on.
         self.port: int = port
         #: Once entered, what the server had to refuse (shed connections, timeouts, ...).
-        self.stats = ServerStats()
+        self.stats: ServerStats = ServerStats()
         self._running: tuple[anyio.abc.TaskGroup, anyio.abc.Listener[Any]] | None = None
 
     async def __aenter__(self) -> HealthServer:
