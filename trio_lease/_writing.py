@@ -104,19 +104,8 @@ class GrantWriter:
             await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, 1.5))
 
     async def request_handover(self) -> bool:
-        """Ask the current holder to hand the lease over to this owner; then wait with ``held()``.
-
-        Writes this lease's identity into the record (compare-and-swap, holder and token
-        unchanged). The holder notices at its next renewal, sooner where it watches: its
-        ``grant.handover_requested`` is set, ``run_singleton`` stops ``fn`` gracefully, and the
-        release reserves the lease for this identity: other contenders wait until the released
-        record has stood for L, this one takes it at once. Fencing tokens still increase.
-
-        Returns True when the request is in the record (written now or before), False when there
-        is nothing to hand over (the lease is free, or this owner holds it): acquire it instead.
-        Raises :class:`LeaseConfigError` if the backend does not store handover requests, and
-        :class:`BackendUnavailable` if the record is unreadable or the writes keep conflicting.
-        """
+        """The handover request (:meth:`trio_lease.Lease.request_handover` says what it does):
+        a compare-and-swap of this identity into the record, holder and token unchanged."""
         for conflicts in range(MAX_CONFLICTS):
             if conflicts:
                 await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, 1.5))
