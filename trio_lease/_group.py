@@ -27,7 +27,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from ._abc import LeaseBackend, LeaseRecord
 from ._exceptions import BackendUnavailable, LeaseBusy, LeaseConfigError, LeaseError
 from ._grant import Grant
-from ._lease import Lease
+from ._lease import Lease, lease_clock
 from ._settings import LeaseSettings
 from ._slotted import (
     Family,
@@ -216,7 +216,7 @@ class Membership:
     async def _keep_view(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         group = self._group
         settings = group.settings
-        clock = group.slot_lease(0)._state.clock
+        clock = lease_clock(group.slot_lease(0))
         started = False
         failures = 0
         while True:

@@ -41,7 +41,7 @@ from ._streams import Changes
 from ._waiting import Waiter
 from ._writing import GrantWriter
 
-__all__ = ["Lease", "end_hosted_hold"]
+__all__ = ["Lease", "end_hosted_hold", "lease_clock", "observe_record", "read_record"]
 
 
 class Lease:
@@ -254,6 +254,28 @@ async def end_hosted_hold(lease: Lease) -> None:
     """End what ``lease.acquire()`` holds (if anything), never raising for an unknown outcome:
     the task group hosting it is closing (a :class:`LeaseProvider`'s)."""
     await lease._akka.end_hosted()
+
+
+# What the multi-holder features (semaphore slots, group members, partitioned keys) use of a
+# lease beyond its public API: its clock, a fresh read and a record seen elsewhere. They reach
+# the lease's parts only through these functions.
+
+
+def lease_clock(lease: Lease) -> Callable[[], float]:
+    """The monotonic clock ``lease`` judges its deadlines by (injected, or anyio's)."""
+    return lease._state.clock
+
+
+async def read_record(lease: Lease) -> LeaseRecord | None:
+    """A fresh read of ``lease``'s record (bounded by T, typed errors), noted by the lease as
+    its own reads are."""
+    return await lease._reader.read()
+
+
+def observe_record(lease: Lease, record: LeaseRecord | None) -> None:
+    """Note ``record`` as seen by ``lease`` (a record read or watched on its behalf), as its own
+    watch does."""
+    lease._state.observe(record)
 
 
 def _is_text(value: str) -> bool:

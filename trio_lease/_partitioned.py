@@ -24,7 +24,7 @@ from ._abc import LeaseBackend, LeaseRecord
 from ._exceptions import LeaseConfigError, LeaseError, LeaseLost
 from ._grant import Grant
 from ._group import Group
-from ._lease import Lease
+from ._lease import Lease, observe_record
 from ._settings import LeaseSettings
 from ._slotted import clear_reservation, follow_slots
 
@@ -269,7 +269,7 @@ class _KeyLeases:
 
 
 def _observe(leases: list[Lease], index: int, record: LeaseRecord | None) -> None:
-    leases[index]._state.observe(record)  # as a waiting lease's own watch does
+    observe_record(leases[index], record)
 
 
 class _Trigger:

@@ -45,7 +45,7 @@ from ._exceptions import (
 )
 from ._grant import Grant
 from ._heartbeat import CONFIRM_PAUSE
-from ._lease import Lease
+from ._lease import Lease, lease_clock
 from ._settings import LeaseSettings
 from ._slotted import (
     Family,
@@ -308,7 +308,7 @@ class Semaphore:
         No cancel scope of this method is open while a slot's hold is entered: the hold's own
         scopes must outlive it (they close with ``stack``).
         """
-        clock = self._leases[0]._state.clock
+        clock = lease_clock(self._leases[0])
         started = clock()
         deadline = math.inf if timeout is None else started + timeout
         family = self._family
@@ -404,7 +404,7 @@ class Semaphore:
         """Wait for a slot's change that may let us in, a local release, a silent holder's
         expiry, a new limit or ``wait_interval`` (jittered), whichever comes first."""
         settings = self.settings
-        clock = self._leases[0]._state.clock
+        clock = lease_clock(self._leases[0])
         delay = settings.wait_interval
         soonest = min((exc.expires_in for exc in busy.values()), default=math.inf)
         jitter = delay * random.uniform(0.0, 0.2)

@@ -28,7 +28,7 @@ import anyio
 from ._abc import LeaseBackend, LeaseRecord
 from ._exceptions import ConflictError, LeaseError
 from ._grant import Grant
-from ._lease import Lease
+from ._lease import Lease, read_record
 from ._shared_watch import FeedFailure, shared_watch
 
 __all__ = [
@@ -120,7 +120,7 @@ async def hold_slot(lease: Lease, family: Family, slot: int) -> AsyncIterator[Gr
 
 async def read_slot(lease: Lease) -> LeaseRecord | None:
     """A fresh read of a slot's record (bounded by T), noted by the lease as its own reads are."""
-    return await lease._reader.read()  # the lease's own reader: typed errors, observed
+    return await read_record(lease)
 
 
 async def reserve(lease: Lease) -> bool:
