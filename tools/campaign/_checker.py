@@ -31,7 +31,10 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["EXPLAINING_KINDS", "Interval", "Report", "check", "intervals_from_events"]
+__all__ = [
+    "EXPLAINING_KINDS", "Interval", "Report", "WriteTally", "check", "intervals_from_events",
+    "judge_overlap", "judge_writes",
+]
 
 #: Faults that may legitimately make two holders believe at once (reliability.md §4.3).
 EXPLAINING_KINDS = frozenset({"pause-long", "pause-in-write", "skew-beyond"})
@@ -142,6 +145,58 @@ def _explained(
     return False
 
 
+def judge_overlap(
+    first: Interval, second: Interval, nemesis: Sequence[Mapping[str, Any]], margin: float
+) -> tuple[Interval, Interval, str]:
+    """Two overlapping belief intervals as (stale, fresh, verdict): ``"explained"`` when the
+    stale one (the lower token) was paused or skewed beyond what a lease survives during it,
+    ``"one token"`` when both believe the same token, ``"unexplained"`` otherwise."""
+    stale, fresh = (first, second) if first.token <= second.token else (second, first)
+    if stale.token == fresh.token:
+        return stale, fresh, "one token"
+    if _explained(stale, nemesis, margin):
+        return stale, fresh, "explained"
+    return stale, fresh, "unexplained"
+
+
+@dataclasses.dataclass
+class WriteTally:
+    """What the fencing store's write log shows (rule 2)."""
+
+    accepted: int = 0
+    stale_rejected: int = 0
+    stale_accepted: int = 0
+    violations: list[str] = dataclasses.field(default_factory=list)
+
+
+def judge_writes(writes: Iterable[Mapping[str, Any]], prefix: str = "") -> WriteTally:
+    """Per resource, in apply order: an accepted token below one accepted earlier, or a
+    rejected token that is not below, is a violation (each text starts with ``prefix``, where
+    ``{r}`` stands for the resource)."""
+    tally = WriteTally()
+    highest: dict[str, int] = {}
+    for write in writes:
+        resource, token = str(write["r"]), int(write["token"])
+        top = highest.get(resource, -1)
+        if write["ok"]:
+            tally.accepted += 1
+            if token < top:
+                tally.stale_accepted += 1
+                tally.violations.append(
+                    f"{prefix.format(r=resource)}stale write accepted: token {token} by "
+                    f"{write['w']} at {float(write['t']):.3f} after token {top} was accepted"
+                )
+            highest[resource] = max(top, token)
+        elif token < top:
+            tally.stale_rejected += 1
+        else:
+            tally.violations.append(
+                f"{prefix.format(r=resource)}the store rejected token {token} although the "
+                f"highest accepted was {top}"
+            )
+    return tally
+
+
 def check(
     *,
     events: Sequence[Mapping[str, Any]],
@@ -167,14 +222,14 @@ def check(
             if first.identity == second.identity and first.token == second.token:
                 continue
             report.overlaps += 1
-            stale, fresh = (first, second) if first.token <= second.token else (second, first)
-            if stale.token == fresh.token:
+            stale, fresh, verdict = judge_overlap(first, second, nemesis, margin)
+            if verdict == "explained":
+                report.overlaps_explained += 1
+            elif verdict == "one token":
                 report.violations.append(
                     f"token {stale.token} believed by two identities at once: "
                     f"{stale.identity} and {fresh.identity}"
                 )
-            elif _explained(stale, nemesis, margin):
-                report.overlaps_explained += 1
             else:
                 overlap = min(first.end, second.end) - second.start
                 report.violations.append(
@@ -185,25 +240,10 @@ def check(
                 )
 
     # 2. Fencing: accepted tokens never go down, per resource, in apply order.
-    highest: dict[str, int] = {}
-    for write in writes:
-        resource, token = str(write["r"]), int(write["token"])
-        top = highest.get(resource, -1)
-        if write["ok"]:
-            report.writes_accepted += 1
-            if token < top:
-                report.stale_accepted += 1
-                report.violations.append(
-                    f"stale write accepted: token {token} by {write['w']} at {write['t']:.3f} "
-                    f"after token {top} was accepted"
-                )
-            highest[resource] = max(top, token)
-        elif token < top:
-            report.stale_rejected += 1
-        else:
-            report.violations.append(
-                f"the store rejected token {token} although the highest accepted was {top}"
-            )
+    tally = judge_writes(writes)
+    report.writes_accepted = tally.accepted
+    report.stale_rejected, report.stale_accepted = tally.stale_rejected, tally.stale_accepted
+    report.violations.extend(tally.violations)
 
     _count_stale_after_pauses(report, events, writes, nemesis)
 

@@ -33,9 +33,11 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._checker import Interval, _explained
+from trio_lease._partitioned import assign
 
-__all__ = ["PartitionedReport", "check_partitioned", "key_intervals"]
+from ._checker import Interval, judge_overlap, judge_writes
+
+__all__ = ["PartitionedReport", "assignee_faults", "check_partitioned", "key_intervals"]
 
 
 @dataclasses.dataclass
@@ -50,6 +52,7 @@ class PartitionedReport:
     overlaps_explained: int = 0
     longest_unrun: float = 0.0  # seconds, counted while a member was alive
     unrun_limit: float = 0.0  # L + bound
+    unrun_restarted: int = 0  # unrun stretches cut by a fault on the key's assignee
     writes_accepted: int = 0
     stale_rejected: int = 0
     stale_accepted: int = 0
@@ -118,6 +121,61 @@ def _alive_spans(events: Sequence[Mapping[str, Any]], run_end: float) -> list[tu
     return _merge(spans)
 
 
+def _incarnations(events: Sequence[Mapping[str, Any]]) -> list[tuple[int, str, float, float]]:
+    """Each member process that logged its identity (``member``), as (slot, identity, since,
+    until): from that event to its kill or exit (infinity while it lives)."""
+    spans: list[list[Any]] = []
+    open_one: dict[int, list[Any]] = {}
+    pid_of: dict[int, object] = {}
+    for event in events:
+        slot, kind, t = int(event["slot"]), event["ev"], float(event["t"])
+        if kind == "ready":
+            pid_of[slot] = event.get("pid")
+        elif kind == "member":
+            open_one[slot] = [slot, str(event["identity"]), t, float("inf")]
+            spans.append(open_one[slot])
+        elif kind in ("killed", "gone") and slot in open_one:
+            pid = event.get("pid")
+            if pid is not None and pid_of.get(slot) not in (None, pid):
+                continue
+            open_one.pop(slot)[3] = t
+    return [(int(a), str(b), float(c), float(d)) for a, b, c, d in spans]
+
+
+def assignee_faults(
+    events: Sequence[Mapping[str, Any]],
+    nemesis: Sequence[Mapping[str, Any]],
+    keys: Sequence[str],
+    heartbeat_timeout: float,
+) -> dict[str, list[tuple[float, float]]]:
+    """Per key, the fault episodes (``t0``, ``t1``) that hit the member the assignment gave
+    the key to when the episode began, merged.
+
+    The assignment is :func:`trio_lease.assign` over the members at ``t0``: every process
+    that logged its identity and was alive then, or died less than L before (its record in
+    the group stands until it expires). The member hit is the target slot's live process.
+    """
+    lives = _incarnations(events)
+    memo: dict[frozenset[str], dict[str, list[str]]] = {}
+    hits: dict[str, list[tuple[float, float]]] = {}
+    for episode in nemesis:
+        target = episode.get("target")
+        if target is None:
+            continue
+        t0, t1 = float(episode["t0"]), float(episode["t1"])
+        hit = [who for slot, who, since, until in lives
+               if slot == int(target) and since <= t0 < until]
+        if not hit:
+            continue
+        members = frozenset(who for _slot, who, since, until in lives
+                            if since <= t0 < until + heartbeat_timeout)
+        if members not in memo:
+            memo[members] = assign(keys, sorted(members))
+        for key in memo[members].get(hit[-1], []):
+            hits.setdefault(key, []).append((t0, t1))
+    return {key: _merge(spans) for key, spans in hits.items()}
+
+
 def _merge(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     merged: list[tuple[float, float]] = []
     for start, end in sorted(spans):
@@ -176,6 +234,7 @@ def check_partitioned(
     alive = _subtract(_alive_spans(events, run_end), outages)
     readies = [float(e["t"]) for e in events if e["ev"] == "ready"]
     window_start = (min(readies) if readies else run_end) + report.unrun_limit
+    cut = assignee_faults(events, nemesis, keys, heartbeat_timeout)
 
     for key in sorted(set(keys) | set(by_key)):
         intervals = sorted(by_key.get(key, []), key=lambda i: i.start)
@@ -185,10 +244,8 @@ def check_partitioned(
                 if second.start >= first.end:
                     break
                 report.overlaps += 1
-                stale, fresh = (first, second) if first.token <= second.token else (
-                    second, first
-                )
-                if stale.token != fresh.token and _explained(stale, nemesis, margin):
+                stale, fresh, verdict = judge_overlap(first, second, nemesis, margin)
+                if verdict == "explained":
                     report.overlaps_explained += 1
                     continue
                 overlap = min(first.end, second.end) - second.start
@@ -226,31 +283,25 @@ def check_partitioned(
         if cursor < stop:
             gaps.append((cursor, stop))
         for t0, t1 in gaps:
-            unrun = _covered(alive, t0, t1)
-            report.longest_unrun = max(report.longest_unrun, unrun)
-            if unrun > report.unrun_limit:
-                report.violations.append(
-                    f"key {key}: unrun for {unrun:.2f} s ({t0:.3f}-{t1:.3f}) while a member "
-                    f"was alive and the store up, more than L + bound = "
-                    f"{report.unrun_limit:.2f} s"
-                )
+            # A fault on the key's assignee restarts the key's clock when it ends.
+            pieces = _subtract([(t0, t1)], cut.get(key, []))
+            if pieces != [(t0, t1)]:
+                report.unrun_restarted += 1
+            for p0, p1 in pieces:
+                unrun = _covered(alive, p0, p1)
+                report.longest_unrun = max(report.longest_unrun, unrun)
+                if unrun > report.unrun_limit:
+                    report.violations.append(
+                        f"key {key}: unrun for {unrun:.2f} s ({p0:.3f}-{p1:.3f}) while a "
+                        f"member was alive and the store up, more than L + bound = "
+                        f"{report.unrun_limit:.2f} s"
+                    )
 
     # The store: accepted tokens never go down, per key, in apply order.
-    highest: dict[str, int] = {}
-    for write in writes:
-        resource, token = str(write["r"]), int(write["token"])
-        top = highest.get(resource, -1)
-        if write["ok"]:
-            report.writes_accepted += 1
-            if token < top:
-                report.stale_accepted += 1
-                report.violations.append(
-                    f"key {resource}: stale write accepted: token {token} by {write['w']} at "
-                    f"{float(write['t']):.3f} after token {top} was accepted"
-                )
-            highest[resource] = max(top, token)
-        elif token < top:
-            report.stale_rejected += 1
+    tally = judge_writes(writes, prefix="key {r}: ")
+    report.writes_accepted = tally.accepted
+    report.stale_rejected, report.stale_accepted = tally.stale_rejected, tally.stale_accepted
+    report.violations.extend(tally.violations)
 
     report.losses = sum(1 for e in events if e["ev"] == "lost")
     report.errors = sum(1 for e in events if e["ev"] == "error")
