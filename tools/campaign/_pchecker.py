@@ -1,8 +1,9 @@
 """The partitioned mode's checker: pure functions from a run's logs to its verdict.
 
 Inputs are the member events (``start``/``end`` with ``key``, ``token`` and ``identity``;
-``ready``; the harness's ``killed``/``gone``; each with its ``slot``), the fencing store's write
-log (one resource per key) and the nemesis log, all on the system-wide monotonic clock.
+``ready``; ``member`` with the identity the process joins the group as; the harness's
+``killed``/``gone``; each with its ``slot``), the fencing store's write log (one resource per
+key) and the nemesis log, all on the system-wide monotonic clock.
 
 Rules:
 
@@ -19,7 +20,12 @@ Rules:
    ``L + bound``. A store-wide outage is an episode of one of ``outage_kinds``, from its start
    to L after its end (the leases it cost must expire before they are granted again): on
    SQLite a member SIGSTOPped inside a write transaction keeps the file's write lock, so every
-   member's writes wait, and every member may lose its keys, until it resumes.
+   member's writes wait, and every member may lose its keys, until it resumes. A fault episode
+   that hits the member the assignment gives the key to (:func:`assignee_faults`) cuts the
+   key's stretch: the episode's time is not counted and the key's clock starts again at its
+   end, since the member that must start the key cannot while it is killed, stopped or cut
+   off, and the others may not until the group drops it. A fault on another member, or none,
+   leaves the clock running.
 4. A run must bite: at least one key moved, and at least one fault was injected.
 
 A *move* is two consecutive grants of one key (by start) to different identities.
