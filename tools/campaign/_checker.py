@@ -29,11 +29,11 @@ import dataclasses
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 __all__ = [
-    "EXPLAINING_KINDS", "Interval", "Report", "WriteTally", "check", "intervals_from_events",
-    "judge_overlap", "judge_writes",
+    "EXPLAINING_KINDS", "Interval", "Report", "Verdict", "WriteTally", "check",
+    "intervals_from_events", "judge_overlap", "judge_writes",
 ]
 
 #: Faults that may legitimately make two holders believe at once (reliability.md §4.3).
@@ -59,8 +59,24 @@ class Interval:
     outcome: str = "open"  # released, lost, killed, error or open (the run ended first)
 
 
+class Verdict:
+    """What every campaign report answers: clean, and serialisable for ``report.json``."""
+
+    violations: list[str]
+    bite_failures: list[str]
+
+    @property
+    def ok(self) -> bool:
+        """No violation, and the faults bit."""
+        return not self.violations and not self.bite_failures
+
+    def to_dict(self) -> dict[str, Any]:
+        fields: dict[str, Any] = dataclasses.asdict(cast(Any, self))  # subclasses are dataclasses
+        return {**fields, "ok": self.ok}
+
+
 @dataclasses.dataclass
-class Report:
+class Report(Verdict):
     """The verdict of one run."""
 
     grants: int = 0
@@ -82,14 +98,6 @@ class Report:
     errors: int = 0
     violations: list[str] = dataclasses.field(default_factory=list)
     bite_failures: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """No violation, and the faults bit."""
-        return not self.violations and not self.bite_failures
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "ok": self.ok}
 
 
 def _overlaps(t0: float, t1: float, u0: float, u1: float) -> bool:

@@ -41,13 +41,13 @@ from typing import Any
 
 from trio_lease._partitioned import assign
 
-from ._checker import Interval, judge_overlap, judge_writes
+from ._checker import Interval, Verdict, judge_overlap, judge_writes
 
 __all__ = ["PartitionedReport", "assignee_faults", "check_partitioned", "key_intervals"]
 
 
 @dataclasses.dataclass
-class PartitionedReport:
+class PartitionedReport(Verdict):
     """The verdict of one partitioned run."""
 
     keys: int = 0
@@ -66,14 +66,6 @@ class PartitionedReport:
     errors: int = 0
     violations: list[str] = dataclasses.field(default_factory=list)
     bite_failures: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """No violation, and the faults bit."""
-        return not self.violations and not self.bite_failures
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "ok": self.ok}
 
 
 def key_intervals(
