@@ -45,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="kubernetes: serve the emulator inside the harness or as a process "
                         "of its own (default: partitioned mode a process, lease mode the "
                         "harness, whose emu-* faults need it there)")
+    parser.add_argument("--emulator-nice", type=int, default=0, metavar="N",
+                        help="kubernetes, emulator in its own process: run it at nice N (a "
+                        "negative N, which needs root, keeps a shared machine's other work "
+                        "from delaying the store's replies)")
     parser.add_argument("--short", action="store_true", help="the short CI mix")
     parser.add_argument("--broken", choices=["no-fencing", "reply-anchor"],
                         help="run a deliberately broken variant (the checker must bite)")
@@ -76,6 +80,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         changes["workers"] = args.workers
     if args.emulator is not None:
         changes["emulator_process"] = args.emulator == "process"
+    if args.emulator_nice:
+        changes["emulator_nice"] = args.emulator_nice
     if args.duration is not None:
         changes["duration"] = args.duration
     if args.handovers is not None:

@@ -78,6 +78,8 @@ class RunConfig:
     #: kubernetes: serve the emulator from a process of its own (``trio-lease emulate``)
     #: instead of inside the harness; the ``emu-*`` faults need it inside.
     emulator_process: bool = False
+    #: kubernetes, emulator in its own process: its nice value (0: the harness's).
+    emulator_nice: int = 0
 
     def fault_kinds(self) -> tuple[str, ...]:
         if self.faults is not None:
