@@ -127,6 +127,34 @@ def test_overlap_explained_by_a_long_pause_of_the_older_runner() -> None:
     assert report.violations == []
 
 
+def late_start_history() -> list[dict[str, Any]]:
+    """w1 runs k0 with token 2 from 8 s; w0's body for the lower token 1 starts only at 9.9 s
+    (after w1's) and ends at its first checkpoint, 0.1 s later."""
+    return [ready(0, 0.0), ready(1, 0.0), *run_key(1, "k0", 2, 8.0, 19.5),
+            *run_key(0, "k0", 1, 9.9, 10.0), *run_key(1, "k1", 1, 1.2, 19.5)]
+
+
+def test_late_start_after_a_pause_spanning_the_newer_grant_is_explained() -> None:
+    """A lower-token body that starts after a higher one's, its runner SIGSTOPped from before
+    the higher grant until just before the start, is the pause's overlap, not a violation."""
+    report = run_check(late_start_history(), nemesis=[pause(0, 6.0, 9.8)])
+    assert (report.overlaps, report.overlaps_explained) == (1, 1)
+    assert report.late_starts_explained == 1
+    assert report.violations == []
+
+
+def test_late_start_without_a_pause_at_the_newer_grant_is_a_violation() -> None:
+    """The same late start is reported (overlap and token order) when the runner's pause ended
+    before the higher grant began, or when there was none."""
+    for nemesis in ([pause(0, 4.0, 7.5)], [pause(1, 6.0, 9.8)]):
+        report = run_check(late_start_history(), nemesis=nemesis)
+        assert report.late_starts_explained == 0
+        assert report.violations == [
+            "key k0: overlap of 100.0 ms: w0 (token 1, 9.900-10.000) and w1 (token 2, from "
+            "8.000); no pause explains it",
+            "key k0: grant to w0_x at 9.900 has token 1, not above 2 of w1_x's earlier grant",
+        ]
+
 def test_runs_of_different_keys_may_overlap() -> None:
     """Two members at once on two different keys is the point, not a violation."""
     report = run_check(clean_history())

@@ -140,15 +140,22 @@ def _find(intervals: Sequence[Interval], slot: int) -> Interval | None:
 
 
 def _explained(
-    stale: Interval, nemesis: Sequence[Mapping[str, Any]], margin: float
+    stale: Interval,
+    nemesis: Sequence[Mapping[str, Any]],
+    margin: float,
+    since: float | None = None,
 ) -> bool:
+    """Whether ``stale``'s process was paused beyond the margin (or skewed beyond ρ) during its
+    belief, or from ``since`` on when that is earlier: a process stopped when a newer grant
+    began runs its body's first statements with its lapsed grant after it resumes."""
+    start = stale.start if since is None else min(since, stale.start)
     for episode in nemesis:
         if episode["kind"] not in EXPLAINING_KINDS or episode.get("target") != stale.slot:
             continue
         t0, t1 = float(episode["t0"]), float(episode["t1"])
         if episode["kind"] in PAUSE_KINDS and t1 - t0 <= margin:
             continue
-        if _overlaps(t0, t1, stale.start, stale.end):
+        if _overlaps(t0, t1, start, stale.end):
             return True
     return False
 
@@ -157,12 +164,13 @@ def judge_overlap(
     first: Interval, second: Interval, nemesis: Sequence[Mapping[str, Any]], margin: float
 ) -> tuple[Interval, Interval, str]:
     """Two overlapping belief intervals as (stale, fresh, verdict): ``"explained"`` when the
-    stale one (the lower token) was paused or skewed beyond what a lease survives during it,
+    stale one (the lower token) was paused or skewed beyond what a lease survives during it (or
+    from the fresh one's start, when the stale body began after the fresh one),
     ``"one token"`` when both believe the same token, ``"unexplained"`` otherwise."""
     stale, fresh = (first, second) if first.token <= second.token else (second, first)
     if stale.token == fresh.token:
         return stale, fresh, "one token"
-    if _explained(stale, nemesis, margin):
+    if _explained(stale, nemesis, margin, since=fresh.start):
         return stale, fresh, "explained"
     return stale, fresh, "unexplained"
 
