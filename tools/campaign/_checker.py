@@ -12,8 +12,10 @@ Rules (reliability.md §3.2):
 
 1. Belief intervals (``start`` → ``end``; a SIGKILL ends one at the kill) of different grants
    must not overlap, unless the stale one (the lower token) was paused by a SIGSTOP longer than
-   the safety margin, or ran on a clock skewed beyond the tolerated rate, during the interval:
-   those are the faults no lease can survive, which fencing exists for.
+   the safety margin, or ran on a clock skewed beyond the tolerated rate, during the interval
+   (or from the newer grant's start, when the stale body started after it: a process stopped
+   just after its grant runs its body's first statement after it resumes): those are the
+   faults no lease can survive, which fencing exists for.
 2. The store must never accept a write whose token is below one it accepted earlier.
 3. Grant tokens strictly increase: every new grant in the record history has a token above
    all earlier ones, and no token is granted to two identities.
