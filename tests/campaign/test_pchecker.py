@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.campaign._pchecker import PartitionedReport, check_partitioned, key_intervals
+from tools.campaign._pchecker import (
+    PartitionedReport,
+    assignee_faults,
+    check_partitioned,
+    key_intervals,
+)
+from trio_lease._partitioned import assign
 
 MARGIN = 0.66
 L = 2.0
@@ -41,6 +47,14 @@ def gone(slot: int, t: float, pid: int) -> dict[str, Any]:
 
 def write(t: float, key: str, token: int, ok: bool, writer: str = "w0") -> dict[str, Any]:
     return {"t": t, "r": key, "token": token, "w": writer, "ok": ok}
+
+
+def member(slot: int, t: float, identity: str) -> dict[str, Any]:
+    return {"ev": "member", "t": t, "slot": slot, "identity": identity}
+
+
+def blackhole(slot: int, t0: float, t1: float) -> dict[str, Any]:
+    return {"kind": "proxy-blackhole", "target": slot, "t0": t0, "t1": t1}
 
 
 def pause(slot: int, t0: float, t1: float) -> dict[str, Any]:
@@ -112,6 +126,34 @@ def test_overlap_explained_by_a_long_pause_of_the_older_runner() -> None:
     assert report.overlaps_explained == 1
     assert report.violations == []
 
+
+def late_start_history() -> list[dict[str, Any]]:
+    """w1 runs k0 with token 2 from 8 s; w0's body for the lower token 1 starts only at 9.9 s
+    (after w1's) and ends at its first checkpoint, 0.1 s later."""
+    return [ready(0, 0.0), ready(1, 0.0), *run_key(1, "k0", 2, 8.0, 19.5),
+            *run_key(0, "k0", 1, 9.9, 10.0), *run_key(1, "k1", 1, 1.2, 19.5)]
+
+
+def test_late_start_after_a_pause_spanning_the_newer_grant_is_explained() -> None:
+    """A lower-token body that starts after a higher one's, its runner SIGSTOPped from before
+    the higher grant until just before the start, is the pause's overlap, not a violation."""
+    report = run_check(late_start_history(), nemesis=[pause(0, 6.0, 9.8)])
+    assert (report.overlaps, report.overlaps_explained) == (1, 1)
+    assert report.late_starts_explained == 1
+    assert report.violations == []
+
+
+def test_late_start_without_a_pause_at_the_newer_grant_is_a_violation() -> None:
+    """The same late start is reported (overlap and token order) when the runner's pause ended
+    before the higher grant began, or when there was none."""
+    for nemesis in ([pause(0, 4.0, 7.5)], [pause(1, 6.0, 9.8)]):
+        report = run_check(late_start_history(), nemesis=nemesis)
+        assert report.late_starts_explained == 0
+        assert report.violations == [
+            "key k0: overlap of 100.0 ms: w0 (token 1, 9.900-10.000) and w1 (token 2, from "
+            "8.000); no pause explains it",
+            "key k0: grant to w0_x at 9.900 has token 1, not above 2 of w1_x's earlier grant",
+        ]
 
 def test_runs_of_different_keys_may_overlap() -> None:
     """Two members at once on two different keys is the point, not a violation."""
@@ -218,3 +260,69 @@ def test_run_without_moves_or_faults_does_not_bite() -> None:
     assert report.violations == []
     assert report.bite_failures == ["no key moved", "no fault was injected"]
     assert not report.ok
+
+
+def assigned_history() -> tuple[list[dict[str, Any]], str]:
+    """w0 and w1 (identities logged); the key the assignment gives w1 runs on w0 until 6 s,
+    nobody runs it from 6 s to 14 s (8 s, above L + bound = 5 s), then w1 runs it."""
+    ids = {0: "w0_a", 1: "w1_b"}
+    key = assign(KEYS, sorted(ids.values()))[ids[1]][0]
+    other = next(k for k in KEYS if k != key)
+    events = [
+        ready(0, 0.0), ready(1, 0.0), member(0, 0.1, ids[0]), member(1, 0.1, ids[1]),
+        *run_key(0, key, 1, 1.0, 6.0, ids[0]), *run_key(1, key, 2, 14.0, 19.5, ids[1]),
+        *run_key(0, other, 1, 1.2, 19.5, ids[0]),
+    ]
+    return events, key
+
+
+def test_fault_on_the_keys_assignee_restarts_its_unrun_clock() -> None:
+    """A partition of the member the key is assigned to cuts the key's unrun stretch: 3 s
+    before it and 4 s after it, each within L + bound."""
+    events, key = assigned_history()
+    report = run_check(events, nemesis=[blackhole(1, 9.0, 10.0)])
+    assert assignee_faults(events, [blackhole(1, 9.0, 10.0)], KEYS, L) == {key: [(9.0, 10.0)]}
+    assert report.unrun_restarted == 1
+    assert report.longest_unrun == 4.0
+    assert report.violations == []
+
+
+def test_fault_on_another_member_leaves_the_unrun_clock_running() -> None:
+    """The same 8 s unrun stretch is a violation when the fault hits a member the key is not
+    assigned to, or when there is no fault at all: the rule excuses only the assignee's."""
+    events, key = assigned_history()
+    expected = [
+        f"key {key}: unrun for 8.00 s (6.000-14.000) while a member was alive and the store "
+        "up, more than L + bound = 5.00 s"
+    ]
+    for nemesis in ([blackhole(0, 9.0, 10.0)], [pause(0, 30.0, 31.0)]):
+        report = run_check(events, nemesis=nemesis)
+        assert report.unrun_restarted == 0
+        assert report.violations == expected
+
+
+def test_restarted_clock_still_catches_a_key_left_unrun_after_the_fault() -> None:
+    """After the assignee's fault ends, the key still must run within L + bound."""
+    events, key = assigned_history()
+    report = run_check(events, nemesis=[blackhole(1, 6.5, 7.0)])
+    assert report.violations == [
+        f"key {key}: unrun for 7.00 s (7.000-14.000) while a member was alive and the store "
+        "up, more than L + bound = 5.00 s"
+    ]
+
+
+def test_member_killed_less_than_l_before_still_counts_in_the_assignment() -> None:
+    """The assignment at a fault includes a member killed within L (its group record still
+    stands) and leaves out one killed earlier."""
+    events = [
+        ready(0, 0.0, pid=10), ready(1, 0.0, pid=11), member(0, 0.1, "w0_a"),
+        member(1, 0.1, "w1_b"), killed(1, 5.0), ready(1, 5.2, pid=12), member(1, 5.3, "w1_c"),
+    ]
+    soon, late = blackhole(1, 6.0, 6.5), blackhole(1, 8.0, 8.5)
+    keys = [f"k{i}" for i in range(12)]
+    with_dead = assign(keys, ["w0_a", "w1_b", "w1_c"])["w1_c"]
+    without = assign(keys, ["w0_a", "w1_c"])["w1_c"]
+    assert (len(with_dead), len(without)) == (4, 6)
+    hits = assignee_faults(events, [soon, late], keys, L)
+    assert {k for k, spans in hits.items() if (6.0, 6.5) in spans} == set(with_dead)
+    assert {k for k, spans in hits.items() if (8.0, 8.5) in spans} == set(without)

@@ -12,8 +12,10 @@ Rules (reliability.md §3.2):
 
 1. Belief intervals (``start`` → ``end``; a SIGKILL ends one at the kill) of different grants
    must not overlap, unless the stale one (the lower token) was paused by a SIGSTOP longer than
-   the safety margin, or ran on a clock skewed beyond the tolerated rate, during the interval:
-   those are the faults no lease can survive, which fencing exists for.
+   the safety margin, or ran on a clock skewed beyond the tolerated rate, during the interval
+   (or from the newer grant's start, when the stale body started after it: a process stopped
+   just after its grant runs its body's first statement after it resumes): those are the
+   faults no lease can survive, which fencing exists for.
 2. The store must never accept a write whose token is below one it accepted earlier.
 3. Grant tokens strictly increase: every new grant in the record history has a token above
    all earlier ones, and no token is granted to two identities.
@@ -29,9 +31,12 @@ import dataclasses
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
-__all__ = ["EXPLAINING_KINDS", "Interval", "Report", "check", "intervals_from_events"]
+__all__ = [
+    "EXPLAINING_KINDS", "Interval", "Report", "Verdict", "WriteTally", "check",
+    "intervals_from_events", "judge_overlap", "judge_writes",
+]
 
 #: Faults that may legitimately make two holders believe at once (reliability.md §4.3).
 EXPLAINING_KINDS = frozenset({"pause-long", "pause-in-write", "skew-beyond"})
@@ -56,8 +61,24 @@ class Interval:
     outcome: str = "open"  # released, lost, killed, error or open (the run ended first)
 
 
+class Verdict:
+    """What every campaign report answers: clean, and serialisable for ``report.json``."""
+
+    violations: list[str]
+    bite_failures: list[str]
+
+    @property
+    def ok(self) -> bool:
+        """No violation, and the faults bit."""
+        return not self.violations and not self.bite_failures
+
+    def to_dict(self) -> dict[str, Any]:
+        fields: dict[str, Any] = dataclasses.asdict(cast(Any, self))  # subclasses are dataclasses
+        return {**fields, "ok": self.ok}
+
+
 @dataclasses.dataclass
-class Report:
+class Report(Verdict):
     """The verdict of one run."""
 
     grants: int = 0
@@ -79,14 +100,6 @@ class Report:
     errors: int = 0
     violations: list[str] = dataclasses.field(default_factory=list)
     bite_failures: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """No violation, and the faults bit."""
-        return not self.violations and not self.bite_failures
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "ok": self.ok}
 
 
 def _overlaps(t0: float, t1: float, u0: float, u1: float) -> bool:
@@ -129,17 +142,77 @@ def _find(intervals: Sequence[Interval], slot: int) -> Interval | None:
 
 
 def _explained(
-    stale: Interval, nemesis: Sequence[Mapping[str, Any]], margin: float
+    stale: Interval,
+    nemesis: Sequence[Mapping[str, Any]],
+    margin: float,
+    since: float | None = None,
 ) -> bool:
+    """Whether ``stale``'s process was paused beyond the margin (or skewed beyond ρ) during its
+    belief, or from ``since`` on when that is earlier: a process stopped when a newer grant
+    began runs its body's first statements with its lapsed grant after it resumes."""
+    start = stale.start if since is None else min(since, stale.start)
     for episode in nemesis:
         if episode["kind"] not in EXPLAINING_KINDS or episode.get("target") != stale.slot:
             continue
         t0, t1 = float(episode["t0"]), float(episode["t1"])
         if episode["kind"] in PAUSE_KINDS and t1 - t0 <= margin:
             continue
-        if _overlaps(t0, t1, stale.start, stale.end):
+        if _overlaps(t0, t1, start, stale.end):
             return True
     return False
+
+
+def judge_overlap(
+    first: Interval, second: Interval, nemesis: Sequence[Mapping[str, Any]], margin: float
+) -> tuple[Interval, Interval, str]:
+    """Two overlapping belief intervals as (stale, fresh, verdict): ``"explained"`` when the
+    stale one (the lower token) was paused or skewed beyond what a lease survives during it (or
+    from the fresh one's start, when the stale body began after the fresh one),
+    ``"one token"`` when both believe the same token, ``"unexplained"`` otherwise."""
+    stale, fresh = (first, second) if first.token <= second.token else (second, first)
+    if stale.token == fresh.token:
+        return stale, fresh, "one token"
+    if _explained(stale, nemesis, margin, since=fresh.start):
+        return stale, fresh, "explained"
+    return stale, fresh, "unexplained"
+
+
+@dataclasses.dataclass
+class WriteTally:
+    """What the fencing store's write log shows (rule 2)."""
+
+    accepted: int = 0
+    stale_rejected: int = 0
+    stale_accepted: int = 0
+    violations: list[str] = dataclasses.field(default_factory=list)
+
+
+def judge_writes(writes: Iterable[Mapping[str, Any]], prefix: str = "") -> WriteTally:
+    """Per resource, in apply order: an accepted token below one accepted earlier, or a
+    rejected token that is not below, is a violation (each text starts with ``prefix``, where
+    ``{r}`` stands for the resource)."""
+    tally = WriteTally()
+    highest: dict[str, int] = {}
+    for write in writes:
+        resource, token = str(write["r"]), int(write["token"])
+        top = highest.get(resource, -1)
+        if write["ok"]:
+            tally.accepted += 1
+            if token < top:
+                tally.stale_accepted += 1
+                tally.violations.append(
+                    f"{prefix.format(r=resource)}stale write accepted: token {token} by "
+                    f"{write['w']} at {float(write['t']):.3f} after token {top} was accepted"
+                )
+            highest[resource] = max(top, token)
+        elif token < top:
+            tally.stale_rejected += 1
+        else:
+            tally.violations.append(
+                f"{prefix.format(r=resource)}the store rejected token {token} although the "
+                f"highest accepted was {top}"
+            )
+    return tally
 
 
 def check(
@@ -167,14 +240,14 @@ def check(
             if first.identity == second.identity and first.token == second.token:
                 continue
             report.overlaps += 1
-            stale, fresh = (first, second) if first.token <= second.token else (second, first)
-            if stale.token == fresh.token:
+            stale, fresh, verdict = judge_overlap(first, second, nemesis, margin)
+            if verdict == "explained":
+                report.overlaps_explained += 1
+            elif verdict == "one token":
                 report.violations.append(
                     f"token {stale.token} believed by two identities at once: "
                     f"{stale.identity} and {fresh.identity}"
                 )
-            elif _explained(stale, nemesis, margin):
-                report.overlaps_explained += 1
             else:
                 overlap = min(first.end, second.end) - second.start
                 report.violations.append(
@@ -185,25 +258,10 @@ def check(
                 )
 
     # 2. Fencing: accepted tokens never go down, per resource, in apply order.
-    highest: dict[str, int] = {}
-    for write in writes:
-        resource, token = str(write["r"]), int(write["token"])
-        top = highest.get(resource, -1)
-        if write["ok"]:
-            report.writes_accepted += 1
-            if token < top:
-                report.stale_accepted += 1
-                report.violations.append(
-                    f"stale write accepted: token {token} by {write['w']} at {write['t']:.3f} "
-                    f"after token {top} was accepted"
-                )
-            highest[resource] = max(top, token)
-        elif token < top:
-            report.stale_rejected += 1
-        else:
-            report.violations.append(
-                f"the store rejected token {token} although the highest accepted was {top}"
-            )
+    tally = judge_writes(writes)
+    report.writes_accepted = tally.accepted
+    report.stale_rejected, report.stale_accepted = tally.stale_rejected, tally.stale_accepted
+    report.violations.extend(tally.violations)
 
     _count_stale_after_pauses(report, events, writes, nemesis)
 

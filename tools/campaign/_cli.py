@@ -41,6 +41,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--keys", type=int, default=40, help="partitioned: how many keys")
     parser.add_argument("--unrun-bound", type=float, default=6.0,
                         help="partitioned: a key may stay unrun for L plus this many seconds")
+    parser.add_argument("--emulator", choices=["harness", "process"],
+                        help="kubernetes: serve the emulator inside the harness or as a process "
+                        "of its own (default: partitioned mode a process, lease mode the "
+                        "harness, whose emu-* faults need it there)")
+    parser.add_argument("--emulator-nice", type=int, default=0, metavar="N",
+                        help="kubernetes, emulator in its own process: run it at nice N (a "
+                        "negative N, which needs root, keeps a shared machine's other work "
+                        "from delaying the store's replies)")
     parser.add_argument("--short", action="store_true", help="the short CI mix")
     parser.add_argument("--broken", choices=["no-fencing", "reply-anchor"],
                         help="run a deliberately broken variant (the checker must bite)")
@@ -70,6 +78,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     changes: dict[str, Any] = {"out_dir": args.out, "progress": True}
     if args.workers is not None:
         changes["workers"] = args.workers
+    if args.emulator is not None:
+        changes["emulator_process"] = args.emulator == "process"
+    if args.emulator_nice:
+        changes["emulator_nice"] = args.emulator_nice
     if args.duration is not None:
         changes["duration"] = args.duration
     if args.handovers is not None:
@@ -141,10 +153,13 @@ def _format_partitioned(summary: dict[str, Any], out_dir: Path) -> str:
         f"  faults {sum(summary['faults_by_kind'].values())}: {summary['faults_by_kind']}",
         f"  overlaps {summary['overlaps']} (explained by pause {summary['overlaps_explained']})",
         f"  longest unrun {summary['longest_unrun']:.2f} s (limit L + bound "
-        f"{summary['unrun_limit']:.2f} s)",
+        f"{summary['unrun_limit']:.2f} s; stretches cut by a fault on the key's assignee "
+        f"{summary['unrun_restarted']})",
         f"  writes accepted {summary['writes_accepted']}, stale rejected "
         f"{summary['stale_rejected']}, stale accepted {summary['stale_accepted']}",
         f"  member losses {summary['losses']}, errors {summary['errors']}",
+        f"  harness loop lag (ms) {summary['harness_loop_lag_ms']}, CPU seconds "
+        f"{summary['cpu_seconds']}, emulator {summary['emulator'] or '-'}",
         f"  violations {len(summary['violations'])}, bite failures "
         f"{len(summary['bite_failures'])}: {'OK' if summary['ok'] else 'FAIL'}",
     ]

@@ -75,6 +75,11 @@ class RunConfig:
     key_write_gap: float = 0.5  # partitioned: seconds between fenced writes of a running key
     #: partitioned: a key may stay unrun for L plus this many seconds while a member is alive.
     unrun_bound: float = 6.0
+    #: kubernetes: serve the emulator from a process of its own (``trio-lease emulate``)
+    #: instead of inside the harness; the ``emu-*`` faults need it inside.
+    emulator_process: bool = False
+    #: kubernetes, emulator in its own process: its nice value (0: the harness's).
+    emulator_nice: int = 0
 
     def fault_kinds(self) -> tuple[str, ...]:
         if self.faults is not None:
@@ -99,9 +104,10 @@ class RunConfig:
     def partitioned(
         cls, backend: str = "kubernetes", seed: int = 1, **overrides: Any
     ) -> RunConfig:
-        """The partitioned mode: four members over 40 keys, a fault every 1-3 s."""
+        """The partitioned mode: four members over 40 keys, a fault every 1-3 s, the emulator
+        in a process of its own (the harness's proxies must not delay its replies)."""
         config = cls(backend=backend, seed=seed, duration=180.0, mode="partitioned", workers=4,
-                     fault_gap=(1.0, 3.0))
+                     fault_gap=(1.0, 3.0), emulator_process=True)
         return dataclasses.replace(config, **overrides)
 
     @classmethod

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -71,6 +72,10 @@ async def _backend_server(harness: Harness) -> AsyncIterator[None]:
     if harness.config.backend != "kubernetes":
         yield
         return
+    if harness.config.emulator_process:
+        async with _emulator_process(harness):
+            yield
+        return
     from trio_lease.testing.kube import KubeEmulator
 
     emulator = KubeEmulator(namespaces=["default"], require_auth=True)
@@ -82,6 +87,68 @@ async def _backend_server(harness: Harness) -> AsyncIterator[None]:
         harness.upstream = ("127.0.0.1", server.port)
         harness.direct_url = server.url
         yield
+
+
+@contextlib.asynccontextmanager
+async def _emulator_process(harness: Harness) -> AsyncIterator[None]:
+    """``trio-lease emulate`` (plain HTTP) as a process of its own, so that the harness's work
+    (the proxies, the members' event lines) never delays the emulator's replies, and back.
+
+    Every worker uses the emulator's one admin token; the emulator's own faults (``emu-*``)
+    need the emulator in the harness and are not available this way.
+    """
+    token = secrets.token_hex(16)
+    for worker in harness.workers:
+        worker.token = token
+    out = harness.out_dir / "emulator.stdout"
+    argv = [sys.executable, "-m", "trio_lease._cli", "emulate", "--plain-http", "--port", "0",
+            "--token", token, "--kubeconfig", str(harness.out_dir / "emulator.kubeconfig")]
+    with append_log(out) as stdout, append_log(harness.out_dir / "emulator.stderr") as stderr:
+        process = await anyio.open_process(argv, stdin=-1, stdout=stdout, stderr=stderr, cwd=ROOT)
+    try:
+        if harness.config.emulator_nice:
+            # The store stands in for an API server on cores of its own: on a shared machine,
+            # keep it from queueing behind unrelated work (a negative value needs root).
+            os.setpriority(os.PRIO_PROCESS, process.pid, harness.config.emulator_nice)
+        with anyio.fail_after(30):
+            while "Press Ctrl-C" not in (text := out.read_text() if out.exists() else ""):
+                if process.returncode is not None:
+                    raise RuntimeError("the emulator exited at start; see emulator.stderr")
+                await anyio.sleep(0.05)
+        url = text.split("serving at ", 1)[1].split()[0]
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        harness.upstream = (host, int(port))
+        harness.direct_url = url
+        harness.emulator_pid = process.pid
+        yield
+    finally:
+        with anyio.CancelScope(shield=True):
+            harness.emulator_cpu = _cpu_seconds(process.pid)
+            if process.returncode is None:
+                process.terminate()
+            with anyio.move_on_after(5):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds a live process has used (Linux ``/proc``), None if gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _loop_lag(harness: Harness) -> None:
+    """How late the harness's own event loop wakes from a 50 ms sleep, sampled all run long:
+    a busy or CPU-starved harness answers the members (proxies, in-harness emulator) late."""
+    while True:
+        t0 = time.monotonic()
+        await anyio.sleep(0.05)
+        harness.loop_lags.append(time.monotonic() - t0 - 0.05)
 
 
 async def _run_async(harness: Harness) -> None:
@@ -97,6 +164,7 @@ async def _run_async(harness: Harness) -> None:
         async with anyio.create_task_group() as tg:
             try:
                 tg.start_soon(harness.watch_records)
+                tg.start_soon(_loop_lag, harness)
                 if config.progress:
                     tg.start_soon(_progress, harness)
                 for worker in harness.workers:
@@ -243,8 +311,27 @@ def run_any(config: RunConfig) -> tuple[Report | PartitionedReport, Path]:
             heartbeat_timeout=harness.settings.heartbeat_timeout,
             run_end=run_end,
         )
+    lags = sorted(harness.loop_lags) or [0.0]
+    cpu = os.times()
     summary = {
         **report.to_dict(),
+        "harness_loop_lag_ms": {
+            "p50": round(lags[len(lags) // 2] * 1e3, 1),
+            "p99": round(lags[int(len(lags) * 0.99)] * 1e3, 1),
+            "max": round(lags[-1] * 1e3, 1),
+            "over_250": sum(lag > 0.25 for lag in lags),
+            "samples": len(harness.loop_lags),
+        },
+        "cpu_seconds": {
+            "harness": round(cpu.user + cpu.system, 1),
+            "emulator_process": harness.emulator_cpu,
+            "other_children": round(cpu.children_user + cpu.children_system, 1),
+        },
+        "emulator": (
+            "" if config.backend != "kubernetes"
+            else f"own process (nice {config.emulator_nice})" if config.emulator_process
+            else "in the harness"
+        ),
         "mode": config.mode,
         "workers": config.workers,
         "seed": config.seed,

@@ -1,17 +1,21 @@
 """The partitioned mode's checker: pure functions from a run's logs to its verdict.
 
 Inputs are the member events (``start``/``end`` with ``key``, ``token`` and ``identity``;
-``ready``; the harness's ``killed``/``gone``; each with its ``slot``), the fencing store's write
-log (one resource per key) and the nemesis log, all on the system-wide monotonic clock.
+``ready``; ``member`` with the identity the process joins the group as; the harness's
+``killed``/``gone``; each with its ``slot``), the fencing store's write log (one resource per
+key) and the nemesis log, all on the system-wide monotonic clock.
 
 Rules:
 
 1. Per key, belief intervals (``start`` → ``end``; a SIGKILL ends every interval of the killed
    process) of different grants must not overlap, unless the stale one (the lower token) was
-   paused beyond the safety margin during it: the same rule, and the same explanation, as the
-   lease mode's checker.
+   paused beyond the safety margin during it, or from the newer grant's start when the stale
+   body started later: the same rule, and the same explanation, as the lease mode's checker.
 2. Per key, grant tokens strictly increase in the order the grants started, and no token is
    granted to two identities; per key, the store never accepts a write below one it accepted.
+   A lower token whose body started after a higher one's is no violation when its runner was
+   paused beyond the margin from the higher grant's start on (it was granted earlier; its first
+   statement ran after it resumed).
 3. No key is left unrun for longer than ``L + bound`` while a member is alive: between the
    first member's ``ready`` + ``L + bound`` (the start-up) and ``stop`` (when the harness began
    stopping the members), every stretch in which no member ran the key, counted only while at
@@ -19,7 +23,12 @@ Rules:
    ``L + bound``. A store-wide outage is an episode of one of ``outage_kinds``, from its start
    to L after its end (the leases it cost must expire before they are granted again): on
    SQLite a member SIGSTOPped inside a write transaction keeps the file's write lock, so every
-   member's writes wait, and every member may lose its keys, until it resumes.
+   member's writes wait, and every member may lose its keys, until it resumes. A fault episode
+   that hits the member the assignment gives the key to (:func:`assignee_faults`) cuts the
+   key's stretch: the episode's time is not counted and the key's clock starts again at its
+   end, since the member that must start the key cannot while it is killed, stopped or cut
+   off, and the others may not until the group drops it. A fault on another member, or none,
+   leaves the clock running.
 4. A run must bite: at least one key moved, and at least one fault was injected.
 
 A *move* is two consecutive grants of one key (by start) to different identities.
@@ -33,13 +42,15 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ._checker import Interval, _explained
+from trio_lease._partitioned import assign
 
-__all__ = ["PartitionedReport", "check_partitioned", "key_intervals"]
+from ._checker import Interval, Verdict, _explained, judge_overlap, judge_writes
+
+__all__ = ["PartitionedReport", "assignee_faults", "check_partitioned", "key_intervals"]
 
 
 @dataclasses.dataclass
-class PartitionedReport:
+class PartitionedReport(Verdict):
     """The verdict of one partitioned run."""
 
     keys: int = 0
@@ -48,8 +59,11 @@ class PartitionedReport:
     faults_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
     overlaps: int = 0
     overlaps_explained: int = 0
+    #: grants whose body started after a newer grant's, explained by a pause of their runner
+    late_starts_explained: int = 0
     longest_unrun: float = 0.0  # seconds, counted while a member was alive
     unrun_limit: float = 0.0  # L + bound
+    unrun_restarted: int = 0  # unrun stretches cut by a fault on the key's assignee
     writes_accepted: int = 0
     stale_rejected: int = 0
     stale_accepted: int = 0
@@ -57,14 +71,6 @@ class PartitionedReport:
     errors: int = 0
     violations: list[str] = dataclasses.field(default_factory=list)
     bite_failures: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """No violation, and the faults bit."""
-        return not self.violations and not self.bite_failures
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "ok": self.ok}
 
 
 def key_intervals(
@@ -116,6 +122,61 @@ def _alive_spans(events: Sequence[Mapping[str, Any]], run_end: float) -> list[tu
             spans.append((since.pop(slot), t))
     spans.extend((t, run_end) for t in since.values())
     return _merge(spans)
+
+
+def _incarnations(events: Sequence[Mapping[str, Any]]) -> list[tuple[int, str, float, float]]:
+    """Each member process that logged its identity (``member``), as (slot, identity, since,
+    until): from that event to its kill or exit (infinity while it lives)."""
+    spans: list[list[Any]] = []
+    open_one: dict[int, list[Any]] = {}
+    pid_of: dict[int, object] = {}
+    for event in events:
+        slot, kind, t = int(event["slot"]), event["ev"], float(event["t"])
+        if kind == "ready":
+            pid_of[slot] = event.get("pid")
+        elif kind == "member":
+            open_one[slot] = [slot, str(event["identity"]), t, float("inf")]
+            spans.append(open_one[slot])
+        elif kind in ("killed", "gone") and slot in open_one:
+            pid = event.get("pid")
+            if pid is not None and pid_of.get(slot) not in (None, pid):
+                continue
+            open_one.pop(slot)[3] = t
+    return [(int(a), str(b), float(c), float(d)) for a, b, c, d in spans]
+
+
+def assignee_faults(
+    events: Sequence[Mapping[str, Any]],
+    nemesis: Sequence[Mapping[str, Any]],
+    keys: Sequence[str],
+    heartbeat_timeout: float,
+) -> dict[str, list[tuple[float, float]]]:
+    """Per key, the fault episodes (``t0``, ``t1``) that hit the member the assignment gave
+    the key to when the episode began, merged.
+
+    The assignment is :func:`trio_lease.assign` over the members at ``t0``: every process
+    that logged its identity and was alive then, or died less than L before (its record in
+    the group stands until it expires). The member hit is the target slot's live process.
+    """
+    lives = _incarnations(events)
+    memo: dict[frozenset[str], dict[str, list[str]]] = {}
+    hits: dict[str, list[tuple[float, float]]] = {}
+    for episode in nemesis:
+        target = episode.get("target")
+        if target is None:
+            continue
+        t0, t1 = float(episode["t0"]), float(episode["t1"])
+        hit = [who for slot, who, since, until in lives
+               if slot == int(target) and since <= t0 < until]
+        if not hit:
+            continue
+        members = frozenset(who for _slot, who, since, until in lives
+                            if since <= t0 < until + heartbeat_timeout)
+        if members not in memo:
+            memo[members] = assign(keys, sorted(members))
+        for key in memo[members].get(hit[-1], []):
+            hits.setdefault(key, []).append((t0, t1))
+    return {key: _merge(spans) for key, spans in hits.items()}
 
 
 def _merge(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -176,6 +237,7 @@ def check_partitioned(
     alive = _subtract(_alive_spans(events, run_end), outages)
     readies = [float(e["t"]) for e in events if e["ev"] == "ready"]
     window_start = (min(readies) if readies else run_end) + report.unrun_limit
+    cut = assignee_faults(events, nemesis, keys, heartbeat_timeout)
 
     for key in sorted(set(keys) | set(by_key)):
         intervals = sorted(by_key.get(key, []), key=lambda i: i.start)
@@ -185,10 +247,8 @@ def check_partitioned(
                 if second.start >= first.end:
                     break
                 report.overlaps += 1
-                stale, fresh = (first, second) if first.token <= second.token else (
-                    second, first
-                )
-                if stale.token != fresh.token and _explained(stale, nemesis, margin):
+                stale, fresh, verdict = judge_overlap(first, second, nemesis, margin)
+                if verdict == "explained":
                     report.overlaps_explained += 1
                     continue
                 overlap = min(first.end, second.end) - second.start
@@ -200,7 +260,13 @@ def check_partitioned(
         # 2. Tokens strictly increase per key, one identity per token.
         owner_of: dict[int, str] = {}
         for previous, following in itertools.pairwise(intervals):
-            if following.token <= previous.token:
+            if following.token < previous.token and _explained(
+                following, nemesis, margin, since=previous.start
+            ):
+                # Granted before ``previous``; its runner was stopped when ``previous`` began,
+                # so its body's first statement ran after it resumed (rule 1 judges the overlap).
+                report.late_starts_explained += 1
+            elif following.token <= previous.token:
                 report.violations.append(
                     f"key {key}: grant to {following.identity} at {following.start:.3f} has "
                     f"token {following.token}, not above {previous.token} of "
@@ -226,31 +292,25 @@ def check_partitioned(
         if cursor < stop:
             gaps.append((cursor, stop))
         for t0, t1 in gaps:
-            unrun = _covered(alive, t0, t1)
-            report.longest_unrun = max(report.longest_unrun, unrun)
-            if unrun > report.unrun_limit:
-                report.violations.append(
-                    f"key {key}: unrun for {unrun:.2f} s ({t0:.3f}-{t1:.3f}) while a member "
-                    f"was alive and the store up, more than L + bound = "
-                    f"{report.unrun_limit:.2f} s"
-                )
+            # A fault on the key's assignee restarts the key's clock when it ends.
+            pieces = _subtract([(t0, t1)], cut.get(key, []))
+            if pieces != [(t0, t1)]:
+                report.unrun_restarted += 1
+            for p0, p1 in pieces:
+                unrun = _covered(alive, p0, p1)
+                report.longest_unrun = max(report.longest_unrun, unrun)
+                if unrun > report.unrun_limit:
+                    report.violations.append(
+                        f"key {key}: unrun for {unrun:.2f} s ({p0:.3f}-{p1:.3f}) while a "
+                        f"member was alive and the store up, more than L + bound = "
+                        f"{report.unrun_limit:.2f} s"
+                    )
 
     # The store: accepted tokens never go down, per key, in apply order.
-    highest: dict[str, int] = {}
-    for write in writes:
-        resource, token = str(write["r"]), int(write["token"])
-        top = highest.get(resource, -1)
-        if write["ok"]:
-            report.writes_accepted += 1
-            if token < top:
-                report.stale_accepted += 1
-                report.violations.append(
-                    f"key {resource}: stale write accepted: token {token} by {write['w']} at "
-                    f"{float(write['t']):.3f} after token {top} was accepted"
-                )
-            highest[resource] = max(top, token)
-        elif token < top:
-            report.stale_rejected += 1
+    tally = judge_writes(writes, prefix="key {r}: ")
+    report.writes_accepted = tally.accepted
+    report.stale_rejected, report.stale_accepted = tally.stale_rejected, tally.stale_accepted
+    report.violations.extend(tally.violations)
 
     report.losses = sum(1 for e in events if e["ev"] == "lost")
     report.errors = sum(1 for e in events if e["ev"] == "error")

@@ -8,8 +8,10 @@ writes the token to the fencing store under the key (on a connection of its own)
 every ``gap`` seconds, and logs
 ``end`` in its ``finally`` (after the key's work has fully exited, before the key's release).
 Events are JSON lines on stdout stamped with ``time.monotonic()`` (system-wide on Linux), as
-the lease mode's workers log them. When the member's own group lease is lost (a long pause, a
-partition), ``run_partitioned`` raises; the member logs ``lost`` and joins again.
+the lease mode's workers log them; ``member`` names the identity the process joins the group
+as (the same for every join of one process). When the member's own group lease is lost (a
+long pause, a partition), ``run_partitioned`` raises; the member logs ``lost`` and joins
+again.
 
 The member leaves (cancelling its keys, which releases them) when stdin closes, on SIGTERM, or
 when the harness is gone.
@@ -24,7 +26,14 @@ from typing import Any
 
 import anyio
 
-from trio_lease import BackendUnavailable, Grant, LeaseLost, LeaseSettings, run_partitioned
+from trio_lease import (
+    BackendUnavailable,
+    Grant,
+    Group,
+    LeaseLost,
+    LeaseSettings,
+    run_partitioned,
+)
 
 from ._fencing import FencingClient
 from ._proc import exit_with_parent
@@ -67,10 +76,13 @@ async def members(config: dict[str, Any]) -> None:
             await fencing.aclose()
 
     async with make_backend(config) as backend:
+        owner = f"w{config['slot']}"
+        # The identity this process joins the group as (the checker computes the assignment).
+        emit("member", identity=Group(f"{PARTITIONED}.members", owner, backend).identity)
         while True:
             try:
                 await run_partitioned(
-                    keys, work, name=PARTITIONED, owner=f"w{config['slot']}", backend=backend,
+                    keys, work, name=PARTITIONED, owner=owner, backend=backend,
                     settings=settings,
                 )
             except LeaseLost as exc:

@@ -57,6 +57,9 @@ class Harness:
         self.workers: list[Worker] = [Worker(slot) for slot in range(config.workers)]
         self.proxies: dict[int, FaultProxy] = {}
         self.emulator: Any = None
+        self.emulator_pid: int | None = None  # the emulator's own process, when it has one
+        self.emulator_cpu: float | None = None  # its CPU seconds, read just before it stops
+        self.loop_lags: list[float] = []  # the harness loop's lateness, sampled (seconds)
         self.backend_pid: int | None = None
         self.upstream: tuple[str, int] | None = None
         self.direct_url: str = ""
