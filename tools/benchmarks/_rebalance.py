@@ -350,6 +350,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="where to write rebalance.{json,md} (default: "
                         "tools/benchmarks/results; with --smoke, nowhere)")
     args = parser.parse_args()
+    # Terminated: leave through the `finally` blocks, which stop the member processes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     plan = SMOKE if args.smoke else FULL
     backends = args.backend or (["sqlite"] if args.smoke else ["sqlite", "etcd"])
     with tempfile.TemporaryDirectory() as tmp:
