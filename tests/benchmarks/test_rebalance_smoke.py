@@ -44,5 +44,5 @@ def test_rebalance_figures_run_at_smoke_size(tmp_path: Path) -> None:
     # it wrote within its deadline D before the kill (else it had stopped them itself).
     assert samples[-1]["seconds"] >= settings.heartbeat_timeout - settings.deadline
     markdown = (tmp_path / "rebalance.md").read_text()
-    assert "| sqlite | crash | 1 |" in markdown
+    assert "| sqlite | crash 3→2 | 1 |" in markdown
     assert "time to balance" in result.stdout
