@@ -38,6 +38,7 @@ def test_rebalance_figures_run_at_smoke_size(tmp_path: Path) -> None:
         assert sample["overlaps"] == 0
         assert sample["moved"] >= sample["minimum"] > 0
         assert sample["seconds"] >= 0
+        assert sample["release_timeouts"] >= 0
     plan = document["plan"]
     settings = LeaseSettings(heartbeat_timeout=plan["L"], heartbeat_interval=plan["R"])
     # The crashed member's keys wait for its leases to expire, L after its last renewal, which

@@ -17,7 +17,9 @@ the members' events in order of their timestamps (CLOCK_MONOTONIC, shared by eve
 when the runner reads the events does not matter. *Keys moved* counts the key starts in the
 step; its *minimum* is the keys that had to move: the newcomer's share after a join, the
 leaver's share before a leave or a crash. The run also counts any key that started on a member
-while it ran on another (there must be none).
+while it ran on another (there must be none), and the releases the members reported as timed
+out (bounded by T = R/2): a key whose release timed out moves only once its lease has expired,
+L after its last renewal, which a loaded machine shows as a step of about 1.5 L.
 
 Times are reported in units of L (``1.3 L``) with L = 3 s (R = 0.5 s), large enough that
 scheduling noise on a shared machine stays small against it. Writes ``rebalance.json`` (raw
@@ -199,6 +201,14 @@ class Rig:
         return {"seconds": balanced_at - start, "moved": starts, "overlaps": replay.overlaps,
                 "shares": {m: replay.share(m) for m in sorted(replay.live)}}
 
+    def release_timeouts(self) -> int:
+        """Releases the members reported as timed out (bounded by T) so far: such a key waits
+        for its lease to expire, L after its last renewal, before it moves."""
+        return sum(
+            path.read_text().count("timed out; it expires after the heartbeat timeout")
+            for path in self.workdir.glob("*.err")
+        )
+
     def close(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
@@ -227,8 +237,10 @@ def repetition(store: dict[str, Any], plan: dict[str, Any], workdir: Path) -> li
                 member = f"m{before}" if kind == "leave" else "m2"
                 minimum = rig.online.share(member)
                 start = rig.stop(member, crash=kind == "crash")
+            timeouts = rig.release_timeouts()
             end = rig.settle(hold, limit)
             sample = rig.measure(start, end)
+            sample["release_timeouts"] = rig.release_timeouts() - timeouts
             if minimum is None:
                 minimum = sample["shares"][member]
             sample.update(kind=kind, members=[before, after], member=member, minimum=minimum,
@@ -284,6 +296,7 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
             "moved_over_minimum": {"p50": percentile(ratio, 50),
                                    "max": max(ratio, default=float("nan"))},
             "overlaps": sum(s["overlaps"] for s in mine),
+            "release_timeouts": sum(s["release_timeouts"] for s in mine),
         }
     return table
 
@@ -301,8 +314,8 @@ def render(results: dict[str, Any]) -> str:
         "newcomer's share, or the leaver's).",
         "",
         "| backend | step | n | time to balance p50 | max | keys moved p50 (minimum) "
-        "| moved / minimum p50 | max | a key on two members at once |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| moved / minimum p50 | max | a key on two members at once | releases timed out |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for backend, part in results["results"].items():
         for kind, row in part["summary"].items():
@@ -310,7 +323,8 @@ def render(results: dict[str, Any]) -> str:
                 f"| {backend} | {kind} | {row['n']} | {row['in_L']['p50']:.2f} L "
                 f"| {row['in_L']['max']:.2f} L | {row['moved']['p50']:g} "
                 f"({row['minimum']['p50']:g}) | {row['moved_over_minimum']['p50']:.2f} "
-                f"| {row['moved_over_minimum']['max']:.2f} | {row['overlaps']} |"
+                f"| {row['moved_over_minimum']['max']:.2f} | {row['overlaps']} "
+                f"| {row['release_timeouts']} |"
             )
     m = results["machine"]
     lines += [
@@ -332,8 +346,9 @@ def run(plan: dict[str, Any], backends: list[str], out: Path) -> dict[str, Any]:
             workdir.mkdir()
             samples: list[dict[str, Any]] = []
             with stores(backend, workdir) as empty:
-                for _ in range(plan["repetitions"]):
-                    samples += repetition(next(empty), plan, workdir)
+                for n in range(plan["repetitions"]):
+                    (workdir / f"rep{n}").mkdir()
+                    samples += repetition(next(empty), plan, workdir / f"rep{n}")
             results["results"][backend] = {"samples": samples, "summary": summarize(samples)}
     results["machine"]["loadavg_end"] = list(os.getloadavg())
     out.mkdir(parents=True, exist_ok=True)
