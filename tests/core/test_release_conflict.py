@@ -19,12 +19,14 @@ class WriteAfterRead(MemoryBackend):
     """Runs ``after_read`` (once) between its next read and the caller's write."""
 
     after_read: Callable[[], Awaitable[object]] | None = None
+    ran = False
 
     async def get(self, name: str) -> LeaseRecord | None:
         record = await super().get(name)
         if self.after_read is not None:
             after_read, self.after_read = self.after_read, None
             await after_read()
+            self.ran = True
         return record
 
 
@@ -38,7 +40,7 @@ async def test_a_handover_request_between_the_release_read_and_write_does_not_st
     requester = Lease("job", "b", MemoryBackend(store), SETTINGS)
     async with holder.held() as grant:
         backend.after_read = requester.request_handover  # lands inside the release
-    assert backend.after_read is None  # the release read the record, then the request landed
+    assert backend.ran  # the release read the record, then the request landed
     released = store.records["job"]
     assert released.holder == ""
     assert released.handover_to == requester.identity
