@@ -112,9 +112,9 @@ MUTATIONS = [
     Mutation(
         "4.4 release only if a fresh read still shows us",
         "trio_lease/_writing.py",
-        "                if not algo.still_ours(current, holding.identity, holding.token):\n"
-        "                    return False",
-        "                if current is None:\n                    return False",
+        "                    if not algo.still_ours(current, holding.identity, holding.token):\n"
+        "                        return False",
+        "                    if current is None:\n                        return False",
         f"{GUARANTEES}::test_g4_release_never_clobbers_a_new_holder",
     ),
     Mutation(

@@ -266,7 +266,12 @@ class GrantWriter:
         return written
 
     async def _release(self, holding: Holding, *, raise_unknown: bool) -> bool:
-        """Write an empty holder if a fresh read still shows our grant (docs/design.md §4.4)."""
+        """Write an empty holder if a fresh read still shows our grant (docs/design.md §4.4).
+
+        A write that lands between the read and the release (a contender's handover request,
+        which keeps our grant) makes the release conflict: it reads again and releases if the
+        grant is still ours, so the requester gets the lease at once instead of after L.
+        """
         error: BaseException | None = None
         with (
             anyio.CancelScope(shield=True),  # noqa: ASYNC912  a shield for cleanup
@@ -274,19 +279,28 @@ class GrantWriter:
             urgent(),  # a release hands the lease over: it goes before acquisitions
         ):
             try:
-                current = await self._state.backend.get(self._state.name)
-                self._state.observe(current)
-                if not algo.still_ours(current, holding.identity, holding.token):
-                    return False
-                assert current is not None
-                written = algo.release_record(current, self._state.wall_clock())
-                released = await self._state.backend.update(written, current.version)
-                problem = algo.echo_problem(released, written, current.version)
-                if problem:
-                    raise BackendProtocolError(f"the answer to the release: {problem}")
-                self._state.observe(released)
-                return True
-            except ConflictError:
+                for _ in range(MAX_CONFLICTS):
+                    current = await self._state.backend.get(self._state.name)
+                    self._state.observe(current)
+                    if not algo.still_ours(current, holding.identity, holding.token):
+                        return False
+                    assert current is not None
+                    written = algo.release_record(current, self._state.wall_clock())
+                    try:
+                        released = await self._state.backend.update(written, current.version)
+                    except ConflictError:
+                        continue  # the record moved on: a fresh read tells whether it is ours
+                    problem = algo.echo_problem(released, written, current.version)
+                    if problem:
+                        raise BackendProtocolError(f"the answer to the release: {problem}")
+                    self._state.observe(released)
+                    return True
+                logger.warning(
+                    "lease %r: %d releases in a row conflicted; it expires after the heartbeat "
+                    "timeout",
+                    self._state.name,
+                    MAX_CONFLICTS,
+                )
                 return False
             except Exception as exc:
                 error = exc

@@ -1,0 +1,49 @@
+"""tools/benchmarks/_rebalance.py runs at smoke size with real member processes (no timing)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from trio_lease import LeaseSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_rebalance_figures_run_at_smoke_size(tmp_path: Path) -> None:
+    """The joins, the clean leave and the crash each end balanced, with well-formed samples:
+    no key ever runs on two members at once and no step moves fewer keys than it must."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.benchmarks._rebalance", "--smoke", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads((tmp_path / "rebalance.json").read_text())
+    samples = document["results"]["sqlite"]["samples"]
+    assert [(s["kind"], s["members"]) for s in samples] == [
+        ("join", [1, 2]), ("join", [2, 3]), ("join", [3, 4]), ("leave", [4, 3]), ("crash", [3, 2])
+    ]
+    keys = document["plan"]["keys"]
+    for sample in samples:
+        shares = sample["shares"]
+        assert len(shares) == sample["members"][1]
+        assert sum(shares.values()) == keys
+        assert max(shares.values()) - min(shares.values()) <= 1
+        assert sample["overlaps"] == 0
+        assert sample["moved"] >= sample["minimum"] > 0
+        assert sample["seconds"] >= 0
+        assert sample["release_timeouts"] >= 0
+    plan = document["plan"]
+    settings = LeaseSettings(heartbeat_timeout=plan["L"], heartbeat_interval=plan["R"])
+    # The crashed member's keys wait for its leases to expire, L after its last renewal, which
+    # it wrote within its deadline D before the kill (else it had stopped them itself).
+    assert samples[-1]["seconds"] >= settings.heartbeat_timeout - settings.deadline
+    markdown = (tmp_path / "rebalance.md").read_text()
+    assert "| sqlite | crash 3→2 | 1 |" in markdown
+    assert "time to balance" in result.stdout
