@@ -29,6 +29,7 @@ import functools
 import importlib.util
 import os
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -400,21 +401,39 @@ def etcd_server() -> Iterator[EtcdCluster]:
 
 _LAYER_TIME: dict[str, float] = {}
 _LAYER_COUNT: dict[str, int] = {}
+_RUN_START: list[float] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Note when the run starts (on the controller under xdist), for its wall time."""
+    _RUN_START.append(time.monotonic())
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add the report's duration to its layer (under xdist the controller gets every worker's
+    reports, so the figures cover the whole run)."""
     layer = next((name for name in LAYERS if name in report.keywords), "fast")
     _LAYER_TIME[layer] = _LAYER_TIME.get(layer, 0.0) + report.duration
-    if report.when == "call":
+    if report.when == "call" and str(report.outcome) != "rerun":  # pytest-rerunfailures' first go
         _LAYER_COUNT[layer] = _LAYER_COUNT.get(layer, 0) + 1
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Each layer's test count and time (setup, call and teardown), so growth is visible."""
-    if not _LAYER_TIME:
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Each layer's test count and summed test time, and the run's wall time, so growth is
+    visible."""
+    if not _LAYER_TIME or hasattr(config, "workerinput"):  # an xdist worker: the controller sums
         return
+    workers = getattr(config.option, "numprocesses", None) or 0
     terminalreporter.section("time per layer")
+    overlap = f"; {workers} xdist workers at once, so it exceeds the wall time" if workers else ""
+    terminalreporter.write_line(f"summed test time per layer (setup, call and teardown{overlap}):")
     for layer in ("fast", *LAYERS):
         if layer in _LAYER_TIME:
             count, spent = _LAYER_COUNT.get(layer, 0), _LAYER_TIME[layer]
             terminalreporter.write_line(f"{layer:<11} {count:5d} tests {spent:8.1f} s")
+    wall = time.monotonic() - _RUN_START[0]
+    where = f"on {workers} xdist workers" if workers else "in one process"
+    terminalreporter.write_line(
+        f"{'all':<11} {sum(_LAYER_COUNT.values()):5d} tests {sum(_LAYER_TIME.values()):8.1f} s"
+        f"  (wall time of the whole run {where}: {wall:.1f} s)"
+    )

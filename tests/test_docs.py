@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import subprocess
 import sys
@@ -145,6 +146,8 @@ def test_testing_guide_snippets_pass_as_written(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
         cwd=tmp_path,
+        # As a user runs them: without the outer run's options (CI's coverage).
+        env={name: value for name, value in os.environ.items() if name != "PYTEST_ADDOPTS"},
         capture_output=True,
         text=True,
         timeout=300,

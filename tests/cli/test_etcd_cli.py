@@ -15,7 +15,7 @@ from tests.conftest import require_etcd
 from tests.etcd_server import EtcdCluster, etcd_cluster
 
 from ._stores import closed_port
-from .conftest import FAST, Cli, wait_for_event
+from .conftest import FAST, ONE_SHOT, Cli, wait_for_event
 
 PASSWORD = "etcd-pw-9c41e"
 
@@ -59,7 +59,7 @@ def test_every_command_reaches_etcd_through_its_options(cli: Cli, etcd: list[str
     log2, child2 = cli.child("second")
     second = cli.start("run", "job", *etcd, *FAST, "--", *child2)
     assert wait_for_event(log2, "start", second)["token"] == 2
-    handover = cli.run("handover", "job", "--timeout", "20", *etcd, *FAST)
+    handover = cli.run("handover", "job", "--timeout", "20", *etcd, *ONE_SHOT)
     assert handover.returncode == 0, handover.stderr
     assert second.wait() == 0
     assert not cli.db.exists()

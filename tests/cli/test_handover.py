@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import FAST, Cli, wait_for_event
+from .conftest import FAST, ONE_SHOT, Cli, wait_for_event
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "trio"])
@@ -53,7 +53,7 @@ def test_handover_command_frees_a_held_lease_after_a_graceful_stop(cli: Cli, loo
     )
     first_start = wait_for_event(first_log, "start", first)
 
-    handed = cli.run("handover", "job", "--owner", "operator", "--anyio-backend", loop, *FAST)
+    handed = cli.run("handover", "job", "--owner", "operator", "--anyio-backend", loop, *ONE_SHOT)
     assert handed.returncode == 0, handed.stderr
     assert f"taken with fencing token {first_start['token'] + 1} and released" in handed.stdout
     assert first.wait() == 0

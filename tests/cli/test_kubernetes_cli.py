@@ -12,7 +12,7 @@ import pytest
 import trustme
 
 from ._stores import NAMESPACE, Emulator, closed_port, start_emulator
-from .conftest import FAST, PATIENCE, Cli, wait_for_event
+from .conftest import FAST, ONE_SHOT, PATIENCE, Cli, wait_for_event
 
 KINDS = {"coordination.k8s.io/v1": "coordination.k8s.io", "akka.io/v1": "akka.io"}
 
@@ -60,7 +60,7 @@ def test_every_command_reaches_kubernetes_through_its_options(
     log2, child2 = cli.child("second")
     second = cli.start("run", "job", *options, "--", *child2)
     wait_for_event(log2, "start", second)
-    handover = cli.run("handover", "job", "--timeout", "20", *options)
+    handover = cli.run("handover", "job", "--timeout", "20", *_kube(emulator, kind), *ONE_SHOT)
     assert handover.returncode == 0, handover.stderr
     assert second.wait() == 0
     assert not cli.db.exists()  # never the SQLite default

@@ -88,7 +88,9 @@ def test_section_without_config_is_a_configuration_error(cli: Cli) -> None:
 def test_heartbeat_timeout_alone_is_valid_and_the_rest_follows(cli: Cli) -> None:
     """`--heartbeat-timeout 3s` alone runs (R, T and T_stop follow from it, as in LeaseSettings;
     with the CLI's fixed 2 s interval it was refused)."""
-    log, child = cli.child("job", sleep=1.0)
+    # The child holds for 5 s: `status` (a process of its own) must read the lease while held,
+    # which on a loaded machine can take over a second.
+    log, child = cli.child("job", sleep=5.0)
     holder = cli.start("run", "job", "--heartbeat-timeout", "3s", "--", *child)
     assert wait_for_event(log, "start", holder)["name"] == "job"
     [row] = cli.status("job")

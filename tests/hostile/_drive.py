@@ -32,7 +32,6 @@ from trio_lease._writing import MAX_CONFLICTS
 from trio_lease.backends.kubernetes._models import LeaseKind
 
 from ._checks import (
-    SLACK,
     CallOutcome,
     Failure,
     Tally,
@@ -128,9 +127,8 @@ def _judge_common(
     where = f"{target.label}/{target.path}"
     if outcome.hung:
         tally.fail(Failure(where, call, reply, f"did not end within {3 * bound + 5:g} s"))
-    elif outcome.elapsed > bound + SLACK:
-        tally.fail(Failure(where, call, reply,
-                           f"took {outcome.elapsed:.2f} s, over its bound {bound:g} s + slack",
+    elif outcome.over(bound):
+        tally.fail(Failure(where, call, reply, outcome.over(bound),
                            f"replies: {[e.label for e in exchanges][-6:]}"))
     problem = rate_problem([e.arrived for e in exchanges])
     if problem:
@@ -372,9 +370,9 @@ def _judge_step(
     target: Target, tally: Tally, call: str, name: str, outcome: CallOutcome, bound: float
 ) -> None:
     where = f"{target.label}/{target.path}"
-    if outcome.hung or outcome.elapsed > bound + SLACK:
+    if outcome.hung or outcome.over(bound):
         tally.fail(Failure(where, call, "(any)",
-                           f"took {outcome.elapsed:.2f} s, over its bound {bound:g} s + slack"))
+                           outcome.over(bound) or f"did not end within {outcome.elapsed:.2f} s"))
     tally.outcome(target.label, "core", f"{call}:{outcome_name(outcome.exc)}")
 
 
