@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from ... import _wire
@@ -70,6 +71,40 @@ _COUNTER_THEN_ROW = (
 _COUNTER = "SELECT value FROM version_counter WHERE id = 1"
 
 
+Item = tuple[tuple[object, ...], str]  # an update's storable values and expected version
+
+
+class _Batch:
+    """The updates of one event-loop turn: one worker-thread call and one transaction.
+
+    ``items`` are the updates (None: its caller left before the batch was sent); ``results``
+    (one per item: the record written or the item's own error) or ``error`` (the whole call
+    failed) are set in the worker thread before ``done``.
+    """
+
+    __slots__ = ("done", "driving", "error", "items", "results", "sent", "wake")
+
+    def __init__(self) -> None:
+        self.items: list[Item | None] = []
+        self.results: list[LeaseRecord | LeaseError | None] = []
+        self.error: LeaseError | None = None
+        self.sent = False  # the driver took it to the worker thread: no more items join
+        self.driving = False  # a caller waits in a worker thread for this batch
+        self.wake = anyio.Event()  # set when the driver stops driving (done, or cancelled)
+        self.done = threading.Event()  # set by the worker thread once the batch ran
+
+
+def _copy(error: LeaseError) -> LeaseError:
+    """One caller's own copy of a batch's error (each raise sets its own traceback)."""
+    try:
+        copied = type(error)(*error.args)
+    except Exception:  # an error type that cannot be rebuilt from its args
+        return error
+    copied.__cause__ = error.__cause__
+    copied.__suppress_context__ = error.__suppress_context__
+    return copied
+
+
 class SqliteBackend(LeaseBackend):
     """Leases in one SQLite file (default: :func:`default_path`); see the package docstring."""
 
@@ -99,6 +134,7 @@ class SqliteBackend(LeaseBackend):
         self._lock = threading.Lock()
         self._closed = False
         self._feed: SqliteFeed | None = None
+        self._pending: _Batch | None = None  # the batch the updates of this turn join
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
@@ -205,65 +241,189 @@ class SqliteBackend(LeaseBackend):
         return await self._run(lambda conn: self._write(conn, values, None))
 
     async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
+        """Compare-and-write one row, in the batch of the updates that arrive in this tick.
+
+        The updates called in one turn of the event loop (renewals fall due on one grid,
+        ``_algorithm.next_renewal``) share one worker-thread call and one transaction
+        (:class:`_Batch`); each row is compared and written on its own version, and each caller
+        gets its own record or its own ``ConflictError``.
+        """
         values = storable(record, self.path)
-        written = await self._run(lambda conn: self._write(conn, values, expected_version))
+        if issued(expected_version) is None:
+            raise ConflictError(f"version {expected_version!r} was never issued")
+        batch = self._pending
+        if batch is None or batch.sent:
+            batch = self._pending = _Batch()
+        index = len(batch.items)
+        batch.items.append((values, expected_version))
+        try:
+            written = await self._wait(batch, index)
+        except BaseException:
+            if not batch.sent:
+                batch.items[index] = None  # cancelled before the batch was sent: not written
+            raise
         if self._feed is not None and (not written.holder or written.handover_to):
             self._feed.poke()  # news for this process's waiters or holder: poll now
         return written
 
+    async def _wait(self, batch: _Batch, index: int) -> LeaseRecord:
+        """This caller's result once ``batch`` ran; the first waiter with nobody driving drives.
+
+        The driver sends the batch after one checkpoint (so the updates of this tick join it)
+        and waits for the worker thread, abandoning it when cancelled (like every call here);
+        the thread still finishes the batch, and the next waiter drives: it waits for the
+        thread's end in a worker thread of its own. So a caller's cancellation never changes
+        another's result, and each caller waits only for its batch.
+        """
+        while not batch.done.is_set() or batch.driving:
+            if batch.driving:
+                await batch.wake.wait()
+                continue
+            batch.driving = True
+            try:
+                if not batch.sent:
+                    await anyio.lowlevel.checkpoint()  # the updates of this tick join
+                    batch.sent = True
+                    if self._pending is batch:
+                        self._pending = None
+                    await anyio.to_thread.run_sync(self._send, batch, abandon_on_cancel=True)
+                else:
+                    await anyio.to_thread.run_sync(batch.done.wait, abandon_on_cancel=True)
+            finally:
+                batch.driving = False
+                wake, batch.wake = batch.wake, anyio.Event()
+                wake.set()
+        if batch.error is not None:
+            raise _copy(batch.error)
+        if index >= len(batch.results):  # the worker thread ended by a BaseException
+            raise BackendUnavailable(f"SQLite at {self.path}: the batched write did not finish")
+        result = batch.results[index]
+        if isinstance(result, LeaseError):
+            raise result
+        assert result is not None
+        return result
+
+    def _send(self, batch: _Batch) -> None:
+        """(worker thread) Run ``batch``'s writes, then mark it done whatever happened."""
+        try:
+            batch.results = self._with_conn(lambda conn: self._write_batch(conn, batch.items))
+        except LeaseError as exc:
+            batch.error = exc
+        except Exception as exc:  # not a sqlite3.Error (those are translated): still typed
+            batch.error = BackendUnavailable(
+                f"SQLite at {self.path}: the batched write failed ({type(exc).__name__})"
+            )
+        finally:
+            batch.done.set()
+
+    def _write_batch(
+        self, conn: sqlite3.Connection, items: list[Item | None]
+    ) -> list[LeaseRecord | LeaseError | None]:
+        """Every item in one transaction, each row compared on its own version.
+
+        An item whose row is not at its version (``ConflictError``) or whose version the
+        counter is not above (``BackendProtocolError``) writes nothing and the others go on; a
+        failure of the transaction itself (the file, the counter going back) raises, and no
+        item is written.
+        """
+        results: list[LeaseRecord | LeaseError | None] = [None] * len(items)
+        if not any(items):
+            return results
+        written: list[tuple[int, tuple[object, ...], int]] = []  # (index, values, version)
+        seen = self._file.counter_seen  # before the transaction's snapshot begins
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for index, item in enumerate(items):
+                if item is not None:
+                    values, expected = item
+                    try:
+                        # Only a counter no write of this transaction moved is noted: the
+                        # file's other readers must not be held against an uncommitted one.
+                        version = self._write_row(conn, values, expected, seen, not written)
+                        written.append((index, values, version))
+                    except (ConflictError, BackendProtocolError) as exc:
+                        results[index] = exc  # nothing of this row was written
+            conn.execute("COMMIT")
+        except BaseException:
+            rollback(conn)
+            raise
+        if written:
+            self._file.check_counter(written[-1][2], seen)  # committed: later reads find it
+        for index, values, version in written:
+            results[index] = record_from_row((*values, version), self.path)
+        return results
+
     def _write(
         self, conn: sqlite3.Connection, values: tuple[object, ...], expected: str | None
     ) -> LeaseRecord:
-        name = values[0]
-        expected_number = None if expected is None else issued(expected)
-        if expected is not None and expected_number is None:
+        if expected is not None and issued(expected) is None:
             raise ConflictError(f"version {expected!r} was never issued")
         seen = self._file.counter_seen  # before the transaction's snapshot begins
         conn.execute("BEGIN IMMEDIATE")
         try:
-            counter, stored = conn.execute(_COUNTER_AND_ROW, (name,)).fetchone()
-            self._file.check_counter(counter, seen)
-            try:
-                version = 1 + _wire.integer(
-                    counter, "version_counter.value", high=_wire.INT64_MAX - 1
-                )
-            except Malformed as exc:
-                raise BackendProtocolError(
-                    f"SQLite at {self.path}: the version counter is missing or unreadable "
-                    f"({exc}); the file was changed by another program or by hand"
-                ) from None
-            if version <= max(expected_number or 0, stored if type(stored) is int else 0):
-                # Versions would be issued again (ABA): a stale compare-and-swap could match.
-                raise BackendProtocolError(
-                    f"SQLite at {self.path}: the version counter is below the version of lease "
-                    f"{name!r}; the file was changed by another program or by hand (a counter "
-                    "lowered, or a table restored from an older copy); nothing was written: "
-                    "restore the whole file from one backup, or stop its users and start anew"
-                )
-            conn.execute("UPDATE version_counter SET value = ? WHERE id = 1", (version,))
-            if expected is None:
-                try:
-                    conn.execute(
-                        f"INSERT INTO leases ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (*values, version),
-                    )
-                except sqlite3.IntegrityError:
-                    raise ConflictError(f"lease {name!r} already exists") from None
-            else:
-                cursor = conn.execute(
-                    "UPDATE leases SET holder = ?, lease_duration = ?, fencing_token = ?, "
-                    "acquired_at = ?, renewed_at = ?, handover_to = ?, version = ? "
-                    "WHERE name = ? AND version = ?",
-                    (*values[1:], version, name, expected_number),
-                )
-                if cursor.rowcount != 1:
-                    raise ConflictError(f"lease {name!r} is missing or not at version {expected}")
+            version = self._write_row(conn, values, expected, seen)
             conn.execute("COMMIT")
         except BaseException:
             rollback(conn)
             raise
         self._file.check_counter(version, seen)  # committed: later reads find it or more
         return record_from_row((*values, version), self.path)
+
+    def _write_row(
+        self, conn: sqlite3.Connection, values: tuple[object, ...], expected: str | None,
+        seen: int,
+        check: bool = True,
+    ) -> int:
+        """Write one row in the open transaction (a create when ``expected`` is None); its
+        version. A conflict or a counter not above the row's raises before anything is written.
+        ``check``: hold the counter read against ``seen`` (false once this transaction moved it).
+        """
+        name = values[0]
+        expected_number = None if expected is None else issued(expected)
+        counter, stored = conn.execute(_COUNTER_AND_ROW, (name,)).fetchone()
+        if check:
+            self._file.check_counter(counter, seen)
+        try:
+            version = 1 + _wire.integer(counter, "version_counter.value", high=_wire.INT64_MAX - 1)
+        except Malformed as exc:
+            raise BackendProtocolError(
+                f"SQLite at {self.path}: the version counter is missing or unreadable "
+                f"({exc}); the file was changed by another program or by hand"
+            ) from None
+        if version <= max(expected_number or 0, stored if type(stored) is int else 0):
+            # Versions would be issued again (ABA): a stale compare-and-swap could match.
+            raise BackendProtocolError(
+                f"SQLite at {self.path}: the version counter is below the version of lease "
+                f"{name!r}; the file was changed by another program or by hand (a counter "
+                "lowered, or a table restored from an older copy); nothing was written: "
+                "restore the whole file from one backup, or stop its users and start anew"
+            )
+        if expected is None:
+            if stored is not None:
+                raise ConflictError(f"lease {name!r} already exists")
+        elif type(stored) is not int or stored != expected_number:
+            raise ConflictError(f"lease {name!r} is missing or not at version {expected}")
+        conn.execute("UPDATE version_counter SET value = ? WHERE id = 1", (version,))
+        if expected is None:
+            try:
+                conn.execute(
+                    f"INSERT INTO leases ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*values, version),
+                )
+            except sqlite3.IntegrityError:
+                raise ConflictError(f"lease {name!r} already exists") from None
+        else:
+            cursor = conn.execute(
+                "UPDATE leases SET holder = ?, lease_duration = ?, fencing_token = ?, "
+                "acquired_at = ?, renewed_at = ?, handover_to = ?, version = ? "
+                "WHERE name = ? AND version = ?",
+                (*values[1:], version, name, expected_number),
+            )
+            if cursor.rowcount != 1:  # checked above in this transaction: the file misbehaves
+                raise sqlite3.DatabaseError(
+                    f"lease {name!r} was at version {expected} and its update matched no row"
+                )
+        return version
 
     def watch_feed(self) -> SqliteFeed:
         """One poller (one connection) for every lease this backend object's process follows."""
