@@ -77,19 +77,38 @@ Item = tuple[tuple[object, ...], str]  # an update's storable values and expecte
 class _Batch:
     """The updates of one event-loop turn: one worker-thread call and one transaction.
 
-    ``items`` are the updates (None: its caller left before the batch was sent); ``results``
-    (one per item: the record written or the item's own error) or ``error`` (the whole call
-    failed) are set in the worker thread before ``done``.
+    ``items`` are the updates (None: its caller left before a worker thread claimed the batch).
+    A driver (one waiting caller at a time, ``driving``) closes the batch to new items
+    (``open``) and hands it to a worker thread under a fresh ``ticket``; the thread *claims* it
+    (``claimed``, under ``lock``) only if that ticket is still current, so a driver cancelled
+    before its thread started takes the ticket back and the batch waits for the next driver,
+    never for a thread that will not come. Once claimed, ``items`` no longer change; the thread
+    sets ``results`` (one per item: the record written or the item's own error) or ``error``
+    (the whole call failed), then ``done``.
     """
 
-    __slots__ = ("done", "driving", "error", "items", "results", "sent", "wake")
+    __slots__ = (
+        "claimed",
+        "done",
+        "driving",
+        "error",
+        "items",
+        "lock",
+        "open",
+        "results",
+        "ticket",
+        "wake",
+    )
 
     def __init__(self) -> None:
         self.items: list[Item | None] = []
         self.results: list[LeaseRecord | LeaseError | None] = []
         self.error: LeaseError | None = None
-        self.sent = False  # the driver took it to the worker thread: no more items join
-        self.driving = False  # a caller waits in a worker thread for this batch
+        self.open = True  # updates of this turn still join
+        self.driving = False  # a caller waits for the worker thread of this batch
+        self.ticket: object | None = None  # the send a worker thread may claim (None: unsent)
+        self.claimed = False  # a worker thread runs (or ran) the batch: its items are final
+        self.lock = threading.Lock()  # ``ticket``, ``claimed`` and ``items`` between threads
         self.wake = anyio.Event()  # set when the driver stops driving (done, or cancelled)
         self.done = threading.Event()  # set by the worker thread once the batch ran
 
@@ -252,15 +271,16 @@ class SqliteBackend(LeaseBackend):
         if issued(expected_version) is None:
             raise ConflictError(f"version {expected_version!r} was never issued")
         batch = self._pending
-        if batch is None or batch.sent:
+        if batch is None or not batch.open:
             batch = self._pending = _Batch()
         index = len(batch.items)
         batch.items.append((values, expected_version))
         try:
             written = await self._wait(batch, index)
         except BaseException:
-            if not batch.sent:
-                batch.items[index] = None  # cancelled before the batch was sent: not written
+            with batch.lock:
+                if not batch.claimed:  # no worker thread took it: this update is not written
+                    batch.items[index] = None
             raise
         if self._feed is not None and (not written.holder or written.handover_to):
             self._feed.poke()  # news for this process's waiters or holder: poll now
@@ -269,30 +289,21 @@ class SqliteBackend(LeaseBackend):
     async def _wait(self, batch: _Batch, index: int) -> LeaseRecord:
         """This caller's result once ``batch`` ran; the first waiter with nobody driving drives.
 
-        The driver sends the batch after one checkpoint (so the updates of this tick join it)
-        and waits for the worker thread, abandoning it when cancelled (like every call here);
-        the thread still finishes the batch, and the next waiter drives: it waits for the
-        thread's end in a worker thread of its own. So a caller's cancellation never changes
-        another's result, and each caller waits only for its batch.
+        The driver sends the batch after one checkpoint (so the updates of this turn join it)
+        and waits for the worker thread, abandoning it when cancelled (like every call here).
+        A driver cancelled before a thread claimed the batch takes its send back, and the next
+        waiter sends it again; one cancelled after the claim leaves the thread to finish, and
+        the other waiters watch ``done`` from the event loop (:meth:`_until_done`). No thread
+        ever waits for another, so a caller's cancellation never changes another's result and
+        never leaves a thread blocked.
         """
-        while not batch.done.is_set() or batch.driving:
+        while not batch.done.is_set():
             if batch.driving:
                 await batch.wake.wait()
-                continue
-            batch.driving = True
-            try:
-                if not batch.sent:
-                    await anyio.lowlevel.checkpoint()  # the updates of this tick join
-                    batch.sent = True
-                    if self._pending is batch:
-                        self._pending = None
-                    await anyio.to_thread.run_sync(self._send, batch, abandon_on_cancel=True)
-                else:
-                    await anyio.to_thread.run_sync(batch.done.wait, abandon_on_cancel=True)
-            finally:
-                batch.driving = False
-                wake, batch.wake = batch.wake, anyio.Event()
-                wake.set()
+            elif batch.claimed:
+                await self._until_done(batch)
+            else:
+                await self._drive(batch)
         if batch.error is not None:
             raise _copy(batch.error)
         if index >= len(batch.results):  # the worker thread ended by a BaseException
@@ -303,8 +314,48 @@ class SqliteBackend(LeaseBackend):
         assert result is not None
         return result
 
-    def _send(self, batch: _Batch) -> None:
-        """(worker thread) Run ``batch``'s writes, then mark it done whatever happened."""
+    async def _drive(self, batch: _Batch) -> None:
+        """Send ``batch`` to a worker thread and wait for it (one checkpoint first if open)."""
+        batch.driving = True
+        try:
+            if batch.open:
+                await anyio.lowlevel.checkpoint()  # the updates of this turn join
+                batch.open = False
+                if self._pending is batch:
+                    self._pending = None
+            ticket = batch.ticket = object()
+            try:
+                await anyio.to_thread.run_sync(self._send, batch, ticket, abandon_on_cancel=True)
+            except BaseException:
+                with batch.lock:
+                    if not batch.claimed:
+                        batch.ticket = None  # its thread never started: the next waiter sends
+                raise
+        finally:
+            batch.driving = False
+            wake, batch.wake = batch.wake, anyio.Event()
+            wake.set()
+
+    @staticmethod
+    async def _until_done(batch: _Batch) -> None:
+        """Wait on the event loop (no thread) for a claimed batch whose driver left.
+
+        The claiming thread always sets ``done`` when it ends (:meth:`_send`), after at most
+        the write's own time (``busy_timeout`` for the lock, then the rows); the pause between
+        looks doubles from 1 ms to 50 ms.
+        """
+        pause = 0.001
+        while not batch.done.is_set():
+            await anyio.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def _send(self, batch: _Batch, ticket: object) -> None:
+        """(worker thread) Claim ``batch`` if ``ticket`` is still its send, run its writes, and
+        mark it done whatever happened; a send taken back does nothing."""
+        with batch.lock:
+            if batch.claimed or batch.ticket is not ticket:
+                return
+            batch.claimed = True
         try:
             batch.results = self._with_conn(lambda conn: self._write_batch(conn, batch.items))
         except LeaseError as exc:
@@ -370,7 +421,10 @@ class SqliteBackend(LeaseBackend):
         return record_from_row((*values, version), self.path)
 
     def _write_row(
-        self, conn: sqlite3.Connection, values: tuple[object, ...], expected: str | None,
+        self,
+        conn: sqlite3.Connection,
+        values: tuple[object, ...],
+        expected: str | None,
         seen: int,
         check: bool = True,
     ) -> int:
