@@ -326,6 +326,8 @@ class SqliteBackend(LeaseBackend):
             ticket = batch.ticket = object()
             try:
                 await anyio.to_thread.run_sync(self._send, batch, ticket, abandon_on_cancel=True)
+                if self._feed is not None:
+                    self._feed.wake()  # the feed's poll rode this thread: publish it now
             except BaseException:
                 with batch.lock:
                     if not batch.claimed:
@@ -366,6 +368,8 @@ class SqliteBackend(LeaseBackend):
             )
         finally:
             batch.done.set()
+        if self._feed is not None:
+            self._feed.ride()  # the shared watch polls in this thread, not on one of its own
 
     def _write_batch(
         self, conn: sqlite3.Connection, items: list[Item | None]
