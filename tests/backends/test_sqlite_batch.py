@@ -83,6 +83,7 @@ async def test_updates_of_one_turn_share_one_transaction_each_on_its_own_version
             assert result.name == record.name
             assert int(result.version) > int(record.version)
             assert stored(tmp_path / "leases.sqlite3", record.name)[1] == int(result.version)
+            assert result == await backend.get(record.name)  # what the row reads back as
             versions.add(result.version)
         assert len(versions) == 5  # every row its own version
 

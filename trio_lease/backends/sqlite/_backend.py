@@ -20,6 +20,7 @@ package docstring for the design; rows and errors are translated in :mod:`._rows
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import os
@@ -50,7 +51,7 @@ from ._errors import translate
 from ._feed import SqliteFeed
 from ._file import default_path, rollback
 from ._identity import DatabaseFile
-from ._rows import COLUMNS, issued, lease_name, record_from_row, storable
+from ._rows import COLUMNS, issued, lease_name, record_from_row, storable, storable_and_read
 
 __all__ = ["SqliteBackend"]
 
@@ -71,7 +72,9 @@ _COUNTER_THEN_ROW = (
 _COUNTER = "SELECT value FROM version_counter WHERE id = 1"
 
 
-Item = tuple[tuple[object, ...], str]  # an update's storable values and expected version
+# An update's storable values, the record they read back as (at version "1"), and the
+# version expected.
+Item = tuple[tuple[object, ...], LeaseRecord, str]
 
 
 class _Batch:
@@ -267,14 +270,14 @@ class SqliteBackend(LeaseBackend):
         (:class:`_Batch`); each row is compared and written on its own version, and each caller
         gets its own record or its own ``ConflictError``.
         """
-        values = storable(record, self.path)
+        values, read = storable_and_read(record, self.path)
         if issued(expected_version) is None:
             raise ConflictError(f"version {expected_version!r} was never issued")
         batch = self._pending
         if batch is None or not batch.open:
             batch = self._pending = _Batch()
         index = len(batch.items)
-        batch.items.append((values, expected_version))
+        batch.items.append((values, read, expected_version))
         try:
             written = await self._wait(batch, index)
         except BaseException:
@@ -384,18 +387,18 @@ class SqliteBackend(LeaseBackend):
         results: list[LeaseRecord | LeaseError | None] = [None] * len(items)
         if not any(items):
             return results
-        written: list[tuple[int, tuple[object, ...], int]] = []  # (index, values, version)
+        written: list[tuple[int, LeaseRecord, int]] = []  # (index, read back, version)
         seen = self._file.counter_seen  # before the transaction's snapshot begins
         conn.execute("BEGIN IMMEDIATE")
         try:
             for index, item in enumerate(items):
                 if item is not None:
-                    values, expected = item
+                    values, read, expected = item
                     try:
                         # Only a counter no write of this transaction moved is noted: the
                         # file's other readers must not be held against an uncommitted one.
                         version = self._write_row(conn, values, expected, seen, not written)
-                        written.append((index, values, version))
+                        written.append((index, read, version))
                     except (ConflictError, BackendProtocolError) as exc:
                         results[index] = exc  # nothing of this row was written
             conn.execute("COMMIT")
@@ -404,8 +407,9 @@ class SqliteBackend(LeaseBackend):
             raise
         if written:
             self._file.check_counter(written[-1][2], seen)  # committed: later reads find it
-        for index, values, version in written:
-            results[index] = record_from_row((*values, version), self.path)
+        for index, read, version in written:
+            # The row reads back as ``read`` at its version (``storable_and_read``).
+            results[index] = dataclasses.replace(read, version=str(version))
         return results
 
     def _write(

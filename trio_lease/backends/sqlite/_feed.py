@@ -149,14 +149,20 @@ class SqliteFeed(WatchFeed):
         ``watch_interval``, when poked, or when a name is watched that the rides do not poll
         yet; it publishes the rides' results and its own in the order the polls ran.
         """
+        generation: int | None = None
+        names: list[str] = []
         while True:
-            for name in [n for n in self.known if n not in watched]:
-                del self.known[name]
-            names = [n for n in watched if _storable(n)]
+            moved = generation != watched.generation  # the set of names changed (or a new run)
+            if moved:
+                generation = watched.generation
+                for name in [n for n in self.known if n not in watched]:
+                    del self.known[name]
+                names = [n for n in watched if _storable(n)]
             own: tuple[int, list[tuple[str, State]]] | None = None
             if (
-                self._asked
-                or names != self._names
+                moved
+                or self._asked
+                or self._names is None
                 or self._clock() - self._last_poll >= self.watch_interval
             ):
                 self._asked = False
