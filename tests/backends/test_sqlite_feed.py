@@ -310,3 +310,27 @@ async def test_without_writes_the_poller_polls_on_its_own(tmp_path: Path) -> Non
                 await until(lambda: len(published) == 2)
     assert published == [("job", job), ("job", renewed)]
     assert feed.rides == 0
+
+
+async def test_a_row_as_this_backend_wrote_it_is_not_decoded_again(tmp_path: Path) -> None:
+    """The poller takes the record of a row this backend object wrote, as written, from the
+    write (no second decode); a row another program changed after it is decoded."""
+    path = tmp_path / "leases.sqlite3"
+    async with SqliteBackend(path, watch_interval=0.01) as backend:
+        created = await backend.create(LeaseRecord(name="job", holder="a"))
+        feed = backend.watch_feed()
+        with anyio.fail_after(LIMIT):
+            async with running(feed, "job") as published:
+                await until(lambda: published == [("job", created)])
+                read, known = feed.rows_read, feed.rows_known
+                renewed = await backend.update(created, created.version)
+                await until(lambda: len(published) == 2)
+                assert published[1] == ("job", renewed)
+                assert published[1][1] is renewed  # the write's own record
+                assert (feed.rows_read, feed.rows_known) == (read, known + 1)
+                with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+                    conn.execute("UPDATE leases SET holder = 'b' WHERE name = 'job'")
+                await until(lambda: len(published) == 3)
+    edited = published[2][1]
+    assert edited is not None and edited.holder == "b"
+    assert (feed.rows_read, feed.rows_known) == (read + 1, known + 1)

@@ -6,7 +6,11 @@ sees the fix (new permissions). Before each call one ``stat`` checks that the pa
 the file the connection has open; when it does not (the file was replaced or removed), the
 connection is closed and the path opened again, which refuses any file but the one this backend
 object first opened. Each write is one ``BEGIN IMMEDIATE`` transaction that bumps the version
-counter and compares the version (:meth:`SqliteBackend._write`); a counter below the version
+counter and compares the version (:meth:`SqliteBackend._write`); the updates of one event-loop
+turn share one call and one such transaction, each row compared and written on its own version
+(:meth:`SqliteBackend.update`, :class:`_Batch`: a worker thread claims a batch before writing
+it, so a sender cancelled before its thread started never leaves the batch unsent); a counter
+below the version
 compared against, or below the row's, means the file was changed by hand, and nothing is
 written. Every call that reads the counter (a write, and ``get`` in the same statement as the
 row) holds it against the highest value this backend object saw: a lower one means the file went
@@ -387,7 +391,7 @@ class SqliteBackend(LeaseBackend):
         results: list[LeaseRecord | LeaseError | None] = [None] * len(items)
         if not any(items):
             return results
-        written: list[tuple[int, LeaseRecord, int]] = []  # (index, read back, version)
+        written: list[tuple[int, tuple[object, ...], LeaseRecord, int]] = []
         seen = self._file.counter_seen  # before the transaction's snapshot begins
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -398,7 +402,7 @@ class SqliteBackend(LeaseBackend):
                         # Only a counter no write of this transaction moved is noted: the
                         # file's other readers must not be held against an uncommitted one.
                         version = self._write_row(conn, values, expected, seen, not written)
-                        written.append((index, read, version))
+                        written.append((index, values, read, version))
                     except (ConflictError, BackendProtocolError) as exc:
                         results[index] = exc  # nothing of this row was written
             conn.execute("COMMIT")
@@ -406,10 +410,14 @@ class SqliteBackend(LeaseBackend):
             rollback(conn)
             raise
         if written:
-            self._file.check_counter(written[-1][2], seen)  # committed: later reads find it
-        for index, read, version in written:
+            self._file.check_counter(written[-1][3], seen)  # committed: later reads find it
+        for index, _, read, version in written:
             # The row reads back as ``read`` at its version (``storable_and_read``).
             results[index] = dataclasses.replace(read, version=str(version))
+        if self._feed is not None:  # its next poll takes these records for these rows
+            self._feed.wrote(
+                ((*values, version), results[index]) for index, values, _, version in written
+            )
         return results
 
     def _write(

@@ -65,6 +65,8 @@ logger = logging.getLogger("trio_lease")
 
 #: Names per ``SELECT ... WHERE name IN (...)`` (SQLite's oldest limit is 999 parameters).
 CHUNK: Final = 500
+#: Names whose last write by this backend object a poll may take as written (:meth:`wrote`).
+WRITTEN_MAX: Final = 100_000
 #: Longest pause (seconds) before a failed poller opens a new connection.
 BACKOFF_MAX: Final = 2.0
 _VERSION: Final = LEASE_COLUMNS.index("version")
@@ -106,8 +108,11 @@ class SqliteFeed(WatchFeed):
         self.rides: int = 0
         self.selects: int = 0
         self.connections: int = 0
-        #: Rows decoded so far.
+        #: Rows decoded so far, and rows found as this backend object wrote them (not decoded).
         self.rows_read: int = 0
+        self.rows_known: int = 0
+        # name -> (the row this backend object wrote, its record); see :meth:`wrote`.
+        self._written: dict[object, tuple[tuple[object, ...], LeaseRecord]] = {}
         self._data_version: int | None = None
         self._counter: int | None = None  # the file's version counter at the last full poll
         self._pause = watch_interval
@@ -349,8 +354,25 @@ class SqliteFeed(WatchFeed):
             self._decoded(rows, found)
         return list(found.items())
 
+    def wrote(self, rows: Iterable[tuple[tuple[object, ...], Any]]) -> None:
+        """(worker thread) Rows this backend object just committed (``COLUMNS``, in order),
+        each with the record it reads back as: a poll that finds one of them as written takes
+        that record instead of decoding the row again (a row changed in any column is decoded).
+        Kept only while a run follows the leases, for :data:`WRITTEN_MAX` names at most."""
+        if self._names is None:
+            return
+        if len(self._written) > WRITTEN_MAX:
+            self._written.clear()
+        for row, record in rows:
+            self._written[row[0]] = (row, record)
+
     def _decoded(self, rows: Iterable[Any], found: dict[str, State]) -> dict[str, State]:
         for row in rows:
+            mine = self._written.pop(row[0], None)
+            if mine is not None and mine[0] == tuple(row):
+                self.rows_known += 1
+                found[mine[1].name] = mine[1]
+                continue
             self.rows_read += 1
             try:
                 record = record_from_row(row, self.path)
