@@ -126,11 +126,10 @@ async def test_a_failed_transaction_fails_every_caller_with_its_own_typed_error(
             assert stored(path, record.name)[1] == int(record.version)  # nothing written
 
 
-async def until(condition: Callable[[], bool], what: str) -> None:
-    """Wait on the event loop until ``condition()`` holds (10 s at most)."""
-    with anyio.fail_after(10):
-        while not condition():
-            await anyio.sleep(0.001)
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait on the event loop until ``condition()`` holds (the callers bound the wait)."""
+    while not condition():
+        await anyio.sleep(0.001)
 
 
 def running(batches: list[threading.Event]) -> Callable[[], bool]:
@@ -192,7 +191,7 @@ async def threads_held() -> AsyncIterator[anyio.CapacityLimiter]:
         finally:
             limiter.release()
         # The calls that waited run one at a time, in the order they asked for a thread.
-        await until(lambda: limiter.statistics().tasks_waiting == 0, "the queued calls")
+        await until(lambda: limiter.statistics().tasks_waiting == 0)
     finally:
         limiter.total_tokens = total
 
@@ -222,11 +221,11 @@ async def test_a_driver_cancelled_before_its_thread_starts_leaves_the_batch_to_t
                 tg.start_soon(other, 1)
                 tg.start_soon(other, 2)
                 # The driver's call waits for a thread: the batch is sent, not claimed.
-                await until(lambda: limiter.statistics().tasks_waiting == 1, "the send")
+                await until(lambda: limiter.statistics().tasks_waiting == 1)
                 driver.cancel()
                 await driver_left.wait()
                 # The next waiter sends the batch again: its call waits for the token.
-                await until(lambda: limiter.statistics().tasks_waiting == 1, "the resend")
+                await until(lambda: limiter.statistics().tasks_waiting == 1)
                 assert results == {}
         assert driver.cancelled_caught
         assert sorted(results) == [1, 2]
@@ -248,7 +247,7 @@ async def test_every_caller_cancelled_before_a_thread_starts_leaves_nothing_behi
             async with threads_held() as limiter, anyio.create_task_group() as tg:
                 for record in records:
                     tg.start_soon(backend.update, record, record.version)
-                await until(lambda: limiter.statistics().tasks_waiting == 1, "the send")
+                await until(lambda: limiter.statistics().tasks_waiting == 1)
                 tg.cancel_scope.cancel()
             for _ in range(3):  # a late thread of an abandoned call must find nothing to do
                 await anyio.to_thread.run_sync(lambda: None)
@@ -285,7 +284,7 @@ async def test_a_driver_cancelled_while_its_batch_runs_leaves_the_others_results
                 tg.start_soon(first)  # first in the batch: it sends it and waits for the thread
                 tg.start_soon(other, 1)
                 tg.start_soon(other, 2)
-                await until(running(batches), "the claim")
+                await until(running(batches))
                 driver.cancel()
                 await driver_left.wait()
                 assert results == {}  # still waiting for the lock
@@ -323,10 +322,10 @@ async def test_a_waiter_cancelled_while_another_drives_is_written_only_if_claime
                 async with threads_held() as limiter:
                     for i in range(4):
                         tg.start_soon(one, i)
-                    await until(lambda: limiter.statistics().tasks_waiting == 1, "the send")
+                    await until(lambda: limiter.statistics().tasks_waiting == 1)
                     scopes[1].cancel()  # before the claim: not written
                     await left[1].wait()
-                await until(running(batches), "the claim")
+                await until(running(batches))
                 scopes[2].cancel()  # after the claim: written, its caller never knows
                 await left[2].wait()
                 lock.execute("ROLLBACK")
@@ -354,9 +353,9 @@ async def test_a_backend_closed_with_a_batch_pending_answers_every_caller(
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg, threads_held() as limiter:
             tg.start_soon(backend.aclose)  # its call waits for a thread, first in line
-            await until(lambda: limiter.statistics().tasks_waiting == 1, "the close")
+            await until(lambda: limiter.statistics().tasks_waiting == 1)
             tg.start_soon(updates)  # the batch's call waits behind it
-            await until(lambda: limiter.statistics().tasks_waiting == 2, "the send")
+            await until(lambda: limiter.statistics().tasks_waiting == 2)
     assert len(results) == 3
     assert all(isinstance(result, BackendUnavailable) for result in results)
     assert "closed" in str(results[0])

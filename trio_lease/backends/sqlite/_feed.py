@@ -182,10 +182,10 @@ class SqliteFeed(WatchFeed):
                         publish(name, state)
             self._pause = self.watch_interval  # polls succeed: no backoff
             self._poked = poked = anyio.Event()
-            if not self._ridden:  # a ride that ended meanwhile is published at once
-                wait = self._last_poll + self.watch_interval - self._clock()
-                with anyio.move_on_after(max(wait, 0.0)):
-                    await poked.wait()
+            # A ride that ended meanwhile is published at once.
+            wait = 0.0 if self._ridden else self._last_poll + self.watch_interval - self._clock()
+            with anyio.move_on_after(max(wait, 0.0)):
+                await poked.wait()
             self._poked = None
 
     def _in_order(
