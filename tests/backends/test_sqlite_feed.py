@@ -271,3 +271,66 @@ async def test_an_edit_setting_a_version_to_the_counters_value_is_published(
         ("job", ("c", "2"))
     ]
     assert ("other", other) in published[:2]
+
+
+async def test_the_poller_rides_the_thread_of_the_backends_writes(tmp_path: Path) -> None:
+    """A batch of this backend's updates polls for the feed in its own worker thread (no call
+    of the feed's own), at most twice per watch_interval; the poll's news is published."""
+    path = tmp_path / "leases.sqlite3"
+    clock = [1000.0]  # the feed's rhythm on a clock the test moves; its waits are real
+    async with SqliteBackend(path, watch_interval=30) as backend, SqliteBackend(path) as other:
+        job = await other.create(LeaseRecord(name="job", holder="a"))
+        mine = await backend.create(LeaseRecord(name="mine", holder="me"))
+        feed = backend.watch_feed()
+        feed._clock = lambda: clock[0]
+        with anyio.fail_after(LIMIT):
+            async with running(feed, "job") as published:
+                await until(lambda: published == [("job", job)])
+                assert (feed.polls, feed.rides) == (1, 0)  # the first poll is its own
+                renewed = await other.update(job, job.version)  # news, and no poll due
+                clock[0] += 16  # past half of watch_interval: the next batch polls too
+                mine = await backend.update(mine, mine.version)
+                assert (feed.polls, feed.rides) == (2, 1)  # in the batch's thread
+                await until(lambda: len(published) == 2)
+                assert published[1] == ("job", renewed)
+                mine = await backend.update(mine, mine.version)  # within half: no ride
+                assert (feed.polls, feed.rides) == (2, 1)
+
+
+async def test_without_writes_the_poller_polls_on_its_own(tmp_path: Path) -> None:
+    """With no batch of updates to ride, the feed polls every watch_interval on its own."""
+    path = tmp_path / "leases.sqlite3"
+    async with SqliteBackend(path, watch_interval=0.01) as backend, SqliteBackend(path) as other:
+        job = await other.create(LeaseRecord(name="job", holder="a"))
+        feed = backend.watch_feed()
+        with anyio.fail_after(LIMIT):
+            async with running(feed, "job") as published:
+                await until(lambda: feed.polls >= 5)
+                renewed = await other.update(job, job.version)
+                await until(lambda: len(published) == 2)
+    assert published == [("job", job), ("job", renewed)]
+    assert feed.rides == 0
+
+
+async def test_a_row_as_this_backend_wrote_it_is_not_decoded_again(tmp_path: Path) -> None:
+    """The poller takes the record of a row this backend object wrote, as written, from the
+    write (no second decode); a row another program changed after it is decoded."""
+    path = tmp_path / "leases.sqlite3"
+    async with SqliteBackend(path, watch_interval=0.01) as backend:
+        created = await backend.create(LeaseRecord(name="job", holder="a"))
+        feed = backend.watch_feed()
+        with anyio.fail_after(LIMIT):
+            async with running(feed, "job") as published:
+                await until(lambda: published == [("job", created)])
+                read, known = feed.rows_read, feed.rows_known
+                renewed = await backend.update(created, created.version)
+                await until(lambda: len(published) == 2)
+                assert published[1] == ("job", renewed)
+                assert published[1][1] is renewed  # the write's own record
+                assert (feed.rows_read, feed.rows_known) == (read, known + 1)
+                with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+                    conn.execute("UPDATE leases SET holder = 'b' WHERE name = 'job'")
+                await until(lambda: len(published) == 3)
+    edited = published[2][1]
+    assert edited is not None and edited.holder == "b"
+    assert (feed.rows_read, feed.rows_known) == (read + 1, known + 1)

@@ -8,10 +8,13 @@ in WAL mode with ``synchronous=FULL``: a committed grant survives a process kill
 a power cut, so fencing tokens never go backwards.
 
 Blocking calls run in worker threads (``anyio.to_thread``, abandoned on cancellation: a write
-whose caller was cancelled has an unknown outcome, as the SPI expects). ``watch`` polls SQLite's
+whose caller was cancelled has an unknown outcome, as the SPI expects); the updates of one
+event-loop turn share one call and one transaction, each row compared on its own version
+(``SqliteBackend.update``). ``watch`` polls SQLite's
 ``PRAGMA data_version`` (a cheap counter that moves when another connection commits) every
 ``watch_interval`` seconds and yields the record when its version changed; the shared watch
-(:mod:`._feed`) is one such poller, on one connection, for every lease a process watches.
+(:mod:`._feed`) is one such poller, on one connection, for every lease a process watches, and
+polls in the worker thread of a batch of updates when one just ran.
 
 The file is input: another program, an older version or a hand edit may have written it, and
 SQLite lets any column hold any type. :func:`._rows.record_from_row` is the one place a row

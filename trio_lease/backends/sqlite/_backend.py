@@ -6,7 +6,11 @@ sees the fix (new permissions). Before each call one ``stat`` checks that the pa
 the file the connection has open; when it does not (the file was replaced or removed), the
 connection is closed and the path opened again, which refuses any file but the one this backend
 object first opened. Each write is one ``BEGIN IMMEDIATE`` transaction that bumps the version
-counter and compares the version (:meth:`SqliteBackend._write`); a counter below the version
+counter and compares the version (:meth:`SqliteBackend._write`); the updates of one event-loop
+turn share one call and one such transaction, each row compared and written on its own version
+(:meth:`SqliteBackend.update`, :class:`_Batch`: a worker thread claims a batch before writing
+it, so a sender cancelled before its thread started never leaves the batch unsent); a counter
+below the version
 compared against, or below the row's, means the file was changed by hand, and nothing is
 written. Every call that reads the counter (a write, and ``get`` in the same statement as the
 row) holds it against the highest value this backend object saw: a lower one means the file went
@@ -20,6 +24,7 @@ package docstring for the design; rows and errors are translated in :mod:`._rows
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import os
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from ... import _wire
@@ -49,7 +55,7 @@ from ._errors import translate
 from ._feed import SqliteFeed
 from ._file import default_path, rollback
 from ._identity import DatabaseFile
-from ._rows import COLUMNS, issued, lease_name, record_from_row, storable
+from ._rows import COLUMNS, issued, lease_name, record_from_row, storable, storable_and_read
 
 __all__ = ["SqliteBackend"]
 
@@ -68,6 +74,61 @@ _COUNTER_THEN_ROW = (
     + " FROM (SELECT ? AS wanted) LEFT JOIN leases ON leases.name = wanted"
 )
 _COUNTER = "SELECT value FROM version_counter WHERE id = 1"
+
+
+# An update's storable values, the record they read back as (at version "1"), and the
+# version expected.
+Item = tuple[tuple[object, ...], LeaseRecord, str]
+
+
+class _Batch:
+    """The updates of one event-loop turn: one worker-thread call and one transaction.
+
+    ``items`` are the updates (None: its caller left before a worker thread claimed the batch).
+    A driver (one waiting caller at a time, ``driving``) closes the batch to new items
+    (``open``) and hands it to a worker thread under a fresh ``ticket``; the thread *claims* it
+    (``claimed``, under ``lock``) only if that ticket is still current, so a driver cancelled
+    before its thread started takes the ticket back and the batch waits for the next driver,
+    never for a thread that will not come. Once claimed, ``items`` no longer change; the thread
+    sets ``results`` (one per item: the record written or the item's own error) or ``error``
+    (the whole call failed), then ``done``.
+    """
+
+    __slots__ = (
+        "claimed",
+        "done",
+        "driving",
+        "error",
+        "items",
+        "lock",
+        "open",
+        "results",
+        "ticket",
+        "wake",
+    )
+
+    def __init__(self) -> None:
+        self.items: list[Item | None] = []
+        self.results: list[LeaseRecord | LeaseError | None] = []
+        self.error: LeaseError | None = None
+        self.open = True  # updates of this turn still join
+        self.driving = False  # a caller waits for the worker thread of this batch
+        self.ticket: object | None = None  # the send a worker thread may claim (None: unsent)
+        self.claimed = False  # a worker thread runs (or ran) the batch: its items are final
+        self.lock = threading.Lock()  # ``ticket``, ``claimed`` and ``items`` between threads
+        self.wake = anyio.Event()  # set when the driver stops driving (done, or cancelled)
+        self.done = threading.Event()  # set by the worker thread once the batch ran
+
+
+def _copy(error: LeaseError) -> LeaseError:
+    """One caller's own copy of a batch's error (each raise sets its own traceback)."""
+    try:
+        copied = type(error)(*error.args)
+    except Exception:  # an error type that cannot be rebuilt from its args
+        return error
+    copied.__cause__ = error.__cause__
+    copied.__suppress_context__ = error.__suppress_context__
+    return copied
 
 
 class SqliteBackend(LeaseBackend):
@@ -99,6 +160,7 @@ class SqliteBackend(LeaseBackend):
         self._lock = threading.Lock()
         self._closed = False
         self._feed: SqliteFeed | None = None
+        self._pending: _Batch | None = None  # the batch the updates of this turn join
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
@@ -205,65 +267,233 @@ class SqliteBackend(LeaseBackend):
         return await self._run(lambda conn: self._write(conn, values, None))
 
     async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
-        values = storable(record, self.path)
-        written = await self._run(lambda conn: self._write(conn, values, expected_version))
+        """Compare-and-write one row, in the batch of the updates that arrive in this tick.
+
+        The updates called in one turn of the event loop (renewals fall due on one grid,
+        ``_algorithm.next_renewal``) share one worker-thread call and one transaction
+        (:class:`_Batch`); each row is compared and written on its own version, and each caller
+        gets its own record or its own ``ConflictError``.
+        """
+        values, read = storable_and_read(record, self.path)
+        if issued(expected_version) is None:
+            raise ConflictError(f"version {expected_version!r} was never issued")
+        batch = self._pending
+        if batch is None or not batch.open:
+            batch = self._pending = _Batch()
+        index = len(batch.items)
+        batch.items.append((values, read, expected_version))
+        try:
+            written = await self._wait(batch, index)
+        except BaseException:
+            with batch.lock:
+                if not batch.claimed:  # no worker thread took it: this update is not written
+                    batch.items[index] = None
+            raise
         if self._feed is not None and (not written.holder or written.handover_to):
             self._feed.poke()  # news for this process's waiters or holder: poll now
         return written
 
+    async def _wait(self, batch: _Batch, index: int) -> LeaseRecord:
+        """This caller's result once ``batch`` ran; the first waiter with nobody driving drives.
+
+        The driver sends the batch after one checkpoint (so the updates of this turn join it)
+        and waits for the worker thread, abandoning it when cancelled (like every call here).
+        A driver cancelled before a thread claimed the batch takes its send back, and the next
+        waiter sends it again; one cancelled after the claim leaves the thread to finish, and
+        the other waiters watch ``done`` from the event loop (:meth:`_until_done`). No thread
+        ever waits for another, so a caller's cancellation never changes another's result and
+        never leaves a thread blocked.
+        """
+        while not batch.done.is_set():
+            if batch.driving:
+                await batch.wake.wait()
+            elif batch.claimed:
+                await self._until_done(batch)
+            else:
+                await self._drive(batch)
+        if batch.error is not None:
+            raise _copy(batch.error)
+        if index >= len(batch.results):  # the worker thread ended by a BaseException
+            raise BackendUnavailable(f"SQLite at {self.path}: the batched write did not finish")
+        result = batch.results[index]
+        if isinstance(result, LeaseError):
+            raise result
+        assert result is not None
+        return result
+
+    async def _drive(self, batch: _Batch) -> None:
+        """Send ``batch`` to a worker thread and wait for it (one checkpoint first if open)."""
+        batch.driving = True
+        try:
+            if batch.open:
+                await anyio.lowlevel.checkpoint()  # the updates of this turn join
+                batch.open = False
+                if self._pending is batch:
+                    self._pending = None
+            ticket = batch.ticket = object()
+            try:
+                await anyio.to_thread.run_sync(self._send, batch, ticket, abandon_on_cancel=True)
+                if self._feed is not None:
+                    self._feed.wake()  # the feed's poll rode this thread: publish it now
+            except BaseException:
+                with batch.lock:
+                    if not batch.claimed:
+                        batch.ticket = None  # its thread never started: the next waiter sends
+                raise
+        finally:
+            batch.driving = False
+            wake, batch.wake = batch.wake, anyio.Event()
+            wake.set()
+
+    @staticmethod
+    async def _until_done(batch: _Batch) -> None:
+        """Wait on the event loop (no thread) for a claimed batch whose driver left.
+
+        The claiming thread always sets ``done`` when it ends (:meth:`_send`), after at most
+        the write's own time (``busy_timeout`` for the lock, then the rows); the pause between
+        looks doubles from 1 ms to 50 ms.
+        """
+        pause = 0.001
+        while not batch.done.is_set():
+            await anyio.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def _send(self, batch: _Batch, ticket: object) -> None:
+        """(worker thread) Claim ``batch`` if ``ticket`` is still its send, run its writes, and
+        mark it done whatever happened; a send taken back does nothing."""
+        with batch.lock:
+            if batch.claimed or batch.ticket is not ticket:
+                return
+            batch.claimed = True
+        try:
+            batch.results = self._with_conn(lambda conn: self._write_batch(conn, batch.items))
+        except LeaseError as exc:
+            batch.error = exc
+        except Exception as exc:  # not a sqlite3.Error (those are translated): still typed
+            batch.error = BackendUnavailable(
+                f"SQLite at {self.path}: the batched write failed ({type(exc).__name__})"
+            )
+        finally:
+            batch.done.set()
+        if self._feed is not None:
+            self._feed.ride()  # the shared watch polls in this thread, not on one of its own
+
+    def _write_batch(
+        self, conn: sqlite3.Connection, items: list[Item | None]
+    ) -> list[LeaseRecord | LeaseError | None]:
+        """Every item in one transaction, each row compared on its own version.
+
+        An item whose row is not at its version (``ConflictError``) or whose version the
+        counter is not above (``BackendProtocolError``) writes nothing and the others go on; a
+        failure of the transaction itself (the file, the counter going back) raises, and no
+        item is written.
+        """
+        results: list[LeaseRecord | LeaseError | None] = [None] * len(items)
+        if not any(items):
+            return results
+        written: list[tuple[int, tuple[object, ...], LeaseRecord, int]] = []
+        seen = self._file.counter_seen  # before the transaction's snapshot begins
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for index, item in enumerate(items):
+                if item is not None:
+                    values, read, expected = item
+                    try:
+                        # Only a counter no write of this transaction moved is noted: the
+                        # file's other readers must not be held against an uncommitted one.
+                        version = self._write_row(conn, values, expected, seen, not written)
+                        written.append((index, values, read, version))
+                    except (ConflictError, BackendProtocolError) as exc:
+                        results[index] = exc  # nothing of this row was written
+            conn.execute("COMMIT")
+        except BaseException:
+            rollback(conn)
+            raise
+        if written:
+            self._file.check_counter(written[-1][3], seen)  # committed: later reads find it
+        for index, _, read, version in written:
+            # The row reads back as ``read`` at its version (``storable_and_read``).
+            results[index] = dataclasses.replace(read, version=str(version))
+        if self._feed is not None:  # its next poll takes these records for these rows
+            self._feed.wrote(
+                ((*values, version), results[index]) for index, values, _, version in written
+            )
+        return results
+
     def _write(
         self, conn: sqlite3.Connection, values: tuple[object, ...], expected: str | None
     ) -> LeaseRecord:
-        name = values[0]
-        expected_number = None if expected is None else issued(expected)
-        if expected is not None and expected_number is None:
+        if expected is not None and issued(expected) is None:
             raise ConflictError(f"version {expected!r} was never issued")
         seen = self._file.counter_seen  # before the transaction's snapshot begins
         conn.execute("BEGIN IMMEDIATE")
         try:
-            counter, stored = conn.execute(_COUNTER_AND_ROW, (name,)).fetchone()
-            self._file.check_counter(counter, seen)
-            try:
-                version = 1 + _wire.integer(
-                    counter, "version_counter.value", high=_wire.INT64_MAX - 1
-                )
-            except Malformed as exc:
-                raise BackendProtocolError(
-                    f"SQLite at {self.path}: the version counter is missing or unreadable "
-                    f"({exc}); the file was changed by another program or by hand"
-                ) from None
-            if version <= max(expected_number or 0, stored if type(stored) is int else 0):
-                # Versions would be issued again (ABA): a stale compare-and-swap could match.
-                raise BackendProtocolError(
-                    f"SQLite at {self.path}: the version counter is below the version of lease "
-                    f"{name!r}; the file was changed by another program or by hand (a counter "
-                    "lowered, or a table restored from an older copy); nothing was written: "
-                    "restore the whole file from one backup, or stop its users and start anew"
-                )
-            conn.execute("UPDATE version_counter SET value = ? WHERE id = 1", (version,))
-            if expected is None:
-                try:
-                    conn.execute(
-                        f"INSERT INTO leases ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (*values, version),
-                    )
-                except sqlite3.IntegrityError:
-                    raise ConflictError(f"lease {name!r} already exists") from None
-            else:
-                cursor = conn.execute(
-                    "UPDATE leases SET holder = ?, lease_duration = ?, fencing_token = ?, "
-                    "acquired_at = ?, renewed_at = ?, handover_to = ?, version = ? "
-                    "WHERE name = ? AND version = ?",
-                    (*values[1:], version, name, expected_number),
-                )
-                if cursor.rowcount != 1:
-                    raise ConflictError(f"lease {name!r} is missing or not at version {expected}")
+            version = self._write_row(conn, values, expected, seen)
             conn.execute("COMMIT")
         except BaseException:
             rollback(conn)
             raise
         self._file.check_counter(version, seen)  # committed: later reads find it or more
         return record_from_row((*values, version), self.path)
+
+    def _write_row(
+        self,
+        conn: sqlite3.Connection,
+        values: tuple[object, ...],
+        expected: str | None,
+        seen: int,
+        check: bool = True,
+    ) -> int:
+        """Write one row in the open transaction (a create when ``expected`` is None); its
+        version. A conflict or a counter not above the row's raises before anything is written.
+        ``check``: hold the counter read against ``seen`` (false once this transaction moved it).
+        """
+        name = values[0]
+        expected_number = None if expected is None else issued(expected)
+        counter, stored = conn.execute(_COUNTER_AND_ROW, (name,)).fetchone()
+        if check:
+            self._file.check_counter(counter, seen)
+        try:
+            version = 1 + _wire.integer(counter, "version_counter.value", high=_wire.INT64_MAX - 1)
+        except Malformed as exc:
+            raise BackendProtocolError(
+                f"SQLite at {self.path}: the version counter is missing or unreadable "
+                f"({exc}); the file was changed by another program or by hand"
+            ) from None
+        if version <= max(expected_number or 0, stored if type(stored) is int else 0):
+            # Versions would be issued again (ABA): a stale compare-and-swap could match.
+            raise BackendProtocolError(
+                f"SQLite at {self.path}: the version counter is below the version of lease "
+                f"{name!r}; the file was changed by another program or by hand (a counter "
+                "lowered, or a table restored from an older copy); nothing was written: "
+                "restore the whole file from one backup, or stop its users and start anew"
+            )
+        if expected is None:
+            if stored is not None:
+                raise ConflictError(f"lease {name!r} already exists")
+        elif type(stored) is not int or stored != expected_number:
+            raise ConflictError(f"lease {name!r} is missing or not at version {expected}")
+        conn.execute("UPDATE version_counter SET value = ? WHERE id = 1", (version,))
+        if expected is None:
+            try:
+                conn.execute(
+                    f"INSERT INTO leases ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*values, version),
+                )
+            except sqlite3.IntegrityError:
+                raise ConflictError(f"lease {name!r} already exists") from None
+        else:
+            cursor = conn.execute(
+                "UPDATE leases SET holder = ?, lease_duration = ?, fencing_token = ?, "
+                "acquired_at = ?, renewed_at = ?, handover_to = ?, version = ? "
+                "WHERE name = ? AND version = ?",
+                (*values[1:], version, name, expected_number),
+            )
+            if cursor.rowcount != 1:  # checked above in this transaction: the file misbehaves
+                raise sqlite3.DatabaseError(
+                    f"lease {name!r} was at version {expected} and its update matched no row"
+                )
+        return version
 
     def watch_feed(self) -> SqliteFeed:
         """One poller (one connection) for every lease this backend object's process follows."""

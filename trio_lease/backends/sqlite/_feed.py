@@ -1,11 +1,16 @@
 """SqliteFeed: the shared watch of a :class:`~trio_lease.backends.sqlite.SqliteBackend`.
 
 One poller per backend object follows every lease the process watches: one connection of its own
-(kept across runs, closed with the backend), one worker-thread call per ``watch_interval``, or
-at once after this backend object released a lease or asked for a handover
-(:meth:`SqliteFeed.poke`). Each call reads ``PRAGMA data_version`` (SQLite's counter that moves
-when another connection commits to the file, including this backend object's own writing
-connection); when it did not move, the call does nothing else. When it moved, the call reads, in
+(kept across runs, closed with the backend), one poll per ``watch_interval``, or at once after
+this backend object released a lease or asked for a handover (:meth:`SqliteFeed.poke`). A poll
+rides the worker thread of a batch of the backend object's updates when one just ran and the
+last poll is at least half a ``watch_interval`` old (:meth:`SqliteFeed.ride`; renewals fall due
+every R/32, so while leases are held the polls cost no thread hop of their own); the poller
+makes a worker-thread call of its own only when no poll ran within ``watch_interval``. The
+results of all polls are published in the order the polls ran. Each poll reads
+``PRAGMA data_version`` (SQLite's counter that moves when another connection commits to the
+file, including this backend object's own writing connection); when it did not move, the poll
+does nothing else. When it moved, the poll reads, in
 one snapshot, the file's version counter and the rows written since the counter it read last
 (every write takes the counter's next value), and counts the watched rows: a count short of what
 the feed knows means a row was deleted, and then every watched row is read (``SELECT ... WHERE
@@ -34,11 +39,14 @@ needs a fix, or one removed, emptied or replaced while in use) escapes :meth:`Sq
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import logging
+import math
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Final
@@ -57,6 +65,8 @@ logger = logging.getLogger("trio_lease")
 
 #: Names per ``SELECT ... WHERE name IN (...)`` (SQLite's oldest limit is 999 parameters).
 CHUNK: Final = 500
+#: Names whose last write by this backend object a poll may take as written (:meth:`wrote`).
+WRITTEN_MAX: Final = 100_000
 #: Longest pause (seconds) before a failed poller opens a new connection.
 BACKOFF_MAX: Final = 2.0
 _VERSION: Final = LEASE_COLUMNS.index("version")
@@ -92,12 +102,17 @@ class SqliteFeed(WatchFeed):
         self._translate = translate
         #: The version last published per watched lease (None: published as missing).
         self.known: dict[str, str | None] = {}
-        #: Worker-thread calls (polls), SELECTs of rows, and connections opened, so far.
+        #: Polls (each in a worker thread), SELECTs of rows, and connections opened, so far.
         self.polls: int = 0
+        #: Polls made in the thread of a batch of updates (:meth:`ride`), so far.
+        self.rides: int = 0
         self.selects: int = 0
         self.connections: int = 0
-        #: Rows decoded so far.
+        #: Rows decoded so far, and rows found as this backend object wrote them (not decoded).
         self.rows_read: int = 0
+        self.rows_known: int = 0
+        # name -> (the row this backend object wrote, its record); see :meth:`wrote`.
+        self._written: dict[object, tuple[tuple[object, ...], LeaseRecord]] = {}
         self._data_version: int | None = None
         self._counter: int | None = None  # the file's version counter at the last full poll
         self._pause = watch_interval
@@ -105,41 +120,111 @@ class SqliteFeed(WatchFeed):
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._lock = threading.Lock()
+        self._names: list[str] | None = None  # what a ride polls (None: no run follows)
+        self._seq = 0  # polls so far (under ``_lock``): their results are published in order
+        self._ridden: collections.deque[tuple[int, list[tuple[str, State]]]] = (
+            collections.deque()
+        )  # rides' results, not published yet
+        self._clock: Callable[[], float] = time.monotonic  # seconds, for the rides' rhythm
+        self._last_poll = -math.inf  # self._clock() of the last poll, in any thread
+        self._asked = False  # poked: the next turn polls even if a ride was recent
 
     def __repr__(self) -> str:
         return f"<SqliteFeed of {str(self.path)!r}: {len(self.known)} lease(s) known>"
 
     async def run(self, watched: Watched, publish: Publish) -> None:
-        while True:
-            try:
-                await self._follow(watched, publish)
-            except BackendUnavailable as exc:  # a lock, an I/O error: it may pass
-                logger.info("the SQLite watch of %s failed (%s); polling again", self.path, exc)
-            await anyio.sleep(self._pause)
-            self._pause = min(self._pause * 2, BACKOFF_MAX)
+        try:
+            while True:
+                try:
+                    await self._follow(watched, publish)
+                except BackendUnavailable as exc:  # a lock, an I/O error: it may pass
+                    logger.info(
+                        "the SQLite watch of %s failed (%s); polling again", self.path, exc
+                    )
+                self._names = None  # no rides while the poller waits to try again
+                await anyio.sleep(self._pause)
+                self._pause = min(self._pause * 2, BACKOFF_MAX)
+        finally:
+            self._names = None
 
     async def _follow(self, watched: Watched, publish: Publish) -> None:
-        """Poll until a poll fails (then the connection is closed) or the run is cancelled."""
+        """Poll until a poll fails (then the connection is closed) or the run is cancelled.
+
+        A turn polls on its own (one worker-thread call) only when no ride polled within
+        ``watch_interval``, when poked, or when a name is watched that the rides do not poll
+        yet; it publishes the rides' results and its own in the order the polls ran.
+        """
+        generation: int | None = None
+        names: list[str] = []
         while True:
-            for name in [n for n in self.known if n not in watched]:
-                del self.known[name]
-            poll = functools.partial(self._poll, [n for n in watched if _storable(n)])
-            for name, state in await anyio.to_thread.run_sync(poll):
-                version = state.version if state is not None else None
-                if name not in self.known or self.known[name] != version:
-                    self.known[name] = version
-                    publish(name, state)
+            moved = generation != watched.generation  # the set of names changed (or a new run)
+            if moved:
+                generation = watched.generation
+                for name in [n for n in self.known if n not in watched]:
+                    del self.known[name]
+                names = [n for n in watched if _storable(n)]
+            own: tuple[int, list[tuple[str, State]]] | None = None
+            if (
+                moved
+                or self._asked
+                or self._names is None
+                or self._clock() - self._last_poll >= self.watch_interval
+            ):
+                self._asked = False
+                poll = functools.partial(self._poll, names)
+                own = await anyio.to_thread.run_sync(poll)
+            self._names = names
+            for states in self._in_order(own):
+                for name, state in states:
+                    version = state.version if state is not None else None
+                    if name not in self.known or self.known[name] != version:
+                        self.known[name] = version
+                        publish(name, state)
             self._pause = self.watch_interval  # polls succeed: no backoff
             self._poked = poked = anyio.Event()
-            with anyio.move_on_after(self.watch_interval):
+            # A ride that ended meanwhile is published at once.
+            wait = 0.0 if self._ridden else self._last_poll + self.watch_interval - self._clock()
+            with anyio.move_on_after(max(wait, 0.0)):
                 await poked.wait()
             self._poked = None
+
+    def _in_order(
+        self, own: tuple[int, list[tuple[str, State]]] | None
+    ) -> list[list[tuple[str, State]]]:
+        """The results of the rides not published yet and of ``own``, in the order polled."""
+        polls = []
+        while self._ridden:
+            polls.append(self._ridden.popleft())
+        if own is not None:
+            polls.append(own)
+        polls.sort(key=lambda poll: poll[0])
+        return [states for _, states in polls]
 
     def poke(self) -> None:
         """Poll now: this backend object released a lease or asked for a handover (a waiter or
         holder of this process should not wait for the next poll)."""
+        self._asked = True
         if self._poked is not None:
             self._poked.set()
+
+    def wake(self) -> None:
+        """Publish now what a ride polled (on the event loop, after a batch's thread ended)."""
+        if self._ridden and self._poked is not None:
+            self._poked.set()
+
+    def ride(self) -> None:
+        """(worker thread) Poll in the thread of a batch of updates that just ran, instead of
+        on a call of its own; at most twice per ``watch_interval``, only while a run follows
+        the leases. A failed ride does nothing: the poller's own next poll meets the failure.
+        """
+        names = self._names
+        if names is None or self._clock() - self._last_poll < self.watch_interval / 2:
+            return
+        try:
+            self._poll(names, ridden=True)
+        except Exception as exc:  # the connection is closed: the next own poll reopens it
+            logger.debug("a poll of the SQLite watch of %s in a write's thread failed: %s",
+                         self.path, exc)
 
     def close(self) -> None:
         """(worker thread) Close the poller's connection for good (the backend is closed)."""
@@ -153,8 +238,11 @@ class SqliteFeed(WatchFeed):
                 self._conn.close()
             self._conn = None
 
-    def _poll(self, names: list[str]) -> list[tuple[str, State]]:
-        """(worker thread) The states to compare: every watched one if the file changed.
+    def _poll(
+        self, names: list[str], ridden: bool = False
+    ) -> tuple[int, list[tuple[str, State]]]:
+        """(worker thread) The states to compare, every watched one if the file changed, and
+        the poll's place in the order of polls; a ride's are kept for the run to publish.
 
         The connection is kept between polls and runs; a poll that fails closes it, so the
         next one opens a new connection (on which ``data_version`` starts afresh). Each poll
@@ -166,13 +254,19 @@ class SqliteFeed(WatchFeed):
             if self._closed:
                 raise BackendUnavailable(f"the SQLite backend for {self.path} is closed")
             try:
-                return self._poll_on(names)
+                states = self._poll_on(names)
             except sqlite3.Error as exc:
                 self._drop()
                 raise self._translate(exc) from exc
             except BaseException:
                 self._drop()
                 raise
+            self._seq += 1
+            self._last_poll = self._clock()
+            if ridden:
+                self.rides += 1
+                self._ridden.append((self._seq, states))
+            return self._seq, states
 
     def _poll_on(self, names: list[str]) -> list[tuple[str, State]]:
         if self._conn is not None and not self._file.current():
@@ -260,8 +354,25 @@ class SqliteFeed(WatchFeed):
             self._decoded(rows, found)
         return list(found.items())
 
+    def wrote(self, rows: Iterable[tuple[tuple[object, ...], Any]]) -> None:
+        """(worker thread) Rows this backend object just committed (``COLUMNS``, in order),
+        each with the record it reads back as: a poll that finds one of them as written takes
+        that record instead of decoding the row again (a row changed in any column is decoded).
+        Kept only while a run follows the leases, for :data:`WRITTEN_MAX` names at most."""
+        if self._names is None:
+            return
+        if len(self._written) > WRITTEN_MAX:
+            self._written.clear()
+        for row, record in rows:
+            self._written[row[0]] = (row, record)
+
     def _decoded(self, rows: Iterable[Any], found: dict[str, State]) -> dict[str, State]:
         for row in rows:
+            mine = self._written.pop(row[0], None)
+            if mine is not None and mine[0] == tuple(row):
+                self.rows_known += 1
+                found[mine[1].name] = mine[1]
+                continue
             self.rows_read += 1
             try:
                 record = record_from_row(row, self.path)

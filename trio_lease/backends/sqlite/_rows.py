@@ -30,6 +30,7 @@ __all__ = [
     "lease_name",
     "record_from_row",
     "storable",
+    "storable_and_read",
 ]
 
 T = TypeVar("T")
@@ -155,6 +156,13 @@ def lease_name(name: object) -> str:
 def storable(record: LeaseRecord, path: Path) -> tuple[object, ...]:
     """The row to write (``COLUMNS`` but the version); LeaseConfigError if it would not read
     back as a whole record."""
+    return storable_and_read(record, path)[0]
+
+
+def storable_and_read(record: LeaseRecord, path: Path) -> tuple[tuple[object, ...], LeaseRecord]:
+    """:func:`storable`, and the record the row reads back as at version ``"1"`` (the row at
+    version ``v`` reads back as that record with ``version=str(v)``: nothing else of a read
+    depends on the version)."""
     values = (
         lease_name(record.name),
         record.holder,
@@ -164,10 +172,10 @@ def storable(record: LeaseRecord, path: Path) -> tuple[object, ...]:
         _iso(record.renewed_at),
         record.handover_to,
     )
-    problem = record_from_row((*values, 1), path).unreadable
-    if problem:
-        raise LeaseConfigError(f"cannot store lease {record.name!r}: {problem}")
-    return values
+    read = record_from_row((*values, 1), path)
+    if read.unreadable:
+        raise LeaseConfigError(f"cannot store lease {record.name!r}: {read.unreadable}")
+    return values, read
 
 
 def issued(version: str) -> int | None:
