@@ -234,7 +234,7 @@ class Holding:
         async def receive(state: LeaseRecord | FeedFailure | None) -> None:
             if isinstance(state, FeedFailure) or not self.is_active():
                 return
-            with urgent():
+            with urgent(self._loop_deadline_at(anyio.current_time())):
                 confirmed = await self._confirm_loss()
             if not confirmed:
                 await anyio.sleep(pause)  # a replayed or invented event: no read storm
@@ -287,7 +287,11 @@ class Holding:
             if not self.is_active():  # lost or ended while we slept
                 return
             started = self._clock()
-            if await self._renew_once():
+            # The nearest deadline goes first among renewals waiting for a slot: a lease whose
+            # last attempt failed overtakes those with time to spare (trio_lease._slots).
+            with urgent(self._loop_deadline_at(anyio.current_time())):
+                renewed = await self._renew_once()
+            if renewed:
                 next_at = algo.next_renewal(self.last_send, settings)
                 if self.observers or everywhere():
                     now = self._clock()

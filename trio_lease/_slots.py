@@ -9,28 +9,47 @@ while an acquisition that waits a little longer loses nothing.
 Which requests are urgent is said by the caller's context, not by the backend: the core marks
 its renewal loop and its releases with :func:`urgent` (a context variable, so it follows the
 task and nothing else), and every backend that takes :class:`Slots` serves them first.
+
+Urgent requests are served earliest deadline first: a renewal carries its lease's deadline (on
+the event loop's clock), so a lease whose renewal already failed, and whose deadline is
+therefore the nearest, overtakes the renewals of leases that still have time. Served in
+arrival order instead, the renewals of a process whose leases all fall due on the same tick
+(``_algorithm.next_renewal``) queue behind each other whenever replies slow down; the retry of
+one that timed out then waits behind the next round of all the others, and again, until its
+lease is lost, while the renewals ahead of it had a second or more to spare. An urgent request
+without a deadline (a release) goes after those with one, in arrival order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import heapq
+import itertools
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 import anyio
 import sniffio
 
 __all__ = ["Slots", "urgent"]
 
-_URGENT: ContextVar[bool] = ContextVar("trio_lease_urgent", default=False)
+#: The deadline of the current context's urgent requests (``math.inf``: urgent, no deadline);
+#: None when they are not urgent.
+_URGENT: ContextVar[float | None] = ContextVar("trio_lease_urgent", default=None)
 
 
 @contextmanager
-def urgent() -> Iterator[None]:
-    """Requests made in this block (in this task) take free slots before the others."""
-    token = _URGENT.set(True)
+def urgent(deadline: float = math.inf) -> Iterator[None]:
+    """Requests made in this block (in this task) take free slots before the others.
+
+    ``deadline`` (on :func:`anyio.current_time`'s clock) orders urgent waiters: the nearest
+    deadline is served first, and those without one after every one that has one.
+    """
+    token = _URGENT.set(deadline)
     try:
         yield
     finally:
@@ -39,11 +58,12 @@ def urgent() -> Iterator[None]:
 
 def is_urgent() -> bool:
     """Whether the current context was marked with :func:`urgent`."""
-    return _URGENT.get()
+    return _URGENT.get() is not None
 
 
 class Slots:
-    """A semaphore whose waiters are served urgent first, then in arrival order.
+    """A semaphore whose waiters are served urgent first (nearest deadline first, then in
+    arrival order), then the others in arrival order.
 
     A free slot is taken without a checkpoint (the request that follows is one). A released
     slot goes straight to the next waiter, so a later arrival cannot overtake it; a waiter
@@ -58,59 +78,86 @@ class Slots:
             raise ValueError(f"slots must be at least 1, not {total}")
         self.total = total
         self._free = total
-        self._urgent: collections.deque[_Waiter] = collections.deque()
+        #: Urgent waiters as a heap of [deadline, arrival, waiter]; a waiter that left the
+        #: queue is None until its entry reaches the top.
+        self._urgent: list[list[Any]] = []
+        self._urgent_waiting = 0
+        self._arrivals = itertools.count()
         self._normal: collections.deque[_Waiter] = collections.deque()
 
     def __repr__(self) -> str:
-        waiting = len(self._urgent) + len(self._normal)
-        return f"<Slots {self._free}/{self.total} free, {waiting} waiting>"
+        return f"<Slots {self._free}/{self.total} free, {self.waiting} waiting>"
 
     @property
     def waiting(self) -> int:
-        return len(self._urgent) + len(self._normal)
+        return self._urgent_waiting + len(self._normal)
 
     async def acquire(self) -> None:
         if self._free > 0:
             self._free -= 1
             return
-        queue = self._urgent if _URGENT.get() else self._normal
-        if sniffio.current_async_library() != "asyncio":
-            await self._wait_event(queue)
-            return
-        waiter = asyncio.get_running_loop().create_future()
-        queue.append(waiter)
+        deadline = _URGENT.get()
+        waiter: _Waiter
+        if sniffio.current_async_library() == "asyncio":
+            waiter = asyncio.get_running_loop().create_future()
+        else:
+            waiter = anyio.Event()
+        entry: list[Any] | None = None
+        if deadline is None:
+            self._normal.append(waiter)
+        else:
+            entry = [deadline, next(self._arrivals), waiter]
+            heapq.heappush(self._urgent, entry)
+            self._urgent_waiting += 1
         try:
-            await waiter
-        except BaseException:
-            if waiter.done() and not waiter.cancelled():
-                self.release()  # handed a slot just as we were cancelled: pass it on
-            elif waiter in queue:
-                queue.remove(waiter)
-            raise
-
-    async def _wait_event(self, queue: collections.deque[_Waiter]) -> None:
-        waiter = anyio.Event()
-        queue.append(waiter)
-        try:
-            await waiter.wait()
-        except BaseException:
-            if waiter.is_set():
-                self.release()  # handed a slot just as we were cancelled: pass it on
+            if isinstance(waiter, anyio.Event):
+                await waiter.wait()
             else:
-                queue.remove(waiter)
+                await waiter
+        except BaseException:
+            if _handed(waiter):
+                self.release()  # handed a slot just as we were cancelled: pass it on
+            elif entry is not None:
+                if entry[2] is not None:
+                    entry[2] = None  # left the queue; skipped when it reaches the top
+                    self._urgent_waiting -= 1
+            elif waiter in self._normal:
+                self._normal.remove(waiter)
             raise
 
     def release(self) -> None:
-        for queue in (self._urgent, self._normal):
-            while queue:
-                waiter = queue.popleft()
-                if isinstance(waiter, anyio.Event):
-                    waiter.set()
+        urgent = self._urgent
+        while urgent:
+            entry = heapq.heappop(urgent)
+            waiter = entry[2]
+            if waiter is not None:
+                entry[2] = None  # out of the queue, whether or not it takes the slot
+                self._urgent_waiting -= 1
+                if _hand(waiter):
                     return
-                if not waiter.done():  # a future cancelled with its task is skipped
-                    waiter.set_result(None)
-                    return
+        normal = self._normal
+        while normal:
+            if _hand(normal.popleft()):
+                return
         self._free += 1
+
+
+def _hand(waiter: _Waiter) -> bool:
+    """Give ``waiter`` the slot; False for a future cancelled with its task (skipped)."""
+    if isinstance(waiter, anyio.Event):
+        waiter.set()
+        return True
+    if waiter.done():
+        return False
+    waiter.set_result(None)
+    return True
+
+
+def _handed(waiter: _Waiter) -> bool:
+    """Whether ``waiter`` was handed a slot."""
+    if isinstance(waiter, anyio.Event):
+        return waiter.is_set()
+    return waiter.done() and not waiter.cancelled()
 
 
 #: A waiting acquirer: a future on asyncio, an anyio Event elsewhere.

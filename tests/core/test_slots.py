@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import anyio
 import pytest
 
 from trio_lease import Lease, LeaseSettings
 from trio_lease._abc import LeaseRecord
-from trio_lease._slots import Slots, is_urgent, urgent
+from trio_lease._exceptions import BackendUnavailable
+from trio_lease._slots import _URGENT, Slots, is_urgent, urgent
 from trio_lease.backends.memory import MemoryBackend
 
 pytestmark = pytest.mark.anyio
@@ -134,3 +137,99 @@ async def test_the_core_marks_renewals_and_releases_urgent_and_acquisitions_not(
     assert len(renewing) >= 2 and all(flag for _, flag in renewing)
     assert after[-1] == ("", True), "the release is urgent"
     assert backend.gets[-1] is True, "the release's read is urgent too"
+
+
+async def _queue_by(slots: Slots, order: list[str], name: str, deadline: float | None) -> None:
+    if deadline is None:
+        await slots.acquire()
+    else:
+        with urgent(deadline):
+            await slots.acquire()
+    order.append(name)
+    await anyio.sleep(1)
+    slots.release()
+
+
+async def test_urgent_waiters_go_nearest_deadline_first() -> None:
+    """Urgent waiters are served by their deadline, those without one last; then the rest."""
+    slots = Slots(1)
+    order: list[str] = []
+    await slots.acquire()
+    arrivals = (("plain", None), ("d30", 30.0), ("release", math.inf), ("d10", 10.0),
+                ("d20", 20.0), ("d10-later", 10.0))
+    async with anyio.create_task_group() as tg:
+        for name, deadline in arrivals:
+            tg.start_soon(_queue_by, slots, order, name, deadline)
+            await anyio.sleep(0.01)  # arrive in this order
+        assert slots.waiting == 6
+        slots.release()
+    assert order == ["d10", "d10-later", "d20", "d30", "release", "plain"]
+    assert repr(slots) == "<Slots 1/1 free, 0 waiting>"
+
+
+async def test_a_cancelled_urgent_waiter_leaves_the_queue() -> None:
+    """An urgent waiter cancelled before its turn is no longer counted nor handed a slot."""
+    slots = Slots(1)
+    order: list[str] = []
+    await slots.acquire()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_queue_by, slots, order, "later", 20.0)
+        tg.start_soon(_queue_by, slots, order, "earlier", 10.0)
+        await anyio.sleep(0.01)
+        async with anyio.create_task_group() as inner:
+            doomed = anyio.CancelScope()
+
+            async def wait() -> None:
+                with doomed, urgent(5.0):
+                    await slots.acquire()
+                    order.append("doomed")  # on asyncio a completed wait is not cancelled
+                    slots.release()
+
+            inner.start_soon(wait)
+            await anyio.sleep(0.01)
+            assert slots.waiting == 3
+            doomed.cancel()
+        assert slots.waiting == 2
+        slots.release()
+    assert order == ["earlier", "later"]
+    assert repr(slots) == "<Slots 1/1 free, 0 waiting>"
+
+
+class _Deadlines(MemoryBackend):
+    """Records the urgency deadline of each renewal; fails the renewals at the times given."""
+
+    def __init__(self, fail_at: tuple[float, ...]) -> None:
+        super().__init__()
+        self.fail_at = fail_at
+        self.marks: list[tuple[float, float | None]] = []
+
+    async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
+        now = anyio.current_time()
+        if record.holder:  # not the release
+            self.marks.append((now, _URGENT.get()))
+        if any(start <= now < start + 0.5 for start in self.fail_at):
+            raise BackendUnavailable("down for the test")
+        return await super().update(record, expected_version)
+
+
+async def test_a_renewal_carries_its_lease_deadline_and_a_retry_the_same_one() -> None:
+    """Each renewal waits for a slot with its grant's deadline; a retry keeps the older one."""
+    settings = LeaseSettings(
+        heartbeat_timeout=10, heartbeat_interval=1, lease_operation_timeout=0.2
+    )
+    backend = _Deadlines(fail_at=())
+    async with Lease("job", "a", backend, settings).held() as grant:
+        start = anyio.current_time()
+        backend.fail_at = (start + 3.0,)  # the renewal due at 3 s and its retries fail
+        await anyio.sleep(6)
+        assert not grant.lost
+    marks = [(at - start, mark) for at, mark in backend.marks if mark is not None]
+    assert len(marks) >= 5
+    for at, mark in marks:
+        assert at < mark - start <= at + 10, (at, mark)  # the deadline of the grant then
+    failed = [mark for at, mark in marks if 3.0 <= at < 3.5]
+    assert len(failed) >= 2, marks  # the first attempt and at least one retry
+    assert len(set(failed)) == 1, "a retry keeps the deadline of the renewal that failed"
+    after = [mark for at, mark in marks if at >= 3.5]
+    assert after[0] == failed[0], "the retry that succeeds still waits with the old deadline"
+    assert all(mark > failed[0] for mark in after[1:]), "then the renewed one"

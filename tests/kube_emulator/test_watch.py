@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -216,3 +217,45 @@ async def test_unsupported_field_selector_is_bad_request() -> None:
     async with client(emulator) as http:
         response = await http.get(LEASES, params={"watch": "1", "fieldSelector": "spec.x=1"})
     assert response.status_code == 400
+
+
+async def test_a_change_is_encoded_once_for_all_its_watches_and_each_gets_its_own_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A commit seen by several watches is serialized once; each watch still gets the change."""
+    from trio_lease.testing.kube import _cluster
+
+    dumped: list[Any] = []
+    real = json.dumps
+
+    class _Counting:
+        loads = staticmethod(json.loads)
+
+        @staticmethod
+        def dumps(obj: Any) -> str:
+            dumped.append(obj)
+            return real(obj)
+
+    emulator = KubeEmulator()
+    streams: list[list[JSON]] = [[], [], []]
+    async with client(emulator, timeout=None) as http:
+        created = await create(http, "a", holderIdentity="x")
+        rv = created["metadata"]["resourceVersion"]
+        async with anyio.create_task_group() as group:
+            for events in streams:
+                group.start_soon(
+                    functools.partial(
+                        _watch, http, events, fieldSelector="metadata.name=a",
+                        resourceVersion=rv, timeoutSeconds="3",
+                    )
+                )
+            await anyio.sleep(1)
+            monkeypatch.setattr(_cluster, "json", _Counting)
+            created["spec"]["holderIdentity"] = "y"
+            assert (await http.put(f"{LEASES}/a", json=created)).status_code == 200
+            monkeypatch.setattr(_cluster, "json", json)
+    assert len(dumped) == 1
+    for events in streams:
+        assert [(e["type"], e["object"]["spec"]["holderIdentity"]) for e in events] == [
+            ("MODIFIED", "y")
+        ]

@@ -323,6 +323,27 @@ async def test_at_most_four_requests_in_flight_and_an_urgent_one_overtakes_the_q
     assert 4 <= names.index("renewal") < 8, names
 
 
+async def test_the_urgent_request_nearest_its_deadline_overtakes_other_urgent_ones() -> None:
+    """A renewal close to its lease's deadline goes before renewals queued with time to spare."""
+    transport = _SlowTransport(KubeEmulator().transport())
+    async with make_backend(transport) as backend:
+
+        async def read(name: str, deadline: float) -> None:
+            with urgent(deadline):
+                assert await backend.get(name) is None
+
+        async with anyio.create_task_group() as tg:
+            later = anyio.current_time() + 100
+            for i in range(20):
+                tg.start_soon(read, f"renewal-{i}", later)
+            await anyio.sleep(0.001)  # 4 in flight, 16 waiting
+            tg.start_soon(read, "due", anyio.current_time() + 1)
+    names = [path.rsplit("/", 1)[-1] for _, path, _ in transport.requests]
+    assert len(names) == 21 and transport.peak == 4
+    # Among the four handed a slot when the first four finish, not behind the sixteen.
+    assert 4 <= names.index("due") < 8, names
+
+
 class _Bodies(httpx.AsyncBaseTransport):
     """Wraps a transport (so requests go through httpx) and keeps each PUT's JSON body."""
 

@@ -198,6 +198,12 @@ class Cluster:
         for waiter in waiters:
             waiter.set()
         self.compactor.advance(self.store, event.rv - 1)
+        # One serialization per commit, one private copy per watch it matches: encoding the
+        # object again for each watch was a third of a busy emulator's time (four processes,
+        # each watching a hundred leases renewed every 0.4 s).
+        text: str | None = None
         for watch in self.open_watches():
             if watch.matches(event.storage_key, event.namespace, event.name):
-                watch.offer(event.type, json.loads(json.dumps(event.obj)), event.prev)
+                if text is None:
+                    text = json.dumps(event.obj)
+                watch.offer(event.type, json.loads(text), event.prev)
