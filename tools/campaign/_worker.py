@@ -12,8 +12,8 @@ Every event is one JSON line on stdout, stamped with ``time.monotonic()`` (CLOCK
 system-wide on Linux, so stamps from different processes compare): ``ready``, ``start`` (first
 thing in the body, after the grant), ``end`` (in the body's ``finally``, so after the guarded
 work has fully exited and before the release), ``lost``, ``released``, ``error``, and ``stall``
-(``t0``, ``t1``: the worker's own event loop woke a sampler task that much later than asked,
-see :func:`watch_stalls`).
+(``t0``, ``t1``: the worker's own event loop woke a sampler task that much later than asked;
+``cpu``: the CPU time the process used in that wait; see :func:`watch_stalls`).
 
 Commands arrive as JSON lines on stdin: ``{"rate": r}`` sets the injected clock's rate;
 ``{"poise": s}`` makes the next write of a long hold first block the process for ``s`` seconds
@@ -69,11 +69,13 @@ async def watch_stalls() -> None:
     process no CPU). The checker treats a stall beyond the safety margin like an injected long
     pause: the lease's guarantees hold for a process that runs."""
     while True:
-        due = time.monotonic() + STALL_PERIOD
+        due, cpu = time.monotonic() + STALL_PERIOD, time.process_time()
         await anyio.sleep(STALL_PERIOD)
         woke = time.monotonic()
         if woke - due > STALL_LOGGED:
-            emit("stall", t0=due, t1=woke)
+            # The CPU time this process used meanwhile tells a process that got no CPU
+            # (little) from one whose own code blocked its loop (most of the stall).
+            emit("stall", t0=due, t1=woke, cpu=round(time.process_time() - cpu, 4))
 
 
 class SlowReplyBackend(LeaseBackend):
