@@ -297,3 +297,42 @@ def test_stale_writes_after_pauses_are_counted_by_kind_and_loop() -> None:
     assert report.pauses_by_loop == {"pause-in-write/trio": 1, "pause-long/asyncio": 1}
     assert report.stale_after_pause == {"pause-in-write/trio": 1, "pause-long/asyncio": 0}
     assert report.stale_rejected == 2
+
+
+def stall(slot: int, t0: float, t1: float) -> dict[str, Any]:
+    """A worker's own report that its event loop ran nothing from t0 to t1."""
+    return {"ev": "stall", "t": t1, "slot": slot, "t0": t0, "t1": t1}
+
+
+def test_overlap_explained_by_a_stall_of_the_stale_holder_beyond_the_margin() -> None:
+    """A stall the older holder observed itself, beyond the margin, explains the overlap as an
+    injected pause would, and is counted as the stall's."""
+    report = run_check(grant(0, 1, 1.0, 3.0) + grant(1, 2, 2.5, 4.0) + [stall(0, 1.5, 2.9)])
+    assert (report.overlaps, report.overlaps_explained) == (1, 1)
+    assert report.overlaps_explained_by_stall == 1
+    assert report.stalls == 1
+    assert report.longest_stall == pytest.approx(1.4)
+    assert report.violations == []
+
+
+def test_stall_shorter_than_the_margin_explains_nothing() -> None:
+    """A worker's stall within the margin is one the lease survives: the overlap is reported."""
+    report = run_check(
+        grant(0, 1, 1.0, 3.0) + grant(1, 2, 2.5, 4.0) + [stall(0, 2.0, 2.0 + MARGIN - 0.01)]
+    )
+    assert report.overlaps_explained == report.overlaps_explained_by_stall == 0
+    assert len(report.violations) == 1
+    assert "no pause, stall or skew explains it" in report.violations[0]
+
+
+def test_stall_of_the_newer_holder_explains_nothing() -> None:
+    """Only the stale holder's own stall excuses it; the newer holder's is no excuse."""
+    report = run_check(grant(0, 1, 1.0, 3.0) + grant(1, 2, 2.5, 4.0) + [stall(1, 1.5, 2.9)])
+    assert len(report.violations) == 1
+
+
+def test_stalls_are_not_injected_faults() -> None:
+    """A logged stall counts as a stall, not as a fault the nemesis injected."""
+    report = run_check(grant(0, 1, 1.0, 2.0) + grant(1, 2, 2.1, 3.0) + [stall(0, 1.2, 1.3)])
+    assert report.faults_by_kind == {}
+    assert report.stalls == 1

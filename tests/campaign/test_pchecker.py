@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tools.campaign._pchecker import (
     PartitionedReport,
     assignee_faults,
@@ -151,7 +153,7 @@ def test_late_start_without_a_pause_at_the_newer_grant_is_a_violation() -> None:
         assert report.late_starts_explained == 0
         assert report.violations == [
             "key k0: overlap of 100.0 ms: w0 (token 1, 9.900-10.000) and w1 (token 2, from "
-            "8.000); no pause explains it",
+            "8.000); no pause or stall explains it",
             "key k0: grant to w0_x at 9.900 has token 1, not above 2 of w1_x's earlier grant",
         ]
 
@@ -326,3 +328,47 @@ def test_member_killed_less_than_l_before_still_counts_in_the_assignment() -> No
     hits = assignee_faults(events, [soon, late], keys, L)
     assert {k for k, spans in hits.items() if (6.0, 6.5) in spans} == set(with_dead)
     assert {k for k, spans in hits.items() if (8.0, 8.5) in spans} == set(without)
+
+
+def stall(slot: int, t0: float, t1: float) -> dict[str, Any]:
+    """A member's own report that its event loop ran nothing from t0 to t1."""
+    return {"ev": "stall", "t": t1, "slot": slot, "t0": t0, "t1": t1}
+
+
+def overlap_history() -> list[dict[str, Any]]:
+    """k0 run by w0 (token 1) until 10.0 and by w1 (token 2) from 9.5."""
+    return [ready(0, 0.0), ready(1, 0.0), *run_key(0, "k0", 1, 1.0, 10.0),
+            *run_key(1, "k0", 2, 9.5, 19.5), *run_key(1, "k1", 1, 1.2, 19.5)]
+
+
+def test_overlap_explained_by_a_stall_of_the_older_runner_beyond_the_margin() -> None:
+    """A stall the lower-token member observed itself, beyond the margin, explains the overlap
+    as an injected pause would, and is counted as the stall's."""
+    report = run_check([*overlap_history(), stall(0, 8.9, 9.9)])
+    assert (report.overlaps, report.overlaps_explained) == (1, 1)
+    assert report.overlaps_explained_by_stall == 1
+    assert report.stalls == 1
+    assert report.longest_stall == pytest.approx(1.0)
+    assert report.violations == []
+
+
+def test_stall_shorter_than_the_margin_explains_nothing() -> None:
+    """A member's stall within the margin is one the lease survives: the overlap is reported."""
+    report = run_check([*overlap_history(), stall(0, 9.3, 9.3 + MARGIN - 0.01)])
+    assert report.overlaps_explained == report.overlaps_explained_by_stall == 0
+    assert [v[:32] for v in report.violations] == ["key k0: overlap of 500.0 ms: w0 "]
+
+
+def test_stall_of_the_newer_runner_explains_nothing() -> None:
+    """Only the stale member's own stall excuses it; the newer runner's is no excuse."""
+    report = run_check([*overlap_history(), stall(1, 8.9, 9.9)])
+    assert len(report.violations) == 1
+
+
+def test_late_start_after_a_stall_spanning_the_newer_grant_is_explained() -> None:
+    """A lower token whose body started late, its member stalled beyond the margin from the
+    higher grant's start on, is explained like a paused one."""
+    report = run_check([*late_start_history(), stall(0, 6.0, 9.8)], nemesis=[])
+    assert (report.overlaps, report.overlaps_explained_by_stall) == (1, 1)
+    assert report.late_starts_explained == 1
+    assert report.violations == []

@@ -2,8 +2,9 @@
 
 Inputs, all stamped on the system-wide monotonic clock:
 
-- worker events (``start``/``end``/``lost``/``released``, and the harness's ``killed``/``gone``
-  when a process died; each with its ``slot``);
+- worker events (``start``/``end``/``lost``/``released``, ``stall`` when the worker's own event
+  loop ran late, and the harness's ``killed``/``gone`` when a process died; each with its
+  ``slot``);
 - the fencing store's write log, in the order the store applied the writes;
 - the lease record history seen by the harness's watch (commit order);
 - the nemesis log: one episode per fault (``kind``, ``target`` slot or None, ``t0``, ``t1``).
@@ -15,7 +16,9 @@ Rules (reliability.md §3.2):
    the safety margin, or ran on a clock skewed beyond the tolerated rate, during the interval
    (or from the newer grant's start, when the stale body started after it: a process stopped
    just after its grant runs its body's first statement after it resumes): those are the
-   faults no lease can survive, which fencing exists for.
+   faults no lease can survive, which fencing exists for. A ``stall`` the stale worker observed
+   itself (its event loop ran nothing for longer than the margin: the machine gave it no CPU)
+   explains an overlap exactly like an injected pause of that length; a shorter one does not.
 2. The store must never accept a write whose token is below one it accepted earlier.
 3. Grant tokens strictly increase: every new grant in the record history has a token above
    all earlier ones, and no token is granted to two identities.
@@ -35,7 +38,7 @@ from typing import Any, cast
 
 __all__ = [
     "EXPLAINING_KINDS", "Interval", "Report", "Verdict", "WriteTally", "check",
-    "intervals_from_events", "judge_overlap", "judge_writes",
+    "intervals_from_events", "judge_overlap", "judge_writes", "stall_episodes",
 ]
 
 #: Faults that may legitimately make two holders believe at once (reliability.md §4.3).
@@ -47,6 +50,11 @@ HARMLESS_KINDS = frozenset({"skew-within"})
 AFTER_PAUSE = 2.0
 #: Long pauses of the holder (SIGSTOP beyond L).
 PAUSE_KINDS = frozenset({"pause-long", "pause-in-write"})
+#: A stretch in which a worker's own event loop ran nothing (self-observed, see
+#: :func:`stall_episodes`): it explains like a pause, when it too is beyond the margin.
+STALL = "stall"
+#: Episodes that explain an overlap only when longer than the safety margin.
+MARGIN_KINDS = PAUSE_KINDS | {STALL}
 
 
 @dataclasses.dataclass
@@ -87,6 +95,10 @@ class Report(Verdict):
     faults_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
     overlaps: int = 0
     overlaps_explained: int = 0
+    #: of those, explained only by the stale worker's self-observed stall (no injected fault)
+    overlaps_explained_by_stall: int = 0
+    stalls: int = 0  # stalls the workers logged (event loop late by more than 0.1 s)
+    longest_stall: float = 0.0  # seconds
     writes_accepted: int = 0
     stale_rejected: int = 0
     stale_accepted: int = 0
@@ -141,21 +153,31 @@ def _find(intervals: Sequence[Interval], slot: int) -> Interval | None:
     return None
 
 
+def stall_episodes(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The workers' ``stall`` events as episodes shaped like the nemesis log's (kind
+    :data:`STALL`, the worker's slot as target, ``t0``, ``t1``)."""
+    return [
+        {"kind": STALL, "target": int(e["slot"]), "t0": float(e["t0"]), "t1": float(e["t1"])}
+        for e in events if e["ev"] == STALL
+    ]
+
+
 def _explained(
     stale: Interval,
     nemesis: Sequence[Mapping[str, Any]],
     margin: float,
     since: float | None = None,
 ) -> bool:
-    """Whether ``stale``'s process was paused beyond the margin (or skewed beyond ρ) during its
-    belief, or from ``since`` on when that is earlier: a process stopped when a newer grant
-    began runs its body's first statements with its lapsed grant after it resumes."""
+    """Whether ``stale``'s process was paused (or stalled) beyond the margin, or skewed beyond ρ,
+    during its belief, or from ``since`` on when that is earlier: a process stopped when a newer
+    grant began runs its body's first statements with its lapsed grant after it resumes."""
     start = stale.start if since is None else min(since, stale.start)
     for episode in nemesis:
-        if episode["kind"] not in EXPLAINING_KINDS or episode.get("target") != stale.slot:
+        if (episode["kind"] not in EXPLAINING_KINDS | {STALL}
+                or episode.get("target") != stale.slot):
             continue
         t0, t1 = float(episode["t0"]), float(episode["t1"])
-        if episode["kind"] in PAUSE_KINDS and t1 - t0 <= margin:
+        if episode["kind"] in MARGIN_KINDS and t1 - t0 <= margin:
             continue
         if _overlaps(t0, t1, start, stale.end):
             return True
@@ -163,18 +185,32 @@ def _explained(
 
 
 def judge_overlap(
-    first: Interval, second: Interval, nemesis: Sequence[Mapping[str, Any]], margin: float
+    first: Interval,
+    second: Interval,
+    nemesis: Sequence[Mapping[str, Any]],
+    margin: float,
+    stalls: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[Interval, Interval, str]:
     """Two overlapping belief intervals as (stale, fresh, verdict): ``"explained"`` when the
     stale one (the lower token) was paused or skewed beyond what a lease survives during it (or
-    from the fresh one's start, when the stale body began after the fresh one),
-    ``"one token"`` when both believe the same token, ``"unexplained"`` otherwise."""
+    from the fresh one's start, when the stale body began after the fresh one), ``"stalled"``
+    when no injected fault does but the stale worker's own stall (:func:`stall_episodes`)
+    beyond the margin does, ``"one token"`` when both believe the same token,
+    ``"unexplained"`` otherwise."""
     stale, fresh = (first, second) if first.token <= second.token else (second, first)
     if stale.token == fresh.token:
         return stale, fresh, "one token"
     if _explained(stale, nemesis, margin, since=fresh.start):
         return stale, fresh, "explained"
+    if _explained(stale, stalls, margin, since=fresh.start):
+        return stale, fresh, "stalled"
     return stale, fresh, "unexplained"
+
+
+def count_stalls(report: Any, stalls: Sequence[Mapping[str, Any]]) -> None:
+    """Fill a report's ``stalls`` and ``longest_stall``."""
+    report.stalls = len(stalls)
+    report.longest_stall = max((float(s["t1"]) - float(s["t0"]) for s in stalls), default=0.0)
 
 
 @dataclasses.dataclass
@@ -230,6 +266,8 @@ def check(
     intervals = intervals_from_events(events, run_end)
     report.grants = len(intervals)
     report.faults_by_kind = dict(Counter(str(e["kind"]) for e in nemesis))
+    stalls = stall_episodes(events)
+    count_stalls(report, stalls)
 
     # 1. Overlapping beliefs.
     ordered = sorted(intervals, key=lambda i: i.start)
@@ -240,9 +278,10 @@ def check(
             if first.identity == second.identity and first.token == second.token:
                 continue
             report.overlaps += 1
-            stale, fresh, verdict = judge_overlap(first, second, nemesis, margin)
-            if verdict == "explained":
+            stale, fresh, verdict = judge_overlap(first, second, nemesis, margin, stalls)
+            if verdict in ("explained", "stalled"):
                 report.overlaps_explained += 1
+                report.overlaps_explained_by_stall += verdict == "stalled"
             elif verdict == "one token":
                 report.violations.append(
                     f"token {stale.token} believed by two identities at once: "
@@ -254,7 +293,8 @@ def check(
                     f"overlap of {overlap * 1000:.1f} ms: w{stale.slot} (token {stale.token}, "
                     f"{stale.start:.3f}-{stale.end:.3f}) still believed "
                     f"{(stale.end - fresh.start) * 1000:.1f} ms into w{fresh.slot}'s grant "
-                    f"(token {fresh.token}, from {fresh.start:.3f}); no pause or skew explains it"
+                    f"(token {fresh.token}, from {fresh.start:.3f}); no pause, stall or skew "
+                    "explains it"
                 )
 
     # 2. Fencing: accepted tokens never go down, per resource, in apply order.

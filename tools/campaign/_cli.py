@@ -121,7 +121,9 @@ def format_summary(summary: dict[str, Any], out_dir: Path) -> str:
         f"{summary['handovers_by_kind']}",
         f"  faults {sum(summary['faults_by_kind'].values())}: {summary['faults_by_kind']}",
         f"  overlaps {summary['overlaps']} "
-        f"(explained by pause/skew {summary['overlaps_explained']})",
+        f"(explained by pause/skew/stall {summary['overlaps_explained']}, of them by a "
+        f"stall alone {summary['overlaps_explained_by_stall']})",
+        f"  worker stalls {summary['stalls']} (longest {summary['longest_stall']:.3f} s)",
         f"  writes accepted {summary['writes_accepted']}, stale rejected "
         f"{summary['stale_rejected']}, stale accepted {summary['stale_accepted']}",
         f"  long pauses by kind/loop {summary['pauses_by_loop']}, stale writes sent in or "
@@ -151,7 +153,10 @@ def _format_partitioned(summary: dict[str, Any], out_dir: Path) -> str:
         f"  settings: {summary['settings']} (safety margin {summary['safety_margin']:.3f} s)",
         f"  key grants {summary['grants']}, key moves {summary['moves']}",
         f"  faults {sum(summary['faults_by_kind'].values())}: {summary['faults_by_kind']}",
-        f"  overlaps {summary['overlaps']} (explained by pause {summary['overlaps_explained']})",
+        f"  overlaps {summary['overlaps']} (explained by pause/stall "
+        f"{summary['overlaps_explained']}, of them by a stall alone "
+        f"{summary['overlaps_explained_by_stall']})",
+        f"  member stalls {summary['stalls']} (longest {summary['longest_stall']:.3f} s)",
         f"  longest unrun {summary['longest_unrun']:.2f} s (limit L + bound "
         f"{summary['unrun_limit']:.2f} s; stretches cut by a fault on the key's assignee "
         f"{summary['unrun_restarted']})",

@@ -1,7 +1,8 @@
 """The partitioned mode's checker: pure functions from a run's logs to its verdict.
 
 Inputs are the member events (``start``/``end`` with ``key``, ``token`` and ``identity``;
-``ready``; ``member`` with the identity the process joins the group as; the harness's
+``ready``; ``member`` with the identity the process joins the group as; ``stall`` when the
+member's own event loop ran late; the harness's
 ``killed``/``gone``; each with its ``slot``), the fencing store's write log (one resource per
 key) and the nemesis log, all on the system-wide monotonic clock.
 
@@ -10,12 +11,13 @@ Rules:
 1. Per key, belief intervals (``start`` → ``end``; a SIGKILL ends every interval of the killed
    process) of different grants must not overlap, unless the stale one (the lower token) was
    paused beyond the safety margin during it, or from the newer grant's start when the stale
-   body started later: the same rule, and the same explanation, as the lease mode's checker.
+   body started later: the same rule, and the same explanations (an injected pause, or a stall
+   the stale member observed itself, beyond the margin), as the lease mode's checker.
 2. Per key, grant tokens strictly increase in the order the grants started, and no token is
    granted to two identities; per key, the store never accepts a write below one it accepted.
    A lower token whose body started after a higher one's is no violation when its runner was
-   paused beyond the margin from the higher grant's start on (it was granted earlier; its first
-   statement ran after it resumed).
+   paused (or stalled) beyond the margin from the higher grant's start on (it was granted
+   earlier; its first statement ran after it resumed).
 3. No key is left unrun for longer than ``L + bound`` while a member is alive: between the
    first member's ``ready`` + ``L + bound`` (the start-up) and ``stop`` (when the harness began
    stopping the members), every stretch in which no member ran the key, counted only while at
@@ -44,7 +46,15 @@ from typing import Any
 
 from trio_lease._partitioned import assign
 
-from ._checker import Interval, Verdict, _explained, judge_overlap, judge_writes
+from ._checker import (
+    Interval,
+    Verdict,
+    _explained,
+    count_stalls,
+    judge_overlap,
+    judge_writes,
+    stall_episodes,
+)
 
 __all__ = ["PartitionedReport", "assignee_faults", "check_partitioned", "key_intervals"]
 
@@ -59,6 +69,10 @@ class PartitionedReport(Verdict):
     faults_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
     overlaps: int = 0
     overlaps_explained: int = 0
+    #: of those, explained only by the stale member's self-observed stall (no injected fault)
+    overlaps_explained_by_stall: int = 0
+    stalls: int = 0  # stalls the members logged (event loop late by more than 0.1 s)
+    longest_stall: float = 0.0  # seconds
     #: grants whose body started after a newer grant's, explained by a pause of their runner
     late_starts_explained: int = 0
     longest_unrun: float = 0.0  # seconds, counted while a member was alive
@@ -229,6 +243,9 @@ def check_partitioned(
     report = PartitionedReport(keys=len(keys), unrun_limit=heartbeat_timeout + bound)
     report.faults_by_kind = dict(Counter(str(e["kind"]) for e in nemesis))
     by_key = key_intervals(events, run_end)
+    stalls = stall_episodes(events)
+    count_stalls(report, stalls)
+    explaining = [*nemesis, *stalls]
     report.grants = sum(len(v) for v in by_key.values())
     outages = _merge(
         (float(e["t0"]), float(e["t1"]) + heartbeat_timeout)
@@ -247,21 +264,22 @@ def check_partitioned(
                 if second.start >= first.end:
                     break
                 report.overlaps += 1
-                stale, fresh, verdict = judge_overlap(first, second, nemesis, margin)
-                if verdict == "explained":
+                stale, fresh, verdict = judge_overlap(first, second, nemesis, margin, stalls)
+                if verdict in ("explained", "stalled"):
                     report.overlaps_explained += 1
+                    report.overlaps_explained_by_stall += verdict == "stalled"
                     continue
                 overlap = min(first.end, second.end) - second.start
                 report.violations.append(
                     f"key {key}: overlap of {overlap * 1000:.1f} ms: w{stale.slot} (token "
                     f"{stale.token}, {stale.start:.3f}-{stale.end:.3f}) and w{fresh.slot} "
-                    f"(token {fresh.token}, from {fresh.start:.3f}); no pause explains it"
+                    f"(token {fresh.token}, from {fresh.start:.3f}); no pause or stall explains it"
                 )
         # 2. Tokens strictly increase per key, one identity per token.
         owner_of: dict[int, str] = {}
         for previous, following in itertools.pairwise(intervals):
             if following.token < previous.token and _explained(
-                following, nemesis, margin, since=previous.start
+                following, explaining, margin, since=previous.start
             ):
                 # Granted before ``previous``; its runner was stopped when ``previous`` began,
                 # so its body's first statement ran after it resumed (rule 1 judges the overlap).

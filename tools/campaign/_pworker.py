@@ -11,7 +11,8 @@ Events are JSON lines on stdout stamped with ``time.monotonic()`` (system-wide o
 the lease mode's workers log them; ``member`` names the identity the process joins the group
 as (the same for every join of one process). When the member's own group lease is lost (a
 long pause, a partition), ``run_partitioned`` raises; the member logs ``lost`` and joins
-again.
+again. A sampler task logs ``stall`` (``t0``, ``t1``) when the member's own event loop runs
+late (:func:`~tools.campaign._worker.watch_stalls`).
 
 The member leaves (cancelling its keys, which releases them) when stdin closes, on SIGTERM, or
 when the harness is gone.
@@ -37,7 +38,7 @@ from trio_lease import (
 
 from ._fencing import FencingClient
 from ._proc import exit_with_parent
-from ._worker import _signals, emit, make_backend
+from ._worker import _signals, emit, make_backend, watch_stalls
 
 __all__ = ["PARTITIONED", "main"]
 
@@ -98,6 +99,7 @@ async def main(config: dict[str, Any]) -> None:
          loop=config.get("loop", "asyncio"))
     with anyio.CancelScope() as done:
         async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_stalls)
             tg.start_soon(_stdin_closed, done)
             tg.start_soon(_signals, done)
             tg.start_soon(exit_with_parent, done)

@@ -11,7 +11,9 @@ fencing store must reject it.
 Every event is one JSON line on stdout, stamped with ``time.monotonic()`` (CLOCK_MONOTONIC,
 system-wide on Linux, so stamps from different processes compare): ``ready``, ``start`` (first
 thing in the body, after the grant), ``end`` (in the body's ``finally``, so after the guarded
-work has fully exited and before the release), ``lost``, ``released``, ``error``.
+work has fully exited and before the release), ``lost``, ``released``, ``error``, and ``stall``
+(``t0``, ``t1``: the worker's own event loop woke a sampler task that much later than asked;
+``cpu``: the CPU time the process used in that wait; see :func:`watch_stalls`).
 
 Commands arrive as JSON lines on stdin: ``{"rate": r}`` sets the injected clock's rate;
 ``{"poise": s}`` makes the next write of a long hold first block the process for ``s`` seconds
@@ -53,6 +55,27 @@ def emit(event: str, **fields: Any) -> None:
     """Print one event line, stamped with the system-wide monotonic clock."""
     sys.stdout.write(json.dumps({"ev": event, "t": time.monotonic(), **fields}) + "\n")
     sys.stdout.flush()
+
+
+#: How often the stall sampler asks to wake, and how late a wake-up must be to be logged (s).
+STALL_PERIOD = 0.05
+STALL_LOGGED = 0.1
+
+
+async def watch_stalls() -> None:
+    """Log ``stall`` (``t0``, ``t1``) whenever this process's event loop wakes a task more than
+    :data:`STALL_LOGGED` seconds after it asked: from ``t0``, when the wake-up was due, to
+    ``t1``, when it came, nothing in the process ran (a SIGSTOP, or the machine giving the
+    process no CPU). The checker treats a stall beyond the safety margin like an injected long
+    pause: the lease's guarantees hold for a process that runs."""
+    while True:
+        due, cpu = time.monotonic() + STALL_PERIOD, time.process_time()
+        await anyio.sleep(STALL_PERIOD)
+        woke = time.monotonic()
+        if woke - due > STALL_LOGGED:
+            # The CPU time this process used meanwhile tells a process that got no CPU
+            # (little) from one whose own code blocked its loop (most of the stall).
+            emit("stall", t0=due, t1=woke, cpu=round(time.process_time() - cpu, 4))
 
 
 class SlowReplyBackend(LeaseBackend):
@@ -215,6 +238,7 @@ async def main(config: dict[str, Any]) -> None:
         )
         with anyio.CancelScope() as done:
             async with anyio.create_task_group() as tg:
+                tg.start_soon(watch_stalls)
                 tg.start_soon(_commands, clock, config, done)
                 tg.start_soon(_signals, done)
                 tg.start_soon(exit_with_parent, done)
