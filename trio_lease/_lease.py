@@ -27,6 +27,7 @@ from typing import Self
 import anyio
 from anyio.abc import TaskGroup
 
+from . import _algorithm as algo
 from ._abc import LeaseBackend, LeaseRecord
 from ._akka import AkkaHost, LostCallback
 from ._exceptions import BackendError, LeaseConfigError
@@ -270,6 +271,15 @@ async def read_record(lease: Lease) -> LeaseRecord | None:
     """A fresh read of ``lease``'s record (bounded by T, typed errors), noted by the lease as
     its own reads are."""
     return await lease._reader.read()
+
+
+def takeover_in(lease: Lease) -> float:
+    """Seconds until the record ``lease`` last saw may be taken over, by the lease's own
+    observation (0 when there is none, the record is free, or its version has stood for L)."""
+    record = lease._state.last_record
+    if record is None:
+        return 0.0
+    return algo.expires_in(record, lease._state.observation, lease._state.clock(), lease.settings)
 
 
 def observe_record(lease: Lease, record: LeaseRecord | None) -> None:

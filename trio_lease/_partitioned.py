@@ -24,7 +24,7 @@ from ._abc import LeaseBackend, LeaseRecord
 from ._exceptions import LeaseConfigError, LeaseError, LeaseLost
 from ._grant import Grant
 from ._group import Group
-from ._lease import Lease, observe_record
+from ._lease import Lease, observe_record, takeover_in
 from ._settings import LeaseSettings
 from ._slotted import clear_reservation, follow_slots
 
@@ -178,12 +178,20 @@ async def _hold_key(
     """Ask for the key, hold it and run ``fn`` (again after a loss); an error of ``fn`` ends
     the member (noted in ``failure``).
 
-    A handover is asked only of a holder still in the group: a request writes the record, and
-    a write would restart the expiry countdown of a crashed holder's key.
+    A handover is asked only of a holder still in the group that may still be renewing the key:
+    a request writes the record, and a write restarts the expiry countdown. So no request goes
+    to a crashed holder, nor to a live member whose record of the key has already stood
+    unchanged for L in this member's view (it lost or left the key and renews it no more; the
+    key is taken at once instead of L after the request).
     """
     record = lease.last_record
     asked = False
-    if record is not None and not record.is_free and record.holder in members:
+    if (
+        record is not None
+        and not record.is_free
+        and record.holder in members
+        and takeover_in(lease) > 0
+    ):
         try:
             asked = await lease.request_handover()
         except LeaseError as exc:

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from tests.conftest import World
-from trio_lease import Grant, LeaseConfigError, LeaseLost, run_partitioned
+from trio_lease import Grant, Group, Lease, LeaseConfigError, LeaseLost, run_partitioned
 from trio_lease._identity import incarnation
 from trio_lease._partitioned import assign
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
@@ -261,3 +261,63 @@ async def test_time_to_balance_after_a_join_and_after_a_crash() -> None:
     assert moved == sum(len(set(shares[identity[o]]) - set(joined[identity[o]])) for o in "abc")
     assert s.heartbeat_timeout - s.heartbeat_interval <= crash
     assert crash <= s.heartbeat_timeout + s.wait_interval
+
+
+async def test_a_key_its_live_holder_renews_no_more_is_taken_at_once_when_it_moves() -> None:
+    """A key whose record names a live member that has not renewed it for L (it lost the key) is
+    taken at once when a leave gives it to another member, not L after a handover request."""
+    store = MemoryStore()
+    s = SETTINGS
+    keys = [f"k{i:02}" for i in range(12)]
+    ident = {owner: f"{owner}_{incarnation()}" for owner in "abc"}
+    moved = sorted(
+        set(assign(keys, [ident["a"], ident["b"]])[ident["b"]])
+        - set(assign(keys, [ident["a"], ident["b"], ident["c"]])[ident["b"]])
+    )
+    assert moved  # c's leave gives b these keys
+    started: dict[str, float] = {}
+    a_keys = _OwnProcess(MemoryBackend(store))  # a's key leases: they stop renewing
+    held = anyio.Event()
+
+    async def fn(key: str, grant: Grant) -> None:
+        started[key] = anyio.current_time()
+        await anyio.sleep_forever()
+
+    async def member(owner: str, *, task_status: anyio.abc.TaskStatus[anyio.CancelScope]) -> None:
+        with anyio.CancelScope() as scope:
+            group = Group("jobs.members", owner, _OwnProcess(MemoryBackend(store)), s)
+            async with group.joined():
+                task_status.started(scope)
+                await anyio.sleep_forever()
+
+    async def a_holds(key: str, count: list[int]) -> None:
+        with contextlib.suppress(LeaseLost):
+            async with Lease(f"jobs.{key}", "a", a_keys, s).held():
+                count.append(1)
+                if len(count) == len(keys):
+                    held.set()
+                await anyio.sleep_forever()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(member, "a")
+        count: list[int] = []
+        for key in keys:
+            tg.start_soon(a_holds, key, count)
+        await held.wait()
+        a_keys.pause()  # a stays in the group; its key records stand unrenewed from here
+        c_scope = await tg.start(member, "c")
+        tg.start_soon(
+            functools.partial(
+                run_partitioned, keys, fn, name="jobs", owner="b",
+                backend=_OwnProcess(MemoryBackend(store)), settings=s,
+            )
+        )
+        await anyio.sleep(s.heartbeat_timeout + s.wait_interval)  # b has watched them for L
+        assert not set(moved) & set(started)
+        left = anyio.current_time()
+        c_scope.cancel()  # c leaves cleanly: b sees it at once
+        with anyio.fail_after(2 * s.heartbeat_timeout):
+            while not set(moved) <= set(started):
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    assert max(started[key] for key in moved) - left <= s.wait_interval
