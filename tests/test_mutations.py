@@ -217,9 +217,7 @@ MUTATIONS = [
     Mutation(
         "replies: conflict retries are paced and bounded",
         "trio_lease/_writing.py",
-        "                )\n"
-        "            await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, "
-        "1.5))\n",
+        "                )\n            await _after_conflicts(conflicts)\n",
         "                )\n",
         f"{TRUST}::test_conflict_storm_is_paced_and_bounded_in_try_held",
     ),

@@ -101,14 +101,14 @@ class GrantWriter:
                     "each read before them showed the lease could be taken; the store may be "
                     "misbehaving"
                 )
-            await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, 1.5))
+            await _after_conflicts(conflicts)
 
     async def request_handover(self) -> bool:
         """The handover request (:meth:`trio_lease.Lease.request_handover` says what it does):
         a compare-and-swap of this identity into the record, holder and token unchanged."""
         for conflicts in range(MAX_CONFLICTS):
             if conflicts:
-                await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, 1.5))
+                await _after_conflicts(conflicts)
             record = await self._reader.read()
             if record is not None and record.unreadable:
                 raise BackendUnavailable(
@@ -279,7 +279,9 @@ class GrantWriter:
             urgent(),  # a release hands the lease over: it goes before acquisitions
         ):
             try:
-                for _ in range(MAX_CONFLICTS):
+                for conflicts in range(MAX_CONFLICTS):
+                    if conflicts:
+                        await _after_conflicts(conflicts)
                     current = await self._state.backend.get(self._state.name)
                     self._state.observe(current)
                     if not algo.still_ours(current, holding.identity, holding.token):
@@ -313,3 +315,9 @@ class GrantWriter:
         if raise_unknown:
             raise BackendUnavailable(message) from error
         return False
+
+
+async def _after_conflicts(conflicts: int) -> None:
+    """The pause before the next try after ``conflicts`` conflicting writes in a row:
+    :data:`CONFLICT_PAUSE`, doubled for each further conflict, jittered by ±50 %."""
+    await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, 1.5))

@@ -133,15 +133,7 @@ def format_summary(summary: dict[str, Any], out_dir: Path) -> str:
         f"  violations {len(summary['violations'])}, bite failures "
         f"{len(summary['bite_failures'])}: {'OK' if summary['ok'] else 'FAIL'}",
     ]
-    for problem in [*summary["violations"], *summary["bite_failures"]][:20]:
-        lines.append(f"    - {problem}")
-    library = summary.get("library") or {}
-    lines.append(
-        f"  library: commit {str(library.get('commit', '?'))[:12]}, uncommitted changes: "
-        f"{', '.join(library.get('uncommitted', [])) or 'none'}"
-    )
-    lines.append(f"  logs: {out_dir}")
-    return "\n".join(lines)
+    return "\n".join([*lines, *_closing_lines(summary, out_dir)])
 
 
 def _format_partitioned(summary: dict[str, Any], out_dir: Path) -> str:
@@ -168,12 +160,17 @@ def _format_partitioned(summary: dict[str, Any], out_dir: Path) -> str:
         f"  violations {len(summary['violations'])}, bite failures "
         f"{len(summary['bite_failures'])}: {'OK' if summary['ok'] else 'FAIL'}",
     ]
-    for problem in [*summary["violations"], *summary["bite_failures"]][:20]:
-        lines.append(f"    - {problem}")
+    return "\n".join([*lines, *_closing_lines(summary, out_dir)])
+
+
+def _closing_lines(summary: dict[str, Any], out_dir: Path) -> list[str]:
+    """What both modes print last: the first problems, the library's commit, the logs."""
+    problems = [*summary["violations"], *summary["bite_failures"]][:20]
+    lines = [f"    - {problem}" for problem in problems]
     library = summary.get("library") or {}
     lines.append(
         f"  library: commit {str(library.get('commit', '?'))[:12]}, uncommitted changes: "
         f"{', '.join(library.get('uncommitted', [])) or 'none'}"
     )
     lines.append(f"  logs: {out_dir}")
-    return "\n".join(lines)
+    return lines

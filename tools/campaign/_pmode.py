@@ -4,8 +4,8 @@ over K keys, and the faults aim at a member that runs keys right now.
 The harness, the proxies, the fencing store, the process control and the fault episodes are the
 lease mode's (:mod:`._state`, :mod:`._nemesis`); what differs is the member program
 (:mod:`._pworker`), the live count of key moves (the stop rule ``handovers`` counts them) and
-how a target is chosen: a member running at least one key, not stopped, picked by the seeded
-generator.
+how a target is chosen: a member running at least one key, not stopped, picked by the run's
+seeded random generator.
 """
 
 from __future__ import annotations
