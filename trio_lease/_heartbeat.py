@@ -287,8 +287,8 @@ class Holding:
         while self.is_active():
             # One cancel scope bounds this holder's writes until one outlives its bound: its
             # deadline is set only while a write is in flight. A scope entered per write cost
-            # some 15 µs of a renewal's CPU on asyncio (tools/benchmarks/README.md, "Design
-            # measurements").
+            # about 10 µs of a renewal's 70 on asyncio (memory backend; tools/benchmarks/
+            # README.md, "Design measurements").
             with anyio.CancelScope() as bounds:  # noqa: ASYNC912  a deadline only while a write awaits
                 while self.is_active():
                     delay = next_at - self._clock()
