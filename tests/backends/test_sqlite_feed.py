@@ -141,7 +141,8 @@ async def test_a_deleted_row_is_published_as_none(tmp_path: Path) -> None:
 
 async def test_the_poller_selects_nothing_while_data_version_stands(tmp_path: Path) -> None:
     """Polls with an unmoved data_version run no SELECT; a commit makes two (the rows written
-    since the last poll, and a count of the watched ones), once per change."""
+    since the last poll, and a count of the table's rows), once per change. The first poll
+    makes two as well (the watched rows, and every name in the table)."""
     path = tmp_path / "leases.sqlite3"
     async with SqliteBackend(path, watch_interval=0.01) as backend, SqliteBackend(path) as other:
         created = await other.create(LeaseRecord(name="job", holder="a"))
@@ -149,17 +150,17 @@ async def test_the_poller_selects_nothing_while_data_version_stands(tmp_path: Pa
         with anyio.fail_after(LIMIT):
             async with running(feed, "job") as published:
                 await until(lambda: feed.polls >= 10)
-                assert (feed.selects, published) == (1, [("job", created)])
-                # A commit: the rows written since the last counter, and a count of ours.
+                assert (feed.selects, published) == (2, [("job", created)])
+                # A commit: the rows written since the last counter, and a count of the rows.
                 await other.create(LeaseRecord(name="unwatched", holder="b"))
-                await until(lambda: feed.selects == 3)
+                await until(lambda: feed.selects == 4)
                 polls = feed.polls
                 await until(lambda: feed.polls >= polls + 10)
-                assert (feed.selects, len(published)) == (3, 1)  # nothing of ours changed
+                assert (feed.selects, len(published)) == (4, 1)  # nothing of ours changed
                 renewed = await other.update(created, created.version)
                 await until(lambda: len(published) == 2)
     assert published[1] == ("job", renewed)
-    assert feed.selects == 5
+    assert feed.selects == 6
 
 
 async def test_a_rerun_publishes_only_what_changed_meanwhile(tmp_path: Path) -> None:
@@ -334,3 +335,57 @@ async def test_a_row_as_this_backend_wrote_it_is_not_decoded_again(tmp_path: Pat
     edited = published[2][1]
     assert edited is not None and edited.holder == "b"
     assert (feed.rows_read, feed.rows_known) == (read + 1, known + 1)
+
+
+async def test_a_row_deleted_in_the_commit_that_inserts_another_is_found(tmp_path: Path) -> None:
+    """A deletion and an insert in one commit leave the table's row count unchanged: the poll
+    still finds the deleted row (the names it knew plus the inserted one outnumber the rows),
+    publishes it as None and the inserted row as written, and nothing else."""
+    path = tmp_path / "leases.sqlite3"
+    async with SqliteBackend(path, watch_interval=0.01) as backend, SqliteBackend(path) as other:
+        for i in range(10):
+            await other.create(LeaseRecord(name=f"job-{i}", holder="a"))
+        feed = backend.watch_feed()
+        names = [f"job-{i}" for i in range(10)] + ["new"]
+        with anyio.fail_after(LIMIT):
+            async with running(feed, *names) as published:
+                await until(lambda: len(published) == 11)  # "new": None
+                with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+                    conn.execute("BEGIN IMMEDIATE")
+                    conn.execute("DELETE FROM leases WHERE name = 'job-4'")
+                    conn.execute(
+                        "INSERT INTO leases (name, holder, lease_duration, fencing_token, "
+                        "version) VALUES ('new', 'b', 30, 1, 1)"
+                    )
+                    conn.execute("COMMIT")
+                await until(lambda: len(published) == 13)
+                polls = feed.polls
+                await until(lambda: feed.polls >= polls + 5)
+    news = dict(published[11:])
+    assert len(published) == 13 and news.keys() == {"job-4", "new"}
+    assert news["job-4"] is None
+    assert news["new"] is not None and news["new"].holder == "b"
+
+
+async def test_an_unwatched_row_deleted_publishes_nothing(tmp_path: Path) -> None:
+    """Deleting a row nobody here watches reads the watched rows again (the count falls
+    short) and publishes nothing: none of them changed."""
+    path = tmp_path / "leases.sqlite3"
+    async with SqliteBackend(path, watch_interval=0.01) as backend, SqliteBackend(path) as other:
+        job = await other.create(LeaseRecord(name="job", holder="a"))
+        await other.create(LeaseRecord(name="elsewhere", holder="b"))
+        feed = backend.watch_feed()
+        with anyio.fail_after(LIMIT):
+            async with running(feed, "job") as published:
+                await until(lambda: published == [("job", job)])
+                selects = feed.selects
+                with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+                    conn.execute("DELETE FROM leases WHERE name = 'elsewhere'")
+                # the delta and the count, then the watched rows and the names again
+                await until(lambda: feed.selects == selects + 4)
+                polls = feed.polls
+                await until(lambda: feed.polls >= polls + 5)
+                renewed = await other.update(job, job.version)
+                await until(lambda: len(published) == 2)
+    assert published == [("job", job), ("job", renewed)]
+    assert feed.selects == selects + 6  # the renewal: one delta and one count

@@ -15,8 +15,8 @@
   prints ``ready`` (the runner SIGKILLs it); ``succeed`` waits for the same leases and reports
   when each guarded body started.
 
-Parameters: ``backend`` (``kube`` with ``kubeconfig``, ``sqlite`` with ``path``, or ``etcd``
-with ``endpoints``),
+Parameters: ``backend`` (``kube`` with ``kubeconfig``, ``sqlite`` with ``path``, ``etcd``
+with ``endpoints``, or ``memory``: one process's memory backend, for the core's own cost),
 ``anyio_backend`` (``asyncio`` or ``trio``), ``L``/``R``/``T`` (heartbeat timeout, interval,
 operation timeout, seconds), ``prefix`` (lease names), ``pool`` (optional client settings:
 ``[requests in flight, max connections, idle connections kept, lean HTTP path]``), plus the
@@ -42,6 +42,7 @@ from trio_lease import Lease, LeaseLost, LeaseSettings
 from trio_lease.abc import LeaseBackend
 from trio_lease.backends.kubernetes import KubernetesBackend, _client
 from trio_lease.backends.kubernetes._config import resolve_config
+from trio_lease.backends.memory import MemoryBackend
 from trio_lease.backends.sqlite import SqliteBackend
 
 from ._common import emit, now, wait_for_line
@@ -53,6 +54,8 @@ def make_backend(p: Params) -> LeaseBackend:
     """The backend named by the parameters."""
     if p["backend"] == "sqlite":
         return SqliteBackend(p["path"])
+    if p["backend"] == "memory":  # the core's own cost: no I/O, no thread
+        return MemoryBackend()
     if p["backend"] == "etcd":
         from trio_lease.backends.etcd import EtcdBackend
 

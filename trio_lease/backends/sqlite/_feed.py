@@ -12,13 +12,16 @@ results of all polls are published in the order the polls ran. Each poll reads
 file, including this backend object's own writing connection); when it did not move, the poll
 does nothing else. When it moved, the poll reads, in
 one snapshot, the file's version counter and the rows written since the counter it read last
-(every write takes the counter's next value), and counts the watched rows: a count short of what
-the feed knows means a row was deleted, and then every watched row is read (``SELECT ... WHERE
-name IN (...)``, :data:`CHUNK` names per statement), as on the first poll of a connection. The
+(every write takes the counter's next value), and counts the table's rows: a count short of the
+names the feed saw in the table (at the last poll, and in the rows written since) means a row was
+deleted, and then every watched row is read (``SELECT ... WHERE name IN (...)``, :data:`CHUNK`
+names per statement) with every name in the table, as on the first poll of a connection. The
 feed publishes each lease whose version differs from the one it published last (None for a row
-that is gone). So a holder's renewal costs the poller one row to decode, not one per watched
-lease (the ``--full`` run of 2026-11-26 measured 927 µs per renewal at 1,000 leases when every
-watched row was read on every change, tools/benchmarks/README.md). A watched lease the feed has
+that is gone). So a poll costs the rows that changed, not the rows watched: a holder's renewal
+costs the poller one row to compare, and no step of a poll scans the watched names (the
+``--full`` run of 2026-11-26 measured 927 µs per renewal at 1,000 leases when every watched row
+was read on every change; counting the watched rows by name, as the feed did next, cost some
+30 µs more per renewal than counting the table's, tools/benchmarks/README.md). A watched lease the feed has
 not read yet (newly watched, or the first poll of a new connection, whose ``data_version`` is
 not comparable with the old one's) is read at the next poll whatever ``data_version`` says.
 The delta read takes the rows at the counter read last too (skipping the one the feed published
@@ -115,6 +118,13 @@ class SqliteFeed(WatchFeed):
         self._written: dict[object, tuple[tuple[object, ...], LeaseRecord]] = {}
         self._data_version: int | None = None
         self._counter: int | None = None  # the file's version counter at the last full poll
+        # Every name in the table at the last poll's snapshot (None: not known), for the
+        # deletion check of the delta read (:meth:`_changed`).
+        self._present: set[str] | None = None
+        # The watched names of the run as a set, and the list they were taken from; and the
+        # list whose every name was known at a poll (names of a run are not unknown again).
+        self._watched: tuple[list[str], set[str]] | None = None
+        self._all_known: list[str] | None = None
         self._pause = watch_interval
         self._poked: anyio.Event | None = None
         self._conn: sqlite3.Connection | None = None
@@ -276,11 +286,12 @@ class SqliteFeed(WatchFeed):
             self.connections += 1
             self._data_version = None  # another connection's counter: not comparable
             self._counter = None
+            self._present = None
         conn = self._conn
         self.polls += 1
         data_version = conn.execute("PRAGMA data_version").fetchone()[0]
         moved, self._data_version = data_version != self._data_version, data_version
-        unread = [n for n in names if n not in self.known]
+        unread = self._unread(names)
         if not (moved or unread):
             return []
         seen = self._file.counter_seen  # before the snapshot begins
@@ -290,58 +301,74 @@ class SqliteFeed(WatchFeed):
             self._file.check_counter(counter, seen)
             if not moved:
                 found = self._rows(conn, unread)  # newly watched leases only
-            elif self._counter is None or counter is None or unread:
+            elif self._counter is None or counter is None or unread or self._present is None:
                 found = self._rows(conn, names)
+                self._present = self._all_names(conn) if counter is not None else None
             else:
-                found = self._changed(conn, names, self._counter)
+                found = self._changed(conn, names, self._counter, self._present)
         finally:
             conn.execute("COMMIT")
         if moved:
             self._counter = counter
         return found
 
+    def _unread(self, names: list[str]) -> list[str]:
+        """The names of ``names`` the feed has not published yet.
+
+        Names leave :attr:`known` only when the run's set of names changes (a new list), so
+        once every name of a list was known, it stays so: later polls skip the scan.
+        """
+        if names is self._all_known:
+            return []
+        unread = [n for n in names if n not in self.known]
+        if not unread:
+            self._all_known = names
+        return unread
+
     def _changed(
-        self, conn: sqlite3.Connection, names: list[str], since: int
+        self, conn: sqlite3.Connection, names: list[str], since: int, present: set[str]
     ) -> list[tuple[str, State]]:
         """The watched rows written since version ``since``; every watched row if one is gone.
 
-        Every write takes the next value of the file's version counter, so the rows above the
-        last counter read are all that changed, and an edit that set a row's version to the
-        counter's value is at it (the row we wrote at that version, published already, is
-        skipped undecoded); but a deleted row leaves none: a count of the watched rows tells
-        (each changed row that was missing is one more).
+        Every write takes the next value of the file's version counter (the file's triggers
+        renumber any other insert or edit), so the rows above the last counter read are all
+        that changed, and an edit that set a row's version to the counter's value is at it
+        (the row we wrote at that version, published already, is skipped undecoded). A deleted
+        row leaves none, so the poll counts the table's rows: every name of the last snapshot
+        (``present``) and of the rows written since is still there unless a row was deleted,
+        and a count short of them reads every watched row again. Each step costs the rows
+        that changed, not the rows watched.
         """
-        watched = set(names)
+        if self._watched is None or self._watched[0] is not names:
+            self._watched = (names, set(names))
+        watched = self._watched[1]
         published = str(since)
-        self.selects += 1
+        self.selects += 2
         rows = conn.execute(f"SELECT {COLUMNS} FROM leases WHERE version >= ?", (since,))
-        changed = [
-            row
-            for row in rows
-            if row[0] in watched
-            and not (row[_VERSION] == since and self.known.get(row[0]) == published)
-        ]
-        expected = sum(1 for n in names if self.known.get(n) is not None)
-        expected += sum(1 for row in changed if self.known.get(row[0]) is None)
-        if self._count(conn, names) != expected:
-            return self._rows(conn, names)
+        changed = []
+        for row in rows:
+            name = row[0]
+            present.add(name)
+            if name in watched and not (
+                row[_VERSION] == since and self.known.get(name) == published
+            ):
+                changed.append(row)
+        (total,) = conn.execute("SELECT count(*) FROM leases").fetchone()
+        if total != len(present):
+            found = self._rows(conn, names)
+            self._present = self._all_names(conn)
+            return found
         return list(self._decoded(changed, {}).items())
+
+    def _all_names(self, conn: sqlite3.Connection) -> set[str]:
+        """Every name in the table (in the poll's snapshot)."""
+        self.selects += 1
+        return {name for (name,) in conn.execute("SELECT name FROM leases")}
 
     def _read_counter(self, conn: sqlite3.Connection) -> int | None:
         row = conn.execute("SELECT value FROM version_counter WHERE id = 1").fetchone()
         value = row[0] if row is not None else None
         return value if type(value) is int else None
-
-    def _count(self, conn: sqlite3.Connection, names: list[str]) -> int:
-        total = 0
-        for start in range(0, len(names), CHUNK):
-            chunk = names[start : start + CHUNK]
-            marks = ", ".join("?" * len(chunk))
-            self.selects += 1
-            total += conn.execute(
-                f"SELECT count(*) FROM leases WHERE name IN ({marks})", chunk
-            ).fetchone()[0]
-        return total
 
     def _rows(self, conn: sqlite3.Connection, wanted: list[str]) -> list[tuple[str, State]]:
         """Every row of ``wanted`` (None for a name without one)."""
