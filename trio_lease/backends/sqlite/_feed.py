@@ -20,10 +20,11 @@ feed publishes each lease whose version differs from the one it published last (
 that is gone). So a poll costs the rows that changed, not the rows watched: a holder's renewal
 costs the poller one row to compare, and no step of a poll scans the watched names (the
 ``--full`` run of 2026-11-26 measured 927 µs per renewal at 1,000 leases when every watched row
-was read on every change; counting the watched rows by name, as the feed did next, cost some
-30 µs more per renewal than counting the table's, tools/benchmarks/README.md). A watched lease the feed has
-not read yet (newly watched, or the first poll of a new connection, whose ``data_version`` is
-not comparable with the old one's) is read at the next poll whatever ``data_version`` says.
+was read on every change, and counting the watched rows by name costs some 30 µs more per
+renewal than counting the table's: tools/benchmarks/README.md, "Design measurements"). A watched
+lease the feed has not read yet (newly watched, or the first poll of a new connection, whose
+``data_version`` is not comparable with the old one's) is read at the next poll whatever
+``data_version`` says.
 The delta read takes the rows at the counter read last too (skipping the one the feed published
 at that version): an edit that set a row's version to the counter's value keeps it (the one edit
 the file's triggers take for ours, :mod:`._file`), and would not be above it.
