@@ -10,18 +10,27 @@ follows them with the backend's watch (the process's shared watch), and counts a
 live member while its record is held and has changed (been renewed) within L on its own clock.
 A clean leave releases the slot, which every watcher sees at once; a crashed member stops
 renewing and drops out of every view L after its last renewal was seen.
+
+A member that leaves (cleanly, or by losing its lease) keeps its view for the next join of the
+same group through the same backend object on the same event loop (``run_partitioned`` joins
+again after a lost membership): a slot whose record has not changed since it was seen still
+counts from when it was first seen, so a crashed member drops out L after its last renewal was
+seen, not L after the join. A record that changed meanwhile is seen anew.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from types import TracebackType
 
 import anyio
+import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._abc import LeaseBackend, LeaseRecord
@@ -48,6 +57,19 @@ _Clock = Callable[[], float]
 
 #: Longest pause between join attempts while the backend fails (seconds; doubles from 0.1).
 JOIN_BACKOFF = 5.0
+
+
+@dataclasses.dataclass(slots=True)
+class _Kept:
+    """The view of a membership that ended, for the next join (see the module docstring)."""
+
+    token: object  # the event loop it was seen on (anyio.lowlevel.current_token())
+    clock: _Clock  # the clock its times are on
+    seen: list[_Seen]
+
+
+#: By backend object, then group name: the view of the last membership that ended.
+_kept: weakref.WeakKeyDictionary[LeaseBackend, dict[str, _Kept]] = weakref.WeakKeyDictionary()
 
 
 class Group:
@@ -124,19 +146,39 @@ class Group:
             slot, grant = await self._join(stack)
             membership = Membership(self, slot, grant)
             body_error: BaseException | None = None
-            async with anyio.create_task_group() as tg:
-                await tg.start(membership._keep_view)
-                try:
-                    yield membership
-                except (anyio.get_cancelled_exc_class(), GeneratorExit):
-                    raise  # cancellation passes through the scopes it belongs to
-                except BaseException as exc:  # re-raised bare below, never in an ExceptionGroup
-                    body_error = exc
-                finally:
-                    tg.cancel_scope.cancel()
-                    membership._end()
+            try:
+                async with anyio.create_task_group() as tg:
+                    await tg.start(membership._keep_view)
+                    try:
+                        yield membership
+                    except (anyio.get_cancelled_exc_class(), GeneratorExit):
+                        raise  # cancellation passes through the scopes it belongs to
+                    except BaseException as exc:  # re-raised bare below, never in a group
+                        body_error = exc
+                    finally:
+                        tg.cancel_scope.cancel()
+                        membership._end()
+            finally:
+                self._keep(membership)
             if body_error is not None:
                 raise body_error
+
+    def _kept_view(self, clock: _Clock) -> list[_Seen]:
+        """What the last membership of this group through this backend object saw, if it was
+        on this event loop and this clock (else nothing)."""
+        try:
+            kept = _kept.get(self.backend, {}).get(self._name)
+        except TypeError:  # a backend object that takes no weak reference: nothing is kept
+            return []
+        if kept is None or kept.token != anyio.lowlevel.current_token() or kept.clock != clock:
+            return []
+        return list(kept.seen)
+
+    def _keep(self, membership: Membership) -> None:
+        """Keep ``membership``'s view for the next join (see the module docstring)."""
+        kept = _Kept(anyio.lowlevel.current_token(), membership._clock, list(membership._seen))
+        with contextlib.suppress(TypeError):  # a backend that takes no weak reference
+            _kept.setdefault(self.backend, {})[self._name] = kept
 
     async def _join(self, stack: AsyncExitStack) -> tuple[int, Grant]:
         """Hold the lowest slot that can be taken (its hold entered into ``stack``)."""
@@ -184,7 +226,9 @@ class Membership:
         self.slot: int = slot
         #: The grant of the member's lease (fencing token, deadline, ``check()``).
         self.grant: Grant = grant
-        self._seen: list[_Seen] = []
+        self._clock: _Clock = lease_clock(group.slot_lease(0))
+        # Each slot's record as last seen, and since when (kept from the last membership).
+        self._seen: list[_Seen] = group._kept_view(self._clock)
         self._members: tuple[str, ...] = (grant.identity,)
         self._subscribers: set[MemoryObjectSendStream[tuple[str, ...]]] = set()
         self._wake = anyio.Event()
@@ -216,7 +260,7 @@ class Membership:
     async def _keep_view(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         group = self._group
         settings = group.settings
-        clock = lease_clock(group.slot_lease(0))
+        clock = self._clock
         started = False
         failures = 0
         while True:

@@ -133,6 +133,53 @@ async def test_a_crashed_member_leaves_after_the_heartbeat_timeout(world: World)
     assert gone <= s.heartbeat_timeout + s.heartbeat_interval + world.tolerance
 
 
+async def test_a_member_that_joins_again_keeps_what_it_saw(world: World) -> None:
+    """A member that leaves and joins again through the same backend object (with a new Group
+    object, as run_partitioned does) keeps its view: a member cut off L/2 before the second
+    join drops out L after its last renewal was seen, not L after that join."""
+    s = world.settings
+    rejoiner, _ = _group(world, "again")
+    crasher, backend = _group(world, "crash")
+    cut = anyio.Event()
+    cut_at: list[float] = []
+
+    async def crashing() -> None:
+        with pytest.raises(LeaseLost):
+            async with crasher.joined():
+                await cut.wait()
+                backend.pause()
+                cut_at.append(anyio.current_time())
+                await anyio.sleep_forever()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(crashing)
+        async with rejoiner.joined() as first:
+            with anyio.fail_after(s.heartbeat_interval * 4):
+                await _until(first, 2)
+            cut.set()
+            await anyio.sleep(s.heartbeat_timeout / 2)
+        again = Group("workers", "again", rejoiner.backend, s)
+        async with again.joined() as second:
+            assert crasher.identity in second.members()  # within L of its last renewal
+            with anyio.fail_after(s.heartbeat_timeout * 3):
+                await _until(second, 1)
+            gone = anyio.current_time() - cut_at[0]
+        backend.resume()
+    assert s.heartbeat_timeout - s.heartbeat_interval - world.tolerance <= gone
+    assert gone <= s.heartbeat_timeout + s.heartbeat_interval + world.tolerance
+
+
+async def test_a_view_is_kept_for_its_own_clock_only() -> None:
+    """The view a membership leaves behind is what it saw, on the clock it saw it by; a join
+    whose times are on another clock starts from nothing."""
+    group = Group("workers", "a", MemoryBackend(MemoryStore()), SETTINGS)
+    async with group.joined() as membership:
+        await anyio.sleep(SETTINGS.heartbeat_interval)
+    seen, clock = membership._seen, membership._clock
+    assert seen and group._kept_view(clock) == seen
+    assert group._kept_view(lambda: 0.0) == []
+
+
 async def test_a_new_member_takes_the_lowest_free_slot(world: World) -> None:
     """Slots are reused: after the member of slot 0 left, the next joiner takes slot 0."""
     first, _ = _group(world, "a")
