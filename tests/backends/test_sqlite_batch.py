@@ -32,6 +32,19 @@ from .test_sqlite_edits import shell, stored
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    """The test's lease file."""
+    return tmp_path / "leases.sqlite3"
+
+
+@pytest.fixture
+async def backend(path: Path) -> AsyncIterator[SqliteBackend]:
+    """A backend with the default options on the test's lease file, closed after the test."""
+    async with SqliteBackend(path) as opened:
+        yield opened
+
+
 async def created(backend: SqliteBackend, count: int) -> list[LeaseRecord]:
     """``job0`` .. ``job{count-1}``, each created on its own."""
     return [await backend.create(LeaseRecord(f"job{i}", "alice", 5.0, 1)) for i in range(count)]
@@ -51,73 +64,70 @@ def count_batches(backend: SqliteBackend, monkeypatch: pytest.MonkeyPatch) -> li
 
 
 async def update_all(
-    backend: SqliteBackend, updates: list[tuple[LeaseRecord, str]]
+    backend: SqliteBackend, records: list[LeaseRecord]
 ) -> list[LeaseRecord | Exception]:
-    """Every update started in one turn; each caller's result or error."""
-    results: list[LeaseRecord | Exception] = [ValueError("not run")] * len(updates)
+    """Every record updated on its own version, all started in one turn; each caller's result
+    or error."""
+    results: list[LeaseRecord | Exception] = [ValueError("not run")] * len(records)
 
     async def one(i: int) -> None:
         try:
-            results[i] = await backend.update(*updates[i])
+            results[i] = await backend.update(records[i], records[i].version)
         except Exception as exc:
             results[i] = exc
 
     async with anyio.create_task_group() as tg:
-        for i in range(len(updates)):
+        for i in range(len(records)):
             tg.start_soon(one, i)
     return results
 
 
 async def test_updates_of_one_turn_share_one_transaction_each_on_its_own_version(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    path: Path, backend: SqliteBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Updates started together run as one batch; each gets its own row at a new version."""
-    async with SqliteBackend(tmp_path / "leases.sqlite3") as backend:
-        records = await created(backend, 5)
-        sizes = count_batches(backend, monkeypatch)
-        results = await update_all(backend, [(r, r.version) for r in records])
-        assert sizes == [5]
-        versions = set()
-        for record, result in zip(records, results, strict=True):
-            assert isinstance(result, LeaseRecord)
-            assert result.name == record.name
-            assert int(result.version) > int(record.version)
-            assert stored(tmp_path / "leases.sqlite3", record.name)[1] == int(result.version)
-            assert result == await backend.get(record.name)  # what the row reads back as
-            versions.add(result.version)
-        assert len(versions) == 5  # every row its own version
+    records = await created(backend, 5)
+    sizes = count_batches(backend, monkeypatch)
+    results = await update_all(backend, records)
+    assert sizes == [5]
+    versions = set()
+    for record, result in zip(records, results, strict=True):
+        assert isinstance(result, LeaseRecord)
+        assert result.name == record.name
+        assert int(result.version) > int(record.version)
+        assert stored(path, record.name)[1] == int(result.version)
+        assert result == await backend.get(record.name)  # what the row reads back as
+        versions.add(result.version)
+    assert len(versions) == 5  # every row its own version
 
 
 async def test_a_conflict_on_one_row_leaves_the_others_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    path: Path, backend: SqliteBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A stale version fails only its own caller; the batch's other rows are written."""
-    path = tmp_path / "leases.sqlite3"
-    async with SqliteBackend(path) as backend:
-        records = await created(backend, 3)
-        moved = await backend.update(records[1], records[1].version)  # records[1] is stale now
-        sizes = count_batches(backend, monkeypatch)
-        results = await update_all(backend, [(r, r.version) for r in records])
-        assert sizes == [3]
-        assert isinstance(results[1], ConflictError)
-        assert stored(path, "job1")[1] == int(moved.version)  # the stale write wrote nothing
-        for i in (0, 2):
-            result = results[i]
-            assert isinstance(result, LeaseRecord)
-            assert stored(path, f"job{i}")[1] == int(result.version)
+    records = await created(backend, 3)
+    moved = await backend.update(records[1], records[1].version)  # records[1] is stale now
+    sizes = count_batches(backend, monkeypatch)
+    results = await update_all(backend, records)
+    assert sizes == [3]
+    assert isinstance(results[1], ConflictError)
+    assert stored(path, "job1")[1] == int(moved.version)  # the stale write wrote nothing
+    for i in (0, 2):
+        result = results[i]
+        assert isinstance(result, LeaseRecord)
+        assert stored(path, f"job{i}")[1] == int(result.version)
 
 
 async def test_a_failed_transaction_fails_every_caller_with_its_own_typed_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A batch whose transaction cannot start fails every caller, each with its own error."""
-    path = tmp_path / "leases.sqlite3"
     async with SqliteBackend(path, busy_timeout=0.1) as backend:
         records = await created(backend, 3)
         sizes = count_batches(backend, monkeypatch)
         with shell(path) as other:
             other.execute("BEGIN IMMEDIATE")  # another program holds the write lock
-            results = await update_all(backend, [(r, r.version) for r in records])
+            results = await update_all(backend, records)
             other.execute("ROLLBACK")
         assert sizes == [3]
         assert all(isinstance(result, BackendUnavailable) for result in results)
@@ -137,6 +147,11 @@ def running(batches: list[threading.Event]) -> Callable[[], bool]:
     return lambda: any(event.is_set() for event in batches)
 
 
+def waiting(limiter: anyio.CapacityLimiter, count: int) -> Callable[[], bool]:
+    """True while ``count`` calls wait for a token of ``limiter`` (see :func:`threads_held`)."""
+    return lambda: limiter.statistics().tasks_waiting == count
+
+
 def hooked(backend: SqliteBackend, monkeypatch: pytest.MonkeyPatch) -> list[threading.Event]:
     """One event per batch a worker thread claimed and started writing, set as it starts."""
     started: list[threading.Event] = []
@@ -150,6 +165,33 @@ def hooked(backend: SqliteBackend, monkeypatch: pytest.MonkeyPatch) -> list[thre
 
     monkeypatch.setattr(backend, "_write_batch", noted)
     return started
+
+
+class Callers:
+    """One caller per record, each updating it on its own version in its own cancel scope.
+
+    ``results`` holds the record of each caller whose update returned, by index; ``scopes[i]``
+    and :meth:`cancel` cancel caller ``i``.
+    """
+
+    def __init__(self, backend: SqliteBackend, records: list[LeaseRecord]) -> None:
+        self.backend = backend
+        self.records = records
+        self.results: dict[int, LeaseRecord] = {}
+        self.scopes = [anyio.CancelScope() for _ in records]
+        self.left = [anyio.Event() for _ in records]
+
+    async def update(self, i: int) -> None:
+        """Caller ``i``: its update, then it leaves (returned or cancelled)."""
+        record = self.records[i]
+        with self.scopes[i]:
+            self.results[i] = await self.backend.update(record, record.version)
+        self.left[i].set()
+
+    async def cancel(self, i: int) -> None:
+        """Cancel caller ``i`` and wait until it left."""
+        self.scopes[i].cancel()
+        await self.left[i].wait()
 
 
 def blocked_threads() -> list[str]:
@@ -191,171 +233,124 @@ async def threads_held() -> AsyncIterator[anyio.CapacityLimiter]:
         finally:
             limiter.release()
         # The calls that waited run one at a time, in the order they asked for a thread.
-        await until(lambda: limiter.statistics().tasks_waiting == 0)
+        await until(waiting(limiter, 0))
     finally:
         limiter.total_tokens = total
 
 
 async def test_a_driver_cancelled_before_its_thread_starts_leaves_the_batch_to_the_others(
-    tmp_path: Path,
+    path: Path, backend: SqliteBackend
 ) -> None:
     """The batch's sender cancelled before a thread took its call: the others send it."""
-    path = tmp_path / "leases.sqlite3"
-    async with SqliteBackend(path) as backend:
-        records = await created(backend, 3)
-        results: dict[int, LeaseRecord] = {}
-        driver = anyio.CancelScope()
-        driver_left = anyio.Event()
-
-        async def first() -> None:
-            with driver:
-                await backend.update(records[0], records[0].version)
-            driver_left.set()
-
-        async def other(i: int) -> None:
-            results[i] = await backend.update(records[i], records[i].version)
-
-        with anyio.fail_after(20):
-            async with anyio.create_task_group() as tg, threads_held() as limiter:
-                tg.start_soon(first)  # first in the batch: it sends it
-                tg.start_soon(other, 1)
-                tg.start_soon(other, 2)
-                # The driver's call waits for a thread: the batch is sent, not claimed.
-                await until(lambda: limiter.statistics().tasks_waiting == 1)
-                driver.cancel()
-                await driver_left.wait()
-                # The next waiter sends the batch again: its call waits for the token.
-                await until(lambda: limiter.statistics().tasks_waiting == 1)
-                assert results == {}
-        assert driver.cancelled_caught
-        assert sorted(results) == [1, 2]
-        for i, result in results.items():
-            assert stored(path, f"job{i}")[1] == int(result.version)
-        # The cancelled update left before any thread took its batch: it is not written.
-        assert stored(path, "job0")[1] == int(records[0].version)
-        assert blocked_threads() == []
+    records = await created(backend, 3)
+    callers = Callers(backend, records)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg, threads_held() as limiter:
+            for i in range(3):  # the first in the batch (caller 0, the driver) sends it
+                tg.start_soon(callers.update, i)
+            # The driver's call waits for a thread: the batch is sent, not claimed.
+            await until(waiting(limiter, 1))
+            await callers.cancel(0)
+            # The next waiter sends the batch again: its call waits for the token.
+            await until(waiting(limiter, 1))
+            assert callers.results == {}
+    assert callers.scopes[0].cancelled_caught
+    assert sorted(callers.results) == [1, 2]
+    for i, result in callers.results.items():
+        assert stored(path, f"job{i}")[1] == int(result.version)
+    # The cancelled update left before any thread took its batch: it is not written.
+    assert stored(path, "job0")[1] == int(records[0].version)
+    assert blocked_threads() == []
 
 
 async def test_every_caller_cancelled_before_a_thread_starts_leaves_nothing_behind(
-    tmp_path: Path,
+    path: Path, backend: SqliteBackend
 ) -> None:
     """A batch whose callers all left before any thread took it writes nothing, later or ever."""
-    path = tmp_path / "leases.sqlite3"
-    async with SqliteBackend(path) as backend:
-        records = await created(backend, 2)
-        with anyio.fail_after(20):
-            async with threads_held() as limiter, anyio.create_task_group() as tg:
-                for record in records:
-                    tg.start_soon(backend.update, record, record.version)
-                await until(lambda: limiter.statistics().tasks_waiting == 1)
-                tg.cancel_scope.cancel()
-            for _ in range(3):  # a late thread of an abandoned call must find nothing to do
-                await anyio.to_thread.run_sync(lambda: None)
-        for record in records:
-            assert stored(path, record.name)[1] == int(record.version)
-        again = await backend.update(records[0], records[0].version)  # the backend goes on
-        assert int(again.version) > int(records[0].version)
-        assert blocked_threads() == []
+    records = await created(backend, 2)
+    with anyio.fail_after(20):
+        async with threads_held() as limiter, anyio.create_task_group() as tg:
+            for record in records:
+                tg.start_soon(backend.update, record, record.version)
+            await until(waiting(limiter, 1))
+            tg.cancel_scope.cancel()
+        for _ in range(3):  # a late thread of an abandoned call must find nothing to do
+            await anyio.to_thread.run_sync(lambda: None)
+    for record in records:
+        assert stored(path, record.name)[1] == int(record.version)
+    again = await backend.update(records[0], records[0].version)  # the backend goes on
+    assert int(again.version) > int(records[0].version)
+    assert blocked_threads() == []
 
 
 async def test_a_driver_cancelled_while_its_batch_runs_leaves_the_others_results(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    path: Path, backend: SqliteBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Cancelling the caller that sent the batch, once a thread runs it, changes no result."""
-    path = tmp_path / "leases.sqlite3"
-    async with SqliteBackend(path) as backend:
-        records = await created(backend, 3)
-        batches = hooked(backend, monkeypatch)
-        results: dict[int, LeaseRecord] = {}
-        driver = anyio.CancelScope()
-        driver_left = anyio.Event()
-
-        async def first() -> None:
-            with driver:
-                await backend.update(records[0], records[0].version)
-            driver_left.set()
-
-        async def other(i: int) -> None:
-            results[i] = await backend.update(records[i], records[i].version)
-
-        with shell(path) as lock, anyio.fail_after(20):
-            lock.execute("BEGIN IMMEDIATE")  # the batch's transaction waits for this lock
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(first)  # first in the batch: it sends it and waits for the thread
-                tg.start_soon(other, 1)
-                tg.start_soon(other, 2)
-                await until(running(batches))
-                driver.cancel()
-                await driver_left.wait()
-                assert results == {}  # still waiting for the lock
-                lock.execute("ROLLBACK")
-        assert len(batches) == 1  # the others waited for that thread; none sent it again
-        assert sorted(results) == [1, 2]
-        for i, result in results.items():
-            assert result.name == f"job{i}"
-            assert stored(path, f"job{i}")[1] == int(result.version)
-        # The cancelled update was claimed: its outcome is unknown to its caller, and it landed.
-        assert int(str(stored(path, "job0")[1])) > int(records[0].version)
-        assert blocked_threads() == []
+    records = await created(backend, 3)
+    batches = hooked(backend, monkeypatch)
+    callers = Callers(backend, records)
+    with shell(path) as lock, anyio.fail_after(20):
+        lock.execute("BEGIN IMMEDIATE")  # the batch's transaction waits for this lock
+        async with anyio.create_task_group() as tg:
+            for i in range(3):  # caller 0, first in the batch, sends it and waits for the thread
+                tg.start_soon(callers.update, i)
+            await until(running(batches))
+            await callers.cancel(0)
+            assert callers.results == {}  # still waiting for the lock
+            lock.execute("ROLLBACK")
+    assert len(batches) == 1  # the others waited for that thread; none sent it again
+    assert sorted(callers.results) == [1, 2]
+    for i, result in callers.results.items():
+        assert result.name == f"job{i}"
+        assert stored(path, f"job{i}")[1] == int(result.version)
+    # The cancelled update was claimed: its outcome is unknown to its caller, and it landed.
+    assert int(str(stored(path, "job0")[1])) > int(records[0].version)
+    assert blocked_threads() == []
 
 
 async def test_a_waiter_cancelled_while_another_drives_is_written_only_if_claimed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    path: Path, backend: SqliteBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A waiter that leaves before a thread claims the batch is dropped; one after, written."""
-    path = tmp_path / "leases.sqlite3"
-    async with SqliteBackend(path) as backend:
-        records = await created(backend, 4)
-        batches = hooked(backend, monkeypatch)
-        results: dict[int, LeaseRecord] = {}
-        scopes = [anyio.CancelScope() for _ in records]
-        left = [anyio.Event() for _ in records]
-
-        async def one(i: int) -> None:
-            with scopes[i]:
-                results[i] = await backend.update(records[i], records[i].version)
-            left[i].set()
-
-        with shell(path) as lock, anyio.fail_after(20):
-            lock.execute("BEGIN IMMEDIATE")
-            async with anyio.create_task_group() as tg:
-                async with threads_held() as limiter:
-                    for i in range(4):
-                        tg.start_soon(one, i)
-                    await until(lambda: limiter.statistics().tasks_waiting == 1)
-                    scopes[1].cancel()  # before the claim: not written
-                    await left[1].wait()
-                await until(running(batches))
-                scopes[2].cancel()  # after the claim: written, its caller never knows
-                await left[2].wait()
-                lock.execute("ROLLBACK")
-        assert sorted(results) == [0, 3]
-        assert stored(path, "job1")[1] == int(records[1].version)
-        assert int(str(stored(path, "job2")[1])) > int(records[2].version)
-        for i in (0, 3):
-            assert stored(path, f"job{i}")[1] == int(results[i].version)
-        assert blocked_threads() == []
+    records = await created(backend, 4)
+    batches = hooked(backend, monkeypatch)
+    callers = Callers(backend, records)
+    with shell(path) as lock, anyio.fail_after(20):
+        lock.execute("BEGIN IMMEDIATE")
+        async with anyio.create_task_group() as tg:
+            async with threads_held() as limiter:
+                for i in range(4):
+                    tg.start_soon(callers.update, i)
+                await until(waiting(limiter, 1))
+                await callers.cancel(1)  # before the claim: not written
+            await until(running(batches))
+            await callers.cancel(2)  # after the claim: written, its caller never knows
+            lock.execute("ROLLBACK")
+    assert sorted(callers.results) == [0, 3]
+    assert stored(path, "job1")[1] == int(records[1].version)
+    assert int(str(stored(path, "job2")[1])) > int(records[2].version)
+    for i in (0, 3):
+        assert stored(path, f"job{i}")[1] == int(callers.results[i].version)
+    assert blocked_threads() == []
 
 
-async def test_a_backend_closed_with_a_batch_pending_answers_every_caller(
-    tmp_path: Path,
-) -> None:
+async def test_a_backend_closed_with_a_batch_pending_answers_every_caller(path: Path) -> None:
     """Closing the backend while a batch waits to be sent: each caller gets a record or a
     typed error, all the same way (one transaction), and no thread stays behind."""
-    path = tmp_path / "leases.sqlite3"
     backend = SqliteBackend(path)
     records = await created(backend, 3)
     results: list[LeaseRecord | Exception] = []
 
     async def updates() -> None:
-        results.extend(await update_all(backend, [(r, r.version) for r in records]))
+        results.extend(await update_all(backend, records))
 
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg, threads_held() as limiter:
             tg.start_soon(backend.aclose)  # its call waits for a thread, first in line
-            await until(lambda: limiter.statistics().tasks_waiting == 1)
+            await until(waiting(limiter, 1))
             tg.start_soon(updates)  # the batch's call waits behind it
-            await until(lambda: limiter.statistics().tasks_waiting == 2)
+            await until(waiting(limiter, 2))
     assert len(results) == 3
     assert all(isinstance(result, BackendUnavailable) for result in results)
     assert "closed" in str(results[0])
@@ -365,16 +360,14 @@ async def test_a_backend_closed_with_a_batch_pending_answers_every_caller(
 
 
 async def test_a_caller_cancelled_before_its_batch_is_sent_writes_nothing(
-    tmp_path: Path,
+    path: Path, backend: SqliteBackend
 ) -> None:
     """An update cancelled before its batch left the event loop is not written."""
-    path = tmp_path / "leases.sqlite3"
-    async with SqliteBackend(path) as backend:
-        (record,) = await created(backend, 1)
-        with anyio.CancelScope() as scope:
-            scope.cancel()
-            await backend.update(record, record.version)
-        assert scope.cancelled_caught
-        assert stored(path, "job0")[1] == int(record.version)
-        again = await backend.update(record, record.version)  # the backend goes on
-        assert int(again.version) > int(record.version)
+    (record,) = await created(backend, 1)
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await backend.update(record, record.version)
+    assert scope.cancelled_caught
+    assert stored(path, "job0")[1] == int(record.version)
+    again = await backend.update(record, record.version)  # the backend goes on
+    assert int(again.version) > int(record.version)
