@@ -6,7 +6,8 @@ etcd on real time), on asyncio and trio; durations derive from ``world.settings`
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Coroutine, Hashable
+from typing import Any
 
 import anyio
 import pytest
@@ -45,6 +46,23 @@ async def _until(membership: Membership, count: int) -> None:
         async for members in lists:
             if len(members) == count:
                 return
+
+
+def _crashing(
+    crasher: Group, backend: _OwnProcess, cut: anyio.Event, cut_at: list[float]
+) -> Callable[[], Coroutine[Any, Any, None]]:
+    """A member that joins, and once ``cut`` is set is cut off from the store (its time noted in
+    ``cut_at``) until it loses its lease."""
+
+    async def crashing() -> None:
+        with pytest.raises(LeaseLost):
+            async with crasher.joined():
+                await cut.wait()
+                backend.pause()
+                cut_at.append(anyio.current_time())
+                await anyio.sleep_forever()
+
+    return crashing
 
 
 async def test_members_see_each_other_sorted(world: World) -> None:
@@ -108,16 +126,8 @@ async def test_a_crashed_member_leaves_after_the_heartbeat_timeout(world: World)
     s = world.settings
     stayer, _ = _group(world, "stay")
     crasher, backend = _group(world, "crash")
-    cut = anyio.Event()
-    cut_at: list[float] = []
-
-    async def crashing() -> None:
-        with pytest.raises(LeaseLost):
-            async with crasher.joined():
-                await cut.wait()
-                backend.pause()
-                cut_at.append(anyio.current_time())
-                await anyio.sleep_forever()
+    cut, cut_at = anyio.Event(), list[float]()
+    crashing = _crashing(crasher, backend, cut, cut_at)
 
     async with stayer.joined() as membership, anyio.create_task_group() as tg:
         tg.start_soon(crashing)
@@ -140,16 +150,8 @@ async def test_a_member_that_joins_again_keeps_what_it_saw(world: World) -> None
     s = world.settings
     rejoiner, _ = _group(world, "again")
     crasher, backend = _group(world, "crash")
-    cut = anyio.Event()
-    cut_at: list[float] = []
-
-    async def crashing() -> None:
-        with pytest.raises(LeaseLost):
-            async with crasher.joined():
-                await cut.wait()
-                backend.pause()
-                cut_at.append(anyio.current_time())
-                await anyio.sleep_forever()
+    cut, cut_at = anyio.Event(), list[float]()
+    crashing = _crashing(crasher, backend, cut, cut_at)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(crashing)

@@ -121,7 +121,7 @@ class SqliteFeed(WatchFeed):
         self._counter: int | None = None  # the file's version counter at the last full poll
         # Every name in the table at the last poll's snapshot (None: not known), for the
         # deletion check of the delta read (:meth:`_changed`).
-        self._present: set[str] | None = None
+        self._present: set[object] | None = None
         # The watched names of the run as a set, and the list they were taken from; and the
         # list whose every name was known at a poll (names of a run are not unknown again).
         self._watched: tuple[list[str], set[str]] | None = None
@@ -327,7 +327,7 @@ class SqliteFeed(WatchFeed):
         return unread
 
     def _changed(
-        self, conn: sqlite3.Connection, names: list[str], since: int, present: set[str]
+        self, conn: sqlite3.Connection, names: list[str], since: int, present: set[object]
     ) -> list[tuple[str, State]]:
         """The watched rows written since version ``since``; every watched row if one is gone.
 
@@ -361,8 +361,8 @@ class SqliteFeed(WatchFeed):
             return found
         return list(self._decoded(changed, {}).items())
 
-    def _all_names(self, conn: sqlite3.Connection) -> set[str]:
-        """Every name in the table (in the poll's snapshot)."""
+    def _all_names(self, conn: sqlite3.Connection) -> set[object]:
+        """Every name in the table (in the poll's snapshot; an edited file's may be of any type)."""
         self.selects += 1
         return {name for (name,) in conn.execute("SELECT name FROM leases")}
 
