@@ -140,6 +140,14 @@ MUTATIONS = [
         "                if holding.lost_cause is not None:\n                    body.cancel()\n"
         "                    raise LeaseLost(self._state.name, holding.lost_cause)",
         f"{GUARANTEES}::test_g5_loss_cancels_body_and_raises_bare_lease_lost",
+        also=(("        with outcome.settled():\n", "        with anyio.CancelScope():\n"),),
+    ),
+    Mutation(
+        "4.5 no exception is lost: the body's error wins over the caller's cancellation",
+        "trio_lease/_outcome.py",
+        "        if body is not None:\n",
+        "        if body is not None and library is None:\n",
+        "tests/core/test_no_error_lost.py::test_no_error_is_lost[asyncio-held-deadline]",
     ),
     Mutation(
         "4.5 the body's scope carries the grant's deadline (event-loop stalls)",
@@ -224,9 +232,8 @@ MUTATIONS = [
     Mutation(
         "replies: a host lets the body's own exception out bare",
         "trio_lease/_host.py",
-        "        single = sole_error(group)\n        if single is None:\n            raise\n"
-        "        reraise(single)\n",
-        "        raise\n",
+        "    with outcome.settled():\n",
+        "    with anyio.CancelScope():\n",
         f"{TRUST}::test_lease_host_passes_the_body_exception_unchanged",
     ),
 ]

@@ -37,6 +37,7 @@ from ._abc import LeaseBackend, LeaseRecord
 from ._exceptions import BackendUnavailable, LeaseBusy, LeaseConfigError, LeaseError
 from ._grant import Grant
 from ._lease import Lease, lease_clock
+from ._outcome import Outcome
 from ._settings import LeaseSettings
 from ._slotted import (
     Family,
@@ -145,23 +146,19 @@ class Group:
         async with AsyncExitStack() as stack:
             slot, grant = await self._join(stack)
             membership = Membership(self, slot, grant)
-            body_error: BaseException | None = None
-            try:
-                async with anyio.create_task_group() as tg:
-                    await tg.start(membership._keep_view)
-                    try:
-                        yield membership
-                    except (anyio.get_cancelled_exc_class(), GeneratorExit):
-                        raise  # cancellation passes through the scopes it belongs to
-                    except BaseException as exc:  # re-raised bare below, never in a group
-                        body_error = exc
-                    finally:
-                        tg.cancel_scope.cancel()
-                        membership._end()
-            finally:
-                self._keep(membership)
-            if body_error is not None:
-                raise body_error
+            outcome = Outcome()  # the body's own error bare, also after the caller's deadline
+            with outcome.settled():
+                try:
+                    async with anyio.create_task_group() as tg:
+                        await tg.start(membership._keep_view)
+                        try:
+                            with outcome.body():
+                                yield membership
+                        finally:
+                            tg.cancel_scope.cancel()
+                            membership._end()
+                finally:
+                    self._keep(membership)
 
     def _kept_view(self, clock: _Clock) -> list[_Seen]:
         """What the last membership of this group through this backend object saw, if it was

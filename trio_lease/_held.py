@@ -4,7 +4,9 @@ The body runs in a task group next to the grant's heartbeat (:meth:`Holding.guar
 cancel scope carrying the grant's deadline. If the lease is lost, the body is cancelled and a
 bare :class:`LeaseLost` comes out (never an ``ExceptionGroup``, docs/design.md §4.5); an outer
 cancellation passes through unchanged while renewals go on until the body's own cleanup has
-exited; only then is the hold dropped and the lease released (:mod:`._writing`).
+exited; only then is the hold dropped and the lease released (:mod:`._writing`). The body's own
+error leaves bare, also after the caller's deadline passed, with a loss at the same time as its
+``__context__`` (:class:`~._outcome.Outcome`).
 
 :class:`HeldScopes` is the part of a :class:`~trio_lease.Lease` that holds it as a scope: it
 waits through the lease's :class:`~._waiting.Waiter`, attempts and releases through its
@@ -22,6 +24,7 @@ from . import _algorithm as algo
 from ._exceptions import LeaseBusy, LeaseLost
 from ._grant import Grant
 from ._heartbeat import Holding
+from ._outcome import Outcome
 from ._state import LeaseState
 from ._waiting import Waiter
 from ._writing import GrantWriter
@@ -70,7 +73,7 @@ class HeldScopes:
         # one step later by the watchdog.
         body = holding.body_scopes.open()
         heartbeat_scope = anyio.CancelScope(shield=True)
-        body_error: BaseException | None = None
+        outcome = Outcome()
 
         async def heartbeat() -> None:
             # Shielded: an outer cancellation reaches the body first; renewals go on until the
@@ -80,38 +83,36 @@ class HeldScopes:
                 if holding.lost_cause is not None:
                     body.cancel()
 
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(heartbeat)
-                try:
-                    with body:
-                        yield Grant(holding, self._state.owner, self._state.clock)
-                except (anyio.get_cancelled_exc_class(), GeneratorExit):
-                    raise  # cancellation must pass through the scopes it belongs to
-                except BaseException as exc:  # re-raised bare below, never in an ExceptionGroup
-                    body_error = exc  # (KeyboardInterrupt and SystemExit too)
-                finally:
-                    holding.body_scopes.close(body)
-                    # A body that ran past the deadline (cancelled by it, or finished without a
-                    # checkpoint) may have overlapped another holder: that is a loss.
-                    # (Only its deadline cancels the body while the grant is active.)
-                    holding.check_deadline(passed=body.cancel_called)
-                    heartbeat_scope.cancel()
-        finally:
-            await self._writer.drop_hold(holding, raise_unknown=False)  # noqa: ASYNC102  drop_hold shields and bounds the release
-        if body_error is not None and not isinstance(body_error, Exception):
-            raise body_error  # KeyboardInterrupt, SystemExit: never turned into LeaseLost
-        if holding.lost_cause is not None:
-            if body_error is not None and not _is_own_loss(body_error, holding):
-                raise LeaseLost(self._state.name, holding.lost_cause) from body_error
-            raise LeaseLost(self._state.name, holding.lost_cause)
-        if body_error is not None:
-            raise body_error
+        # What leaves: the body's own error bare, a loss as its context (docs/design.md §4.5).
+        with outcome.settled():
+            loss: LeaseLost | None = None
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(heartbeat)
+                    try:
+                        with outcome.body(), body:
+                            yield Grant(holding, self._state.owner, self._state.clock)
+                    finally:
+                        holding.body_scopes.close(body)
+                        # A body that ran past the deadline (cancelled by it, or finished
+                        # without a checkpoint) may have overlapped another holder: that is a
+                        # loss. (Only its deadline cancels the body while the grant is active.)
+                        holding.check_deadline(passed=body.cancel_called)
+                        heartbeat_scope.cancel()
+            finally:
+                await self._writer.drop_hold(holding, raise_unknown=False)  # noqa: ASYNC102  drop_hold shields and bounds the release
+                if holding.lost_cause is not None:
+                    if outcome.body_error is not None and _is_own_loss(outcome.body_error, holding):
+                        outcome.body_error = None  # Grant.check()'s own LeaseLost: raised anew
+                    loss = LeaseLost(self._state.name, holding.lost_cause)
+                    outcome.note(loss)
+            if loss is not None:
+                raise loss
 
 
-def _is_own_loss(error: Exception, holding: Holding) -> bool:
+def _is_own_loss(error: BaseException, holding: Holding) -> bool:
     """True for the LeaseLost that Grant.check() raised for this very grant (also in a group)."""
-    if isinstance(error, ExceptionGroup):
+    if isinstance(error, BaseExceptionGroup):
         return all(_is_own_loss(inner, holding) for inner in error.exceptions)
     return (
         isinstance(error, LeaseLost)

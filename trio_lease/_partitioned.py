@@ -25,6 +25,7 @@ from ._exceptions import LeaseConfigError, LeaseError, LeaseLost
 from ._grant import Grant
 from ._group import Group
 from ._lease import Lease, observe_record, takeover_in
+from ._outcome import FirstError
 from ._settings import LeaseSettings
 from ._slotted import clear_reservation, follow_slots
 
@@ -113,7 +114,8 @@ async def run_partitioned(
     leases = _KeyLeases(name, owner, backend, settings)
     leases.follow(wanted)
     failure: list[BaseException] = []
-    async with group.joined() as membership, anyio.create_task_group() as tg:
+    # fn's error (in `failure`) leaves bare, also when the caller's scope was cancelled.
+    async with FirstError(failure), group.joined() as membership, anyio.create_task_group() as tg:
         running: dict[str, anyio.CancelScope] = {}
         ended: dict[str, anyio.Event] = {}
         starts = anyio.Lock()
@@ -163,8 +165,6 @@ async def run_partitioned(
         while True:
             await changed.settled(settle)
             rebalance()
-    if failure:
-        raise failure[0]
 
 
 async def _hold_key(

@@ -28,6 +28,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from ._exceptions import LeaseLost
 from ._grant import Grant
 from ._lease import Lease
+from ._outcome import Outcome
 
 __all__ = [
     "Following",
@@ -169,20 +170,19 @@ class Singleton:
         try:
             while True:
                 tracker = anyio.CancelScope()
-                outcome: list[bool | Exception] = []
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._track_holder, tracker)
-                    try:
-                        outcome.append(await self._lead_once(tracker, task_status, started))
-                    except Exception as exc:  # re-raised bare below, not in an ExceptionGroup
-                        outcome.append(exc)
-                    finally:
-                        tracker.cancel()
+                outcome = Outcome()  # fn's own error bare, also after the caller's deadline
+                fn_returned = False
+                with outcome.settled():
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(self._track_holder, tracker)
+                        try:
+                            with outcome.body():
+                                fn_returned = await self._lead_once(tracker, task_status, started)
+                        finally:
+                            tracker.cancel()
                 started = started or self._ever_led
                 self._set_state(Following(self.lease.holder()))
-                if isinstance(outcome[0], Exception):
-                    raise outcome[0]
-                if outcome[0] and self.stop_when_done:
+                if fn_returned and self.stop_when_done:
                     return
                 await anyio.sleep(self.retry_interval * random.uniform(0.8, 1.2))
         finally:
@@ -221,14 +221,14 @@ class Singleton:
         stopping = anyio.Event()
         fn_scope = anyio.CancelScope(shield=True)
         finished = anyio.Event()
-        error: list[BaseException] = []
+        outcome = Outcome()  # fn's own error bare, also when the runner's scope was cancelled
 
         async def run_fn() -> None:
             try:
                 with fn_scope:
                     await self.fn(SingletonContext(grant, stopping))
             except BaseException as exc:  # noqa: ASYNC103  to the runner below, bare; cancel too
-                error.append(exc)
+                outcome.given(exc)
             finally:
                 finished.set()
 
@@ -244,25 +244,24 @@ class Singleton:
                     await finished.wait()
                 fn_scope.cancel()
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run_fn)
-            tg.start_soon(hand_over)
-            try:
-                await finished.wait()
-                tg.cancel_scope.cancel()
-            except anyio.get_cancelled_exc_class():
-                with anyio.CancelScope(shield=True):
-                    if not grant.lost:
-                        # Leaving the runner's scope: ask fn to stop, give it stop_grace.
-                        self._set_state(Stopping(grant.fencing_token))
-                        stopping.set()
-                        with anyio.move_on_after(self.stop_grace):
-                            await finished.wait()
-                    fn_scope.cancel()  # on loss at once, else after the grace period
+        with outcome.settled():
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run_fn)
+                tg.start_soon(hand_over)
+                try:
                     await finished.wait()
-                raise
-        if error and not isinstance(error[0], anyio.get_cancelled_exc_class()):
-            raise error[0]
+                    tg.cancel_scope.cancel()
+                except anyio.get_cancelled_exc_class():
+                    with anyio.CancelScope(shield=True):
+                        if not grant.lost:
+                            # Leaving the runner's scope: ask fn to stop, give it stop_grace.
+                            self._set_state(Stopping(grant.fencing_token))
+                            stopping.set()
+                            with anyio.move_on_after(self.stop_grace):
+                                await finished.wait()
+                        fn_scope.cancel()  # on loss at once, else after the grace period
+                        await finished.wait()
+                    raise
 
 
 async def run_singleton(  # noqa: ASYNC128  Singleton.run calls task_status.started()

@@ -35,7 +35,7 @@ from typing import Generic, NoReturn, TypeAlias, TypeVar
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from ._host import reraise, sole_error
+from ._outcome import Outcome, sole_error
 
 __all__ = ["Changes", "Emit", "Produce"]
 
@@ -101,24 +101,19 @@ async def _running(produce: Produce[T]) -> AsyncIterator[MemoryObjectReceiveStre
                 single = sole_error(exc) if isinstance(exc, ExceptionGroup) else exc
                 failures.append(single if isinstance(single, Exception) else exc)
 
-    try:
+    outcome = Outcome()
+    with outcome.settled():  # the caller's own error bare, also after its deadline passed
         async with anyio.create_task_group() as tg:
             tg.start_soon(feed)
             try:
-                yield receive
+                with outcome.body():
+                    yield receive
             finally:
                 tg.cancel_scope.cancel()  # before closing: the producer stops, it does not fail
                 receive.close()
-    except (anyio.EndOfStream, StopAsyncIteration):
-        if failures:  # the caller read past the end the producer's failure made
+        ended = isinstance(outcome.body_error, anyio.EndOfStream | StopAsyncIteration)
+        if failures and ended:  # the caller read past the end the producer's failure made
+            outcome.body_error = None
             raise failures[0] from None
-        raise
-    except BaseExceptionGroup as group:  # the caller's own error, from the block's body
-        single = sole_error(group)
-        if single is None:
-            raise
-        if isinstance(single, anyio.EndOfStream | StopAsyncIteration) and failures:
-            raise failures[0] from None
-        reraise(single)
-    if failures:
-        raise failures[0]
+        if failures:
+            raise failures[0]

@@ -48,6 +48,7 @@ import anyio.abc
 
 from . import _public
 from ._observer import LeaseInfo, LeaseObserver
+from ._outcome import Outcome
 from ._serve import Answer, ProbeServer, ServerStats
 
 if TYPE_CHECKING:
@@ -302,12 +303,16 @@ class HealthServer:
         (group, listener), self._running = self._running, None
         # serve() never raises (it logs a failure and stops serving), so the group is only
         # ever cancelled here: the block never sees the server fail. The block's own error
-        # is not handed to the group, so it leaves as itself, not inside an exception group.
-        group.cancel_scope.cancel()
-        try:
-            await group.__aexit__(None, None, None)  # noqa: ASYNC102  exits the server's task group, cancelled above
-        finally:
-            await anyio.aclose_forcefully(listener)  # if never started; forceful, no wait
+        # is not handed to the group, so it leaves as itself, not inside an exception group,
+        # also when the caller's scope was cancelled meanwhile (Outcome).
+        outcome = Outcome()
+        outcome.given(exc)
+        with outcome.settled():
+            group.cancel_scope.cancel()
+            try:
+                await group.__aexit__(None, None, None)  # noqa: ASYNC102  exits the server's task group, cancelled above
+            finally:
+                await anyio.aclose_forcefully(listener)  # if never started; forceful, no wait
         return None
 
 

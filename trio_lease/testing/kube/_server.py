@@ -31,6 +31,7 @@ from anyio.abc import ByteStream, SocketAttribute
 from anyio.streams.tls import TLSListener
 
 from ..._exceptions import LeaseConfigError
+from ..._outcome import Outcome
 from ._api import handle
 from ._cluster import Cluster
 from ._http import MAX_REQUEST_BODY, DropReply, Request, Response
@@ -222,10 +223,13 @@ async def serve(
         await _serve_connection(emulator, stream)
 
     server = KubeServer(host, bound_port, tls, ca.cert_pem.bytes())
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, on_connection)
-        group.start_soon(emulator.establisher.run, emulator.settle_crds)
-        try:
-            yield server
-        finally:
-            group.cancel_scope.cancel()
+    outcome = Outcome()  # the block's own error bare, also after the caller's deadline
+    with outcome.settled():
+        async with listener, anyio.create_task_group() as group:
+            group.start_soon(listener.serve, on_connection)
+            group.start_soon(emulator.establisher.run, emulator.settle_crds)
+            try:
+                with outcome.body():
+                    yield server
+            finally:
+                group.cancel_scope.cancel()
