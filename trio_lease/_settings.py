@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, overload
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 
@@ -29,6 +29,7 @@ __all__ = [
     "SETTINGS_KEYS",
     "Duration",
     "LeaseSettings",
+    "check_seconds",
     "parse_duration",
 ]
 
@@ -73,6 +74,28 @@ def parse_duration(value: object) -> float:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+@overload
+def check_seconds(value: object, where: str) -> float: ...
+@overload
+def check_seconds(value: object, where: str, *, none: str) -> float | None: ...
+def check_seconds(value: object, where: str, *, none: str | None = None) -> float | None:
+    """``value`` as seconds of waiting: a number >= 0 (``math.inf``: no bound), or None where
+    ``none`` says what None means. Raises :class:`LeaseConfigError` naming ``where`` (such as
+    "lease.held(timeout=...)") and the rule for anything else: a negative number, NaN, a
+    boolean, a string."""
+    if value is None and none is not None:
+        return None
+    allowed = f"None ({none}) or " if none is not None else ""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise LeaseConfigError(
+            f"{where}: must be {allowed}a number of seconds >= 0, got {value!r} "
+            f"({type(value).__name__})"
+        )
+    if math.isnan(value) or value < 0:
+        raise LeaseConfigError(f"{where}: must be {allowed}a number of seconds >= 0, got {value!r}")
+    return float(value)
 
 #: The longest duration a setting may have: 2**31 - 1 s. Stores keep the lease duration (the
 #: heartbeat timeout, rounded up to whole seconds for Kubernetes' ``leaseDurationSeconds``) as
