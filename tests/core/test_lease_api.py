@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import anyio
@@ -369,3 +370,24 @@ async def test_the_host_yields_the_lease_and_releases_on_leaving(world: World) -
     record = await lease.backend.get("job")
     assert record is not None and not record.holder  # released: no holder
     assert not lease.check_lease()
+
+
+@pytest.mark.parametrize("timeout", [-1, -0.001, float("nan"), float("-inf"), "5", True])
+async def test_held_refuses_a_timeout_that_is_not_seconds_at_least_zero(
+    world: World, timeout: object
+) -> None:
+    """held(timeout=-1) (once taken as 0), NaN or a non-number: LeaseConfigError naming the rule."""
+    lease = world.lease("a")
+    with pytest.raises(LeaseConfigError) as caught:
+        lease.held(timeout=timeout)  # type: ignore[arg-type]
+    assert "lease.held(timeout=...)" in str(caught.value)
+    assert "None (wait without bound) or a number of seconds >= 0" in str(caught.value)
+    assert await lease.backend.get("job") is None
+
+
+async def test_held_accepts_seconds_and_infinity_as_timeouts(world: World) -> None:
+    """held(timeout=1) and held(timeout=math.inf) (no bound, as None) take a free lease."""
+    lease = world.lease("a")
+    for timeout in (1, 2.5, math.inf):
+        async with lease.held(timeout=timeout) as grant:
+            assert grant.fencing_token >= 1
