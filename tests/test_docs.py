@@ -68,7 +68,7 @@ def test_tuning_preset_validates_and_its_numbers_match_lease_settings(row: list[
     }
     if d.endswith("(set)"):
         options["holder_deadline"] = seconds(d)
-    settings = LeaseSettings(**options)
+    settings = LeaseSettings.from_mapping(options)
     assert settings.deadline == pytest.approx(seconds(d), abs=5e-4)
     assert settings.safety_margin == pytest.approx(seconds(margin), abs=5e-4)
     assert settings.safety_margin - settings.stop_timeout == pytest.approx(
@@ -165,4 +165,4 @@ def test_cli_guide_toml_section_loads_with_the_cli_defaults() -> None:
     provider = LeaseProvider(tomllib.loads(snippet))
     backend, settings = provider._backend_for("leases.cli")
     assert type(backend).__name__ == "SqliteBackend"
-    assert settings == LeaseSettings(**CLI_DEFAULTS)
+    assert settings == LeaseSettings.from_mapping(CLI_DEFAULTS)
