@@ -7,6 +7,8 @@ valid host". Kubernetes ``server`` URLs go through the same function (``trio_lea
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from trio_lease import LeaseConfigError
@@ -59,3 +61,20 @@ def test_a_kubernetes_server_goes_through_the_same_check(url: str, said: str) ->
     assert said.replace("an http:// or https://", "an https:// or http://") in str(caught.value)
     with pytest.raises(LeaseConfigError, match="--server"):
         checked_url(url, "--server", "the command line")
+
+
+@pytest.mark.parametrize("url", ["https://127.0.0.1:99999", "https://127.0.0.1:-5"])
+def test_a_kubeconfig_server_with_a_bad_port_is_refused(tmp_path: Path, url: str) -> None:
+    """A kubeconfig cluster's `server` with a port out of range is refused when loaded."""
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters:\n- name: k\n  cluster:\n    server: {url}\n"
+        "users:\n- name: u\n  user:\n    token: t\n"
+        "contexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n"
+    )
+    with pytest.raises(LeaseConfigError) as caught:
+        KubernetesBackend.from_config({"kubeconfig": str(kubeconfig)})
+    message = str(caught.value)
+    assert "server" in message and "not a number from 1 to 65535" in message
+    assert str(kubeconfig) in message
