@@ -97,3 +97,13 @@ def test_a_provider_section_sets_create(tmp_path: Path) -> None:
     assert backend.may_create is False
     with pytest.raises(LeaseConfigError, match="create must be True or False"):
         SqliteBackend.from_config({"path": str(tmp_path / "x.sqlite3"), "create": "no"})
+
+
+async def test_a_watch_of_a_missing_database_is_refused(tmp_path: Path) -> None:
+    """watch() without a database raises LeaseConfigError (create=False) and creates nothing."""
+    async with SqliteBackend(tmp_path / "leases.sqlite3", create=False) as backend:
+        with pytest.raises(LeaseConfigError, match="create=False"):
+            async with backend.watch("job") as records:
+                async for _ in records:
+                    break
+    assert _files(tmp_path) == []

@@ -132,7 +132,13 @@ def _copy(error: LeaseError) -> LeaseError:
 
 
 class SqliteBackend(LeaseBackend):
-    """Leases in one SQLite file (default: :func:`default_path`); see the package docstring."""
+    """Leases in one SQLite file (default: :func:`default_path`); see the package docstring.
+
+    A ``path`` given must be in an existing folder (:class:`LeaseConfigError` at once if not);
+    only the default path's folder is created. ``create=False`` opens only an existing database
+    and never creates a folder, file or table: reads of a missing one find no leases, writes and
+    watches raise :class:`LeaseConfigError`.
+    """
 
     supports_watch: bool = True
 
@@ -158,7 +164,8 @@ class SqliteBackend(LeaseBackend):
             raise LeaseConfigError("busy_timeout and watch_interval must be positive seconds")
         #: Whether this object may create the database (file and tables; for the default path,
         #: its folder too). With False it only opens an existing one: reads of a missing
-        #: database find no leases, writes raise LeaseConfigError, nothing is ever created.
+        #: database find no leases, writes and watches raise LeaseConfigError, nothing is ever
+        #: created.
         self.may_create: bool = create
         #: Seconds a write waits for another connection's write lock (SQLite's busy timeout).
         self.busy_timeout: float = busy_timeout
