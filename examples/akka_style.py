@@ -2,7 +2,7 @@
 
     python examples/akka_style.py [DATABASE]
 
-The heartbeat of acquire() runs in the task group opened by ``async with lease:``, never in a
+The heartbeat of acquire() runs in the task group opened by ``async with lease.host():``, never in a
 detached background task, so leaving that block always stops renewing.
 """
 
@@ -27,7 +27,7 @@ async def main(path: str) -> None:
     async with SqliteBackend(path) as backend:
         mine = Lease("shard-7", "node-a", backend, settings)
         theirs = Lease("shard-7", "node-b", backend, settings)
-        async with mine, theirs:
+        async with mine.host(), theirs.host():
             print("node-a acquired:", await mine.acquire(on_lost=on_lost))
             print("node-b acquired:", await theirs.acquire())
             print("node-a check_lease:", mine.check_lease())

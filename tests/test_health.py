@@ -28,7 +28,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from trio_lease import Lease, LeaseInfo, LeaseLost
+from trio_lease import Lease, LeaseConfigError, LeaseInfo, LeaseLost
 from trio_lease._serve import (
     ACCEPT_BACKOFF,
     ACCEPT_BACKOFF_MAX,
@@ -519,3 +519,15 @@ async def test_a_server_that_cannot_run_logs_and_returns_without_raising(
     assert ticks == 10
     [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "stopped by an error" in warning.getMessage() and warning.exc_info is not None
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"margin": -1.0}, {"margin": float("nan")}, {"heartbeat_timeout": float("nan")},
+     {"heartbeat_timeout": -5.0}],
+)
+def test_a_negative_or_nan_duration_is_refused(options: dict[str, Any]) -> None:
+    """HealthObserver(margin=NaN) or a negative heartbeat_timeout: LeaseConfigError naming it."""
+    (option,) = options
+    with pytest.raises(LeaseConfigError, match=rf"HealthObserver\({option}=\.\.\.\).*>= 0"):
+        HealthObserver(**options)

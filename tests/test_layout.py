@@ -32,6 +32,7 @@ BACKEND_MAY_IMPORT = frozenset(
         "_lean_io",
         "_client_cert",
         "_connect",
+        "_endpoints",
         "_secrets",
         "_paths",
         "_toml",

@@ -1,11 +1,10 @@
 """The Akka-style API of a lease: ``acquire()``, ``release()``, ``check_lease()``, with a host.
 
-``acquire()`` tries once and, when granted, leaves the grant's heartbeat running in a host
-task group (:mod:`._host`) opened by ``async with lease:`` or by the :class:`LeaseProvider` that
-handed the lease out (:meth:`AkkaHost.attach`). ``on_lost(cause)`` is called once if the
-grant is later lost. ``release()`` (or leaving the host) drops the hold;
-:meth:`AkkaHost.end_hosted` is how a closing host (``async with lease:`` or a
-:class:`LeaseProvider`) ends it.
+``acquire()`` tries once and, when granted, leaves the grant's heartbeat running in a host task
+group (:mod:`._host`) opened by ``async with lease.host():`` or by the :class:`LeaseProvider` that
+handed the lease out (:meth:`AkkaHost.attach`). ``on_lost(cause)`` is called once if the grant is
+later lost. ``release()`` (or leaving the host) drops the hold; :meth:`AkkaHost.end_hosted` is how a
+closing host (``async with lease.host():`` or a :class:`LeaseProvider`) ends it.
 
 :class:`AkkaHost` is the part of a :class:`~trio_lease.Lease` that does this; it attempts and
 releases through the lease's :class:`~._writing.GrantWriter`. It sits beside :mod:`._held`: the
@@ -54,7 +53,10 @@ class AkkaHost:
     async def enter(self) -> None:
         """Open the task group that hosts the heartbeat of :meth:`acquire`."""
         if self._host is not None:
-            raise LeaseError(f"lease {self._state.name!r} is already entered")
+            raise LeaseError(
+                f"the host of lease {self._state.name!r} is already open "
+                "(`async with lease.host():` is entered once at a time)"
+            )
         self._host_stack, self._host = await open_host()
 
     async def exit(
@@ -83,13 +85,14 @@ class AkkaHost:
 
         Raises :class:`BackendUnavailable` when the backend cannot be reached (after cleaning up
         a write that may have landed). The heartbeat runs in the task group opened by
-        ``async with lease:`` (or ``async with provider:``). ``on_lost(cause)`` is called once
-        if this grant is later lost. Acquiring again while held returns True (reentrant).
+        ``async with lease.host():`` (or ``async with provider:``). ``on_lost(cause)`` is called
+        once if this grant is later lost. Acquiring again while held returns True (reentrant).
         """
         if self._host is None:
             raise LeaseError(
                 f"acquire() needs a task group to host the heartbeat: call it inside "
-                f"`async with lease:` (or `async with provider:`) for lease {self._state.name!r}"
+                f"`async with lease.host():` (or `async with provider:`) for lease "
+                f"{self._state.name!r}"
             )
         if self._hold is not None and self._hold.holding.is_valid():
             return True
@@ -143,7 +146,7 @@ class AkkaHost:
 
     async def end_hosted(self) -> None:
         """End what :meth:`acquire` holds (if anything), never raising for an unknown outcome:
-        its host task group is closing (``async with lease:`` or a provider)."""
+        its host task group is closing (``async with lease.host():`` or a provider)."""
         if self._hold is not None:
             await self.end_hold(raise_unknown=False)
 

@@ -12,9 +12,26 @@ import socket
 import ssl
 from urllib.parse import urlsplit
 
-__all__ = ["certificate_problem", "connect_problem"]
+__all__ = ["NO_REPLY", "TLS_REPLY", "certificate_problem", "connect_problem", "reply_problem"]
 
 _UNREACHABLE = {errno.ENETUNREACH, errno.EHOSTUNREACH}
+#: OpenSSL's reasons for a TLS handshake answered by something that is not TLS (a plain HTTP
+#: server answers a ClientHello with "HTTP/1.1 400 ..."; OpenSSL reads "HTTP" as a record).
+_NOT_TLS = frozenset(
+    {
+        "WRONG_VERSION_NUMBER",
+        "RECORD_LAYER_FAILURE",
+        "PACKET_LENGTH_TOO_LONG",
+        "UNKNOWN_PROTOCOL",
+        "HTTP_REQUEST",
+        "RECORD_TOO_LARGE",
+    }
+)
+#: What the HTTP/1.1 reader says of a reply that is a TLS record (an http:// request to a TLS
+#: server, which answers with a TLS alert): found in the error's text by :func:`reply_problem`.
+TLS_REPLY = "the reply is a TLS record, not HTTP"
+#: What the HTTP/1.1 reader says of a connection closed before any byte of a reply.
+NO_REPLY = "the server closed the connection without a reply"
 
 
 def connect_problem(exc: BaseException, url: str) -> str | None:
@@ -32,6 +49,39 @@ def connect_problem(exc: BaseException, url: str) -> str | None:
             return f"cannot resolve the host name {host!r}; nothing was sent"
         if isinstance(current, OSError) and current.errno in _UNREACHABLE:
             return f"{host}:{port} is unreachable ({current.strerror}); nothing was sent"
+        if isinstance(current, ssl.SSLError) and getattr(current, "reason", None) in _NOT_TLS:
+            return (
+                f"the server at {host}:{port} answered the TLS handshake with something that "
+                "is not TLS (plain HTTP, most likely): use http:// for it, or check the port; "
+                "nothing was sent"
+            )
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def reply_problem(exc: BaseException, url: str) -> str | None:
+    """What a reply that could not be read says about the server at ``url``, when it says
+    something a person can act on: a TLS server answering a plain-HTTP request with a TLS
+    alert ("use https://"), or a server that reset or closed an ``http://`` connection without
+    a reply, as a TLS server does (OpenSSL's, to a plain-HTTP request). None otherwise."""
+    host, port = _host_port(url)
+    plain = url.startswith("http://")
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current)
+        if TLS_REPLY in text:
+            return (
+                f"the server at {host}:{port} answered in TLS to a plain-HTTP request: it "
+                "speaks TLS, so use https:// for it (with its CA), or check the port"
+            )
+        if plain and (NO_REPLY in text or isinstance(current, ConnectionResetError)):
+            return (
+                f"the server at {host}:{port} closed the connection without a reply to a "
+                "plain-HTTP request, as a TLS server does: if it speaks TLS, use https:// for "
+                "it (with its CA); else check the port"
+            )
         current = current.__cause__ or current.__context__
     return None
 

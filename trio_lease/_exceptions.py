@@ -56,14 +56,16 @@ class LeaseBusy(LeaseError):
     """Another owner holds the lease (raised by :meth:`Lease.try_held`).
 
     ``holder`` is the holder's identity as stored in the record; ``expires_in`` is how long this
-    contender will wait, on its own clock, before it may take over if the holder stays silent.
+    contender will wait, on its own clock, before it may take over if the holder stays silent
+    (``math.inf`` for a holder in this process: only its release frees the lease).
     """
 
     def __init__(self, lease_name: str, holder: str, expires_in: float) -> None:
-        super().__init__(
-            f"lease {lease_name!r} is held by {holder!r}; it may be taken over in "
-            f"{expires_in:.3f} s if the holder stops renewing"
-        )
+        if expires_in == float("inf"):  # held in this process: it ends with a release only
+            when = "it is held in this process and is free once that holder releases it"
+        else:
+            when = f"it may be taken over in {expires_in:.3f} s if the holder stops renewing"
+        super().__init__(f"lease {lease_name!r} is held by {holder!r}; {when}")
         self.lease_name = lease_name
         self.holder = holder
         self.expires_in = expires_in

@@ -1,7 +1,7 @@
 """The host task group: heartbeats of ``acquire()`` outlive the call that started them.
 
-``Lease.acquire()`` (and a :class:`LeaseProvider`'s leases) start their heartbeat in a task
-group opened by ``async with lease:`` (or ``async with provider:``). Such a task group spans
+``Lease.acquire()`` (and a :class:`LeaseProvider`'s leases) start their heartbeat in a task group
+opened by ``async with lease.host():`` (or ``async with provider:``). Such a task group spans
 ``__aenter__`` and ``__aexit__``, so it is opened by hand on an :class:`AsyncExitStack`
 (:func:`open_host`) and closed by :func:`close_host`, which first ends the hosted holds, then lets
 one error out bare instead of wrapped in an ``ExceptionGroup`` (docs/design.md §4.5), by the rule

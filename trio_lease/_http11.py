@@ -32,6 +32,8 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
+from ._connect import NO_REPLY, TLS_REPLY
+
 __all__ = ["END", "NEED_DATA", "EncodeError", "Head", "ReplyError", "ReplyReader", "encode_request"]
 
 #: Header names, methods: RFC 9110 token.
@@ -240,13 +242,17 @@ class ReplyReader:
 
     def _head(self) -> Head | None:
         buffer = self._buffer
+        if len(buffer) >= 3 and buffer[0] in (0x15, 0x16) and buffer[1] == 0x03:
+            # A TLS record (an alert, a handshake) where a status line belongs: a plain-HTTP
+            # request reached a TLS server.
+            raise ReplyError(TLS_REPLY)
         found = _BLANK_LINE.search(buffer, 0, MAX_HEAD + 4)
         if found is None:
             if len(buffer) > MAX_HEAD:
                 raise ReplyError(f"the reply's head is over {MAX_HEAD:,} bytes")
             if self._ended:
                 raise ReplyError(
-                    "the server closed the connection without a reply" if not buffer
+                    NO_REPLY if not buffer
                     else "the server closed the connection in the middle of the reply's head"
                 )
             return None

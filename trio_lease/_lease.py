@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Generic, NoReturn, Self, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -36,13 +36,27 @@ from ._held import HeldScopes
 from ._identity import incarnation
 from ._observer import LeaseInfo, LeaseObserver, observers_of
 from ._reading import RecordReader
-from ._settings import LeaseSettings
+from ._settings import LeaseSettings, check_seconds
 from ._state import LeaseState
 from ._streams import Changes
 from ._waiting import Waiter
 from ._writing import GrantWriter
 
-__all__ = ["Lease", "end_hosted_hold", "lease_clock", "observe_record", "read_record"]
+__all__ = [
+    "NOT_A_SCOPE",
+    "Lease",
+    "end_hosted_hold",
+    "lease_clock",
+    "observe_record",
+    "read_record",
+]
+
+#: What ``async with lease:`` raises: the two forms that mean something.
+NOT_A_SCOPE = (
+    "`async with lease:` does not hold lease {name!r} (it would run the body without it): "
+    "use `async with lease.held() as grant:` to run a body while the lease is held, or "
+    "`async with lease.host():` to host the heartbeat of `await lease.acquire()` (Akka-style)"
+)
 
 
 class Lease:
@@ -56,7 +70,9 @@ class Lease:
     datetimes, written to records for humans only) can be injected for tests.
 
     Hold it as a scope with :meth:`held` (or :meth:`try_held`), or Akka-style with
-    :meth:`acquire`, :meth:`release` and :meth:`check_lease` inside ``async with lease:``.
+    :meth:`acquire`, :meth:`release` and :meth:`check_lease` inside ``async with lease.host():``.
+    ``async with lease:`` raises :class:`TypeError` at once: it would read as "hold the lease"
+    (as ``async with lock:`` does) and run its body without it.
     """
 
     def __init__(
@@ -142,9 +158,11 @@ class Lease:
         while the body runs, the body is cancelled and a bare :class:`LeaseLost` is raised here
         (also when the body finished without reaching a checkpoint after the loss: its work may
         have overlapped another holder's). An outer cancellation passes through unchanged, and
-        renewals continue while the body's own cleanup runs.
+        renewals continue while the body's own cleanup runs. ``timeout`` is None (wait as long as
+        it takes) or seconds >= 0; anything else raises :class:`LeaseConfigError` here.
         """
-        return self._scopes.held(timeout=timeout)
+        checked = check_seconds(timeout, "lease.held(timeout=...)", none="wait without bound")
+        return self._scopes.held(timeout=checked)
 
     def try_held(self) -> AbstractAsyncContextManager[Grant]:
         """Like :meth:`held`, but raise :class:`LeaseBusy` at once if another owner holds it."""
@@ -164,19 +182,23 @@ class Lease:
 
     # The Akka-style API (._akka).
 
-    async def __aenter__(self) -> Self:
-        """Open the task group that hosts the heartbeat of :meth:`acquire`."""
-        await self._akka.enter()
-        return self
+    def host(self) -> AbstractAsyncContextManager[Self]:
+        """The task group that hosts the heartbeat of :meth:`acquire`:
+        ``async with lease.host(): await lease.acquire()``.
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        """End what :meth:`acquire` holds (releasing it), then close the host task group."""
-        return await self._akka.exit(exc_type, exc, tb)  # noqa: ASYNC102  AkkaHost.exit shields and bounds the release
+        Entering it does not acquire anything; leaving it releases what :meth:`acquire` holds,
+        then closes the task group (one error comes out bare). To run a body only while the
+        lease is held, use :meth:`held`.
+        """
+        return _Host[Self](self)
+
+    if not TYPE_CHECKING:  # hidden from type checkers: they report ``async with lease:`` too
+
+        async def __aenter__(self) -> NoReturn:
+            raise TypeError(NOT_A_SCOPE.format(name=self._state.name))
+
+        async def __aexit__(self, *exc_info: object) -> None:  # pragma: no cover - never entered
+            return None
 
     def attach_host(self, host: TaskGroup | None) -> None:
         """Host :meth:`acquire`'s heartbeat in ``host`` (used by :class:`LeaseProvider`)."""
@@ -185,10 +207,10 @@ class Lease:
     async def acquire(self, on_lost: LostCallback | None = None) -> bool:
         """Try once to acquire: True if held, False if another owner holds it.
 
-        Raises :class:`BackendUnavailable` when the backend cannot be reached (after cleaning up
-        a write that may have landed). The heartbeat runs in the task group opened by
-        ``async with lease:`` (or ``async with provider:``). ``on_lost(cause)`` is called once
-        if this grant is later lost. Acquiring again while held returns True (reentrant).
+        Raises :class:`BackendUnavailable` when the backend cannot be reached (after cleaning up a
+        write that may have landed). The heartbeat runs in the task group opened by ``async with
+        lease.host():`` (or ``async with provider:``). ``on_lost(cause)`` is called once if this
+        grant is later lost. Acquiring again while held returns True (reentrant).
         """
         return await self._akka.acquire(on_lost)
 
@@ -249,6 +271,31 @@ class Lease:
         :class:`BackendUnavailable` if the record is unreadable or the writes keep conflicting.
         """
         return await self._writer.request_handover()
+
+
+_L = TypeVar("_L", bound=Lease)
+
+
+class _Host(Generic[_L]):
+    """``lease.host()``: the task group hosting :meth:`Lease.acquire`'s heartbeat."""
+
+    __slots__ = ("_lease",)
+
+    def __init__(self, lease: _L) -> None:
+        self._lease = lease
+
+    async def __aenter__(self) -> _L:
+        await self._lease._akka.enter()
+        return self._lease
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        """End what :meth:`Lease.acquire` holds (releasing it), then close the task group."""
+        return await self._lease._akka.exit(exc_type, exc, tb)  # noqa: ASYNC102  AkkaHost.exit shields and bounds the release
 
 
 async def end_hosted_hold(lease: Lease) -> None:

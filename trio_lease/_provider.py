@@ -174,7 +174,7 @@ class LeaseProvider:
         if snake:
             raise LeaseConfigError(f"{where}: use kebab-case keys: {', '.join(snake)}")
         try:
-            settings = LeaseSettings(**settings_keys)
+            settings = LeaseSettings.from_mapping(settings_keys)
         except LeaseConfigError as exc:
             raise LeaseConfigError(f"{where}: {exc}") from None
         backend_keys = {k: v for k, v in section.items() if k not in SECTION_KEYS}

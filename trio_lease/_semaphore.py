@@ -46,7 +46,7 @@ from ._exceptions import (
 from ._grant import Grant
 from ._heartbeat import CONFIRM_PAUSE
 from ._lease import Lease, lease_clock
-from ._settings import LeaseSettings
+from ._settings import LeaseSettings, check_seconds
 from ._slotted import (
     Family,
     SlotChange,
@@ -236,9 +236,8 @@ class Semaphore:
         is lost while the body runs, the body is cancelled and a bare :class:`LeaseLost` is
         raised here, as with :meth:`Lease.held`.
         """
-        if timeout is not None and not timeout >= 0:
-            raise LeaseConfigError(f"timeout must be None or >= 0 seconds, got {timeout!r}")
-        return self._held(timeout, wait=True)
+        checked = check_seconds(timeout, "semaphore.held(timeout=...)", none="wait without bound")
+        return self._held(checked, wait=True)
 
     def try_held(self) -> AbstractAsyncContextManager[SemaphoreGrant]:
         """Like :meth:`held`, but raise :class:`LeaseBusy` at once if every slot is busy."""

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Self, overload
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 
@@ -28,7 +28,9 @@ __all__ = [
     "SECTION_KEYS",
     "SETTINGS_KEYS",
     "Duration",
+    "DurationInput",
     "LeaseSettings",
+    "check_seconds",
     "parse_duration",
 ]
 
@@ -73,6 +75,31 @@ def parse_duration(value: object) -> float:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+#: What a duration setting accepts: seconds, a ``timedelta``, or a string such as "1.5s".
+DurationInput = float | str | timedelta
+
+
+@overload
+def check_seconds(value: object, where: str) -> float: ...
+@overload
+def check_seconds(value: object, where: str, *, none: str) -> float | None: ...
+def check_seconds(value: object, where: str, *, none: str | None = None) -> float | None:
+    """``value`` as seconds of waiting: a number >= 0 (``math.inf``: no bound), or None where
+    ``none`` says what None means. Raises :class:`LeaseConfigError` naming ``where`` (such as
+    "lease.held(timeout=...)") and the rule for anything else: a negative number, NaN, a
+    boolean, a string."""
+    if value is None and none is not None:
+        return None
+    allowed = f"None ({none}) or " if none is not None else ""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise LeaseConfigError(
+            f"{where}: must be {allowed}a number of seconds >= 0, got {value!r} "
+            f"({type(value).__name__})"
+        )
+    if math.isnan(value) or value < 0:
+        raise LeaseConfigError(f"{where}: must be {allowed}a number of seconds >= 0, got {value!r}")
+    return float(value)
 
 #: The longest duration a setting may have: 2**31 - 1 s. Stores keep the lease duration (the
 #: heartbeat timeout, rounded up to whole seconds for Kubernetes' ``leaseDurationSeconds``) as
@@ -165,7 +192,29 @@ class LeaseSettings(BaseModel):
     clock_rate_tolerance: float = 1e-3
     poll_interval: Duration | None = None
 
-    def __init__(self, **data: Any) -> None:
+    if TYPE_CHECKING:
+        # What type checkers see: each setting by name, with the types it accepts, so a
+        # misspelled or mistyped setting is an error before the program runs. (At run time
+        # ``__init__`` below also takes kebab-case keys from ``**mapping``, as
+        # :meth:`from_mapping` does, and names an unknown key in a LeaseConfigError.)
+        def __init__(
+            self,
+            *,
+            heartbeat_timeout: DurationInput = ...,
+            heartbeat_interval: DurationInput = ...,
+            lease_operation_timeout: DurationInput = ...,
+            holder_deadline: DurationInput | None = ...,
+            stop_timeout: DurationInput = ...,
+            clock_rate_tolerance: float = ...,
+            poll_interval: DurationInput | None = ...,
+        ) -> None: ...
+
+    else:
+
+        def __init__(self, **data: Any) -> None:
+            self._set_checked(data)
+
+    def _set_checked(self, data: Mapping[str, object]) -> None:
         # Surface every problem as LeaseConfigError (a ValueError) naming the fix, instead of
         # pydantic's ValidationError, so callers catch one exception tree.
         try:
@@ -300,9 +349,16 @@ class LeaseSettings(BaseModel):
         return self.poll_interval if self.poll_interval is not None else self.heartbeat_interval
 
     @classmethod
-    def from_mapping(cls, values: dict[str, Any]) -> LeaseSettings:
-        """Build settings from a mapping with kebab-case or snake_case keys."""
-        return cls(**values)
+    def from_mapping(cls, values: Mapping[str, object]) -> Self:
+        """Build settings from a mapping with kebab-case or snake_case keys (a TOML section,
+        a parsed file): an unknown key or a wrong value is a :class:`LeaseConfigError`."""
+        if not all(isinstance(key, str) for key in values):
+            raise LeaseConfigError(
+                f"invalid lease settings: keys must be strings, got {sorted(map(repr, values))}"
+            )
+        settings = cls.__new__(cls)
+        settings._set_checked(values)
+        return settings
 
 
 #: The keys of a :class:`~trio_lease.LeaseProvider` section that set :class:`LeaseSettings`

@@ -29,6 +29,7 @@ from ._exceptions import LeaseLost
 from ._grant import Grant
 from ._lease import Lease
 from ._outcome import Outcome
+from ._settings import check_seconds
 
 __all__ = [
     "Following",
@@ -104,16 +105,16 @@ class Singleton:
         stop_grace: float = 10.0,
         stop_when_done: bool = False,
     ) -> None:
-        if retry_interval < 0 or stop_grace < 0:
-            raise ValueError("retry_interval and stop_grace must not be negative")
+        retry = check_seconds(retry_interval, "run_singleton(retry_interval=...)")
+        grace = check_seconds(stop_grace, "run_singleton(stop_grace=...)")
         #: The lease held while ``fn`` runs.
         self.lease: Lease = lease
         #: The task run while the lease is held.
         self.fn: SingletonFn = fn
         #: Seconds (jittered) between the end of a run and the next competition for the lease.
-        self.retry_interval: float = retry_interval
+        self.retry_interval: float = retry
         #: Seconds ``fn`` gets to finish after a graceful stop is asked, before it is cancelled.
-        self.stop_grace: float = stop_grace
+        self.stop_grace: float = grace
         #: Stop the runner when ``fn`` returns instead of competing again.
         self.stop_when_done: bool = stop_when_done
         self._state: SingletonState = Following(None)

@@ -50,6 +50,7 @@ from . import _public
 from ._observer import LeaseInfo, LeaseObserver
 from ._outcome import Outcome
 from ._serve import Answer, ProbeServer, ServerStats
+from ._settings import check_seconds
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -95,10 +96,12 @@ class HealthObserver(LeaseObserver):
         heartbeat_timeout: float | None = None,
         clock: Callable[[], float] = anyio.current_time,
     ) -> None:
-        if margin < 0:
-            raise ValueError(f"margin must be 0 or more seconds, got {margin!r}")
-        self.margin = margin
-        self.heartbeat_timeout = heartbeat_timeout
+        self.margin: float = check_seconds(margin, "HealthObserver(margin=...)")
+        self.heartbeat_timeout: float | None = check_seconds(
+            heartbeat_timeout,
+            "HealthObserver(heartbeat_timeout=...)",
+            none="judge a heartbeat from its first renewal",
+        )
         self._clock = clock
         #: Held grants by (lease name, holder identity).
         self._held: dict[tuple[str, str], _Held] = {}

@@ -380,14 +380,8 @@ def under_a_file(path: Path, *parts: str) -> Path:
 
 
 BAD_PATHS: dict[str, tuple[Callable[[Path], Path], str]] = {
-    "parent-is-a-file": (lambda tmp: under_a_file(tmp / "file", "db"), "is a file"),
-    "ancestor-is-a-file": (lambda tmp: under_a_file(tmp / "file", "sub", "db"), "is a file"),
     "path-is-a-directory": (lambda tmp: tmp, "is a directory"),
     "under-proc-self": (lambda _: Path("/proc/self/leases.db"), "unable to open database file"),
-    "directory-under-proc": (
-        lambda _: Path("/proc/self/trio-lease-test/leases.db"),
-        "cannot create the directory",
-    ),
     "garbage-bytes": (lambda tmp: garbage(tmp / "db"), "file is not a database"),
     "damaged-file": (lambda tmp: damaged(tmp / "db"), "database disk image is malformed"),
     "another-apps-database": (lambda tmp: foreign_app(tmp / "db"), "not a trio_lease database"),
@@ -407,10 +401,56 @@ async def test_path_that_cannot_work_is_a_config_error(tmp_path: Path, case: str
             assert "SECRET" not in str(caught.value)
 
 
+#: Paths whose folder is missing or not a folder: refused when the backend is made (the
+#: folder was created, anywhere, by the first call).
+BAD_FOLDERS: dict[str, tuple[Callable[[Path], Path], str]] = {
+    "parent-is-a-file": (lambda tmp: under_a_file(tmp / "file", "db"), "is not a folder"),
+    "ancestor-is-a-file": (
+        lambda tmp: under_a_file(tmp / "file", "sub", "db"),
+        "does not exist: {tmp}/file is a file, not a folder",
+    ),
+    "missing-folder": (lambda tmp: tmp / "no" / "such" / "db", "does not exist"),
+    "directory-under-proc": (
+        lambda _: Path("/proc/self/trio-lease-test/leases.db"),
+        "does not exist",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FOLDERS))
+@pytest.mark.parametrize("create", [True, False])
+def test_a_path_in_a_missing_folder_is_refused_when_made(
+    tmp_path: Path, case: str, create: bool
+) -> None:
+    """SqliteBackend(path) with no folder for path: LeaseConfigError at once, nothing created."""
+    make, said = BAD_FOLDERS[case]
+    path = make(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(LeaseConfigError) as caught:
+        SqliteBackend(path, create=create)
+    message = str(caught.value)
+    assert said.format(tmp=tmp_path) in message, message
+    assert "the SQLite backend's path" in message and "create the folder first" in message
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+async def test_the_default_path_gets_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default location (XDG state) is the one path whose folder the backend creates."""
+    monkeypatch.delenv("TRIO_LEASE_SQLITE_PATH", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    async with SqliteBackend() as backend:
+        await backend.create(record())
+    assert (tmp_path / "state" / "trio-lease" / "leases.sqlite3").is_file()
+
+
 @pytest.mark.skipif(not os.path.isdir("/sys/kernel"), reason="no sysfs mounted at /sys")
-async def test_path_under_sys_is_a_config_error() -> None:
-    """Creating a directory under /sys is refused by the kernel, even to root: LeaseConfigError."""
-    async with SqliteBackend("/sys/trio-lease-test/leases.db") as backend:
+async def test_path_under_sys_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Creating the default path's directory under /sys is refused by the kernel, even to
+    root: LeaseConfigError."""
+    monkeypatch.setenv("TRIO_LEASE_SQLITE_PATH", "/sys/trio-lease-test/leases.db")
+    async with SqliteBackend() as backend:
         with pytest.raises(LeaseConfigError, match=r"cannot create the directory /sys/trio-lease"):
             await backend.create(record())
 
@@ -477,7 +517,10 @@ def child_main() -> None:  # pragma: no cover - runs in the child process
 
     async def run() -> list[dict[str, object]]:
         results: list[dict[str, object]] = []
-        async with SqliteBackend(spec["path"], busy_timeout=0.2) as backend:
+        if spec["default"]:  # the path as the default location (its folder may be made)
+            os.environ["TRIO_LEASE_SQLITE_PATH"] = spec["path"]
+        path = None if spec["default"] else spec["path"]
+        async with SqliteBackend(path, busy_timeout=0.2) as backend:
             for name, size in spec["writes"]:
                 if name == "unlimit":
                     resource.setrlimit(resource.RLIMIT_FSIZE, (-1, -1))
@@ -506,9 +549,11 @@ def in_child(
     *,
     unprivileged: bool = False,
     fsize: int = 0,
+    default: bool = False,
 ) -> list[dict[str, object]]:
     spec = {
         "backend": backend,
+        "default": default,
         "path": str(path),
         "writes": writes,
         "unprivileged": unprivileged,
@@ -553,7 +598,7 @@ def test_permission_denied_creating_the_directory_is_a_config_error(
     """mkdir's PermissionError becomes a LeaseConfigError naming the directory."""
     shared_dir.chmod(0o555)
     path = shared_dir / "sub" / "db"
-    (result,) = in_child(real_time_backend, path, [("job", 1)], unprivileged=True)
+    (result,) = in_child(real_time_backend, path, [("job", 1)], unprivileged=True, default=True)
     assert result["config"] and "Permission denied" in str(result["message"])
     assert f"cannot create the directory {path.parent}" in str(result["message"])
 

@@ -200,6 +200,7 @@ async def test_a_reopen_finds_a_path_with_uri_characters(tmp_path: Path) -> None
     """A later open (``mode=rw``, by URI) of a path with ``?``, ``#``, ``%``, a space and a
     non-ASCII letter opens the same file, not another one."""
     path = tmp_path / "a b?#%é" / "leases.sqlite3"
+    os.mkdir(path.parent)  # a path given must be in an existing folder
     async with SqliteBackend(path) as backend:
         made = await backend.create(LeaseRecord("job", "alice", 30.0, 1))
         backend._drop()  # as after an error that needs a fix

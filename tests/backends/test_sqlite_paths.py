@@ -62,5 +62,5 @@ def test_no_home_directory_for_the_default_path_is_a_config_error(
 
 
 def test_a_tilde_path_of_this_user_is_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HOME", "/tmp/trio-lease-home")
-    assert SqliteBackend("~/leases.sqlite3").path == Path("/tmp/trio-lease-home/leases.sqlite3")
+    monkeypatch.setenv("HOME", "/tmp")
+    assert SqliteBackend("~/leases.sqlite3").path == Path("/tmp/leases.sqlite3")

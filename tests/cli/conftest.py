@@ -34,7 +34,7 @@ TIMINGS = {
     "stop-timeout": "0.5s",
 }
 FAST = [arg for option, value in TIMINGS.items() for arg in (f"--{option}", value)]
-SETTINGS = LeaseSettings(**TIMINGS)
+SETTINGS = LeaseSettings.from_mapping(TIMINGS)
 #: Timings for a one-shot command (handover) next to FAST holders: its requests are bounded by
 #: T = 5 s as by default, not by FAST's 0.25 s, which a loaded machine can exceed; L = 60 s and
 #: R = 6 s meet every backend's rules (Akka's wall-clock rule too).

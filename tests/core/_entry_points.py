@@ -33,7 +33,7 @@ Body = Callable[[], Awaitable[None]]
 
 def host(lease: Lease) -> AbstractAsyncContextManager[Any]:
     """The task group that hosts ``acquire()``'s heartbeat."""
-    return lease
+    return lease.host()
 
 
 #: Options of every run_partitioned call (a fn's error ends the member).

@@ -556,10 +556,10 @@ async def test_g5_no_task_outlives_held(world: World) -> None:
 
 
 async def test_g5_no_task_outlives_the_acquire_host(world: World) -> None:
-    """§4.5: the heartbeat of acquire() lives and ends with `async with lease:`."""
+    """§4.5: the heartbeat of acquire() lives and ends with `async with lease.host():`."""
     before = len(anyio.get_running_tasks())
     lease = world.lease("a")
-    async with lease:
+    async with lease.host():
         assert await lease.acquire()
         assert len(anyio.get_running_tasks()) > before
     assert len(anyio.get_running_tasks()) == before
@@ -591,7 +591,7 @@ async def test_g6_other_owner_never_acquires_a_live_lease(world: World) -> None:
     unanswered = 0
     losses = _Losses()
     a, b = world.lease("a", observers=[losses]), world.lease("b")
-    async with a, b:
+    async with a.host(), b.host():
         assert await a.acquire()
         assert await a.acquire()  # reentrant
         for _ in range(tries):
@@ -633,7 +633,7 @@ async def test_g7_restarted_process_does_not_inherit_a_live_lease(world: World) 
         ),
     )
     lease = world.lease("pod-a")
-    async with lease:
+    async with lease.host():
         assert not await lease.acquire()
 
 

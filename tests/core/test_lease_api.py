@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import anyio
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.anyio
 async def test_acquire_release_check_lease_follow_the_seed_contract(world: World) -> None:
     """§5.2: acquire True/False, check_lease only while held, release True then False."""
     a, b = world.lease("a"), world.lease("b")
-    async with a, b:
+    async with a.host(), b.host():
         assert not a.check_lease()
         assert await a.acquire()
         assert a.check_lease()
@@ -44,15 +45,15 @@ async def test_acquire_release_check_lease_follow_the_seed_contract(world: World
 
 
 async def test_acquire_outside_a_host_scope_is_a_clear_error(world: World) -> None:
-    """§3: acquire() without `async with lease:` says how to host the heartbeat."""
-    with pytest.raises(LeaseError, match="async with lease"):
+    """§3: acquire() without `async with lease.host():` says how to host the heartbeat."""
+    with pytest.raises(LeaseError, match=r"async with lease\.host\(\)"):
         await world.lease("a").acquire()
 
 
 async def test_acquire_keeps_renewing_in_its_host(world: World) -> None:
     """§5.2: the heartbeat of acquire() renews for as long as the host scope lives."""
     lease = world.lease("a")
-    async with lease:
+    async with lease.host():
         assert await lease.acquire()
         await anyio.sleep(10 * world.settings.heartbeat_timeout)
         assert lease.check_lease()
@@ -63,7 +64,7 @@ async def test_on_lost_is_called_exactly_once_after_acquire(world: World) -> Non
     backend = world.backend()
     causes: list[BaseException | None] = []
     lease = world.lease("a")
-    async with lease:
+    async with lease.host():
         assert await lease.acquire(on_lost=causes.append)
         current = await backend.get("job")
         assert current is not None
@@ -77,7 +78,7 @@ async def test_on_lost_is_called_exactly_once_after_acquire(world: World) -> Non
 
     released: list[BaseException | None] = []
     other = world.lease("a", name="other")
-    async with other:
+    async with other.host():
         assert await other.acquire(on_lost=released.append)
         assert await other.release()
         await anyio.sleep(world.settings.heartbeat_timeout)
@@ -94,7 +95,7 @@ async def test_async_on_lost_callback_is_awaited(world: World) -> None:
         seen.set()
 
     lease = world.lease("a", backend=partitioned)
-    async with lease:
+    async with lease.host():
         assert await lease.acquire(on_lost=on_lost)
         partitioned.pause()
         with anyio.fail_after(world.settings.deadline + 1):
@@ -105,7 +106,7 @@ async def test_acquire_raises_backend_unavailable_when_unreachable(world: World)
     """§5.2: an unreachable backend makes acquire() raise, not return False."""
     broken = world.faulty(error_rate=1.0)
     lease = world.lease("a", backend=broken)
-    async with lease:
+    async with lease.host():
         with pytest.raises(BackendUnavailable):
             await lease.acquire()
 
@@ -330,7 +331,7 @@ async def test_release_between_first_read_and_watch_start_wakes_the_waiter(world
 
     assert isinstance(backend, MemoryBackend)
     b = world.lease("b", backend=ReleaseBeforeWatch(backend.store))
-    async with a:
+    async with a.host():
         assert await a.acquire()
         start = anyio.current_time()
         async with b.held():
@@ -345,3 +346,48 @@ def test_a_name_or_owner_that_is_not_unicode_text_is_a_config_error(name: str, o
     keeps it (each writes UTF-8; the Kubernetes PUT raised UnicodeEncodeError, untyped)."""
     with pytest.raises(LeaseConfigError, match="lone UTF-16 surrogate"):
         Lease(name, owner, MemoryBackend())
+
+
+async def test_async_with_lease_raises_at_once_naming_both_forms(world: World) -> None:
+    """`async with lease:` runs no body: a TypeError naming `lease.held()` and `lease.host()`."""
+    lease = world.lease("a")
+    ran = False
+    with pytest.raises(TypeError) as caught:
+        async with lease:  # type: ignore[attr-defined]
+            ran = True
+    assert not ran
+    message = str(caught.value)
+    assert "lease.held()" in message and "lease.host()" in message and "'job'" in message
+    assert await lease.backend.get("job") is None  # nothing was acquired either
+
+
+async def test_the_host_yields_the_lease_and_releases_on_leaving(world: World) -> None:
+    """`async with lease.host() as same:` gives the lease; leaving releases what acquire() took."""
+    lease = world.lease("a")
+    async with lease.host() as same:
+        assert same is lease
+        assert await lease.acquire()
+    record = await lease.backend.get("job")
+    assert record is not None and not record.holder  # released: no holder
+    assert not lease.check_lease()
+
+
+@pytest.mark.parametrize("timeout", [-1, -0.001, float("nan"), float("-inf"), "5", True])
+async def test_held_refuses_a_timeout_that_is_not_seconds_at_least_zero(
+    world: World, timeout: object
+) -> None:
+    """held(timeout=-1) (once taken as 0), NaN or a non-number: LeaseConfigError naming the rule."""
+    lease = world.lease("a")
+    with pytest.raises(LeaseConfigError) as caught:
+        lease.held(timeout=timeout)  # type: ignore[arg-type]
+    assert "lease.held(timeout=...)" in str(caught.value)
+    assert "None (wait without bound) or a number of seconds >= 0" in str(caught.value)
+    assert await lease.backend.get("job") is None
+
+
+async def test_held_accepts_seconds_and_infinity_as_timeouts(world: World) -> None:
+    """held(timeout=1) and held(timeout=math.inf) (no bound, as None) take a free lease."""
+    lease = world.lease("a")
+    for timeout in (1, 2.5, math.inf):
+        async with lease.held(timeout=timeout) as grant:
+            assert grant.fencing_token >= 1

@@ -81,7 +81,7 @@ def test_invalid_settings_name_the_failed_inequality(
 ) -> None:
     """Each invalid combination is a LeaseConfigError (a ValueError) naming what failed."""
     with pytest.raises(LeaseConfigError, match=inequality) as info:
-        LeaseSettings(**kwargs)
+        LeaseSettings.from_mapping(kwargs)
     assert isinstance(info.value, ValueError)
 
 
@@ -134,7 +134,7 @@ PUBLISHED = {
 @pytest.mark.parametrize("values", PUBLISHED.values(), ids=PUBLISHED.keys())
 def test_published_configurations_are_accepted(values: dict[str, object]) -> None:
     """Configurations people copy from client-go, the Python client and Akka just work."""
-    s = LeaseSettings(**values)
+    s = LeaseSettings.from_mapping(values)
     assert s.safety_margin > s.stop_timeout >= 0
     assert s.lease_operation_timeout <= s.heartbeat_interval < s.heartbeat_timeout / 2
 
@@ -153,8 +153,8 @@ def test_every_failed_inequality_is_listed_at_once_with_unset_values_marked() ->
 
 def test_kebab_case_keys_and_strings() -> None:
     """Akka's kebab-case keys and duration strings are accepted."""
-    s = LeaseSettings(
-        **{
+    s = LeaseSettings.from_mapping(
+        {
             "heartbeat-timeout": "15s",
             "heartbeat-interval": "1500ms",
             "lease-operation-timeout": "0.5s",
@@ -178,7 +178,7 @@ def test_section_keys_are_lease_class_and_each_setting_in_kebab_case() -> None:
     provider_keys = SECTION_KEYS - SETTINGS_KEYS
     assert provider_keys == {"lease-class"}
     assert set(SECTION) == SECTION_KEYS
-    settings = LeaseSettings(**{k: v for k, v in SECTION.items() if k in SETTINGS_KEYS})
+    settings = LeaseSettings.from_mapping({k: v for k, v in SECTION.items() if k in SETTINGS_KEYS})
     assert settings.holder_deadline == 10 and settings.poll_interval == 1
 
 

@@ -40,5 +40,5 @@ def test_a_longer_duration_is_refused_naming_the_setting(field: str, value: obje
     """A duration over 2**31 - 1 s is a LeaseConfigError naming the setting and the bound
     (it was accepted, and the first write failed on an internal field's range)."""
     with pytest.raises(LeaseConfigError) as caught:
-        LeaseSettings(**{field: value})
+        LeaseSettings.from_mapping({field: value})
     assert f"{field} must be at most {MAX_DURATION} s" in str(caught.value)

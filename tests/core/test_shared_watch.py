@@ -751,7 +751,7 @@ async def test_acquire_on_lost_is_called_at_once_on_a_takeover_seen_on_the_watch
         causes.append(cause)
         lost.set()
 
-    async with lease:
+    async with lease.host():
         assert await lease.acquire(on_lost=on_lost)
         await anyio.sleep(1)
         await _take_over(store, "delete")

@@ -12,6 +12,7 @@ import pytest
 from trio_lease import (
     Following,
     Leading,
+    LeaseConfigError,
     LeaseRecord,
     Singleton,
     SingletonContext,
@@ -245,3 +246,20 @@ async def test_health_check_reports_a_leader_past_its_deadline(world: World) -> 
         assert singleton.healthy()
         await singleton.run()
     assert report == [False]
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("retry_interval", -1.0), ("retry_interval", float("nan")), ("stop_grace", float("nan"))],
+)
+async def test_durations_that_are_not_seconds_at_least_zero_are_refused(
+    world: World, option: str, value: float
+) -> None:
+    """run_singleton(retry_interval=NaN) and other negative/NaN durations: LeaseConfigError."""
+
+    async def fn(ctx: SingletonContext) -> None:
+        raise AssertionError("never run")
+
+    options: dict[str, Any] = {option: value}
+    with pytest.raises(LeaseConfigError, match=rf"run_singleton\({option}=\.\.\.\).*>= 0"):
+        await run_singleton(world.lease("a"), fn, **options)

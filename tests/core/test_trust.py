@@ -271,7 +271,7 @@ async def test_lying_release_echo_is_an_unknown_outcome() -> None:
     """release() answered with someone else's record raises BackendUnavailable (outcome unknown)."""
     backend = Scripted()
     lease = Lease("job", "me", backend, SETTINGS)
-    async with lease:
+    async with lease.host():
         assert await lease.acquire()
         backend.on_write = _lie_other_holder
         with pytest.raises(BackendUnavailable, match="release"):
@@ -410,12 +410,12 @@ async def test_held_lets_a_body_base_exception_out_bare(error: BaseException) ->
 
 
 async def test_lease_host_passes_the_body_exception_unchanged() -> None:
-    """`async with lease:` lets the body's ValueError out bare, with its own cause kept."""
+    """`async with lease.host():` lets the body's ValueError out bare, with its own cause kept."""
     lease = Lease("job", "me", MemoryBackend(), SETTINGS)
     error = _chained_value_error()
     cause = error.__cause__
     with pytest.raises(ValueError) as info:
-        async with lease:
+        async with lease.host():
             assert await lease.acquire()
             raise error
     assert info.value is error

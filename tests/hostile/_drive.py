@@ -7,9 +7,9 @@ Two levels:
   call), judged against the oracle of the last reply the call received
   (:mod:`._checks`). This is where the volume of generated replies goes.
 - **core** (:func:`core_worker`): ``Lease.try_held()``, ``Lease.held(timeout=...)`` and
-  ``acquire()``/``release()`` inside ``async with lease:``, with a renewal period short enough
-  that renewals meet hostile replies too. At every grant the fake's *true* store must name our
-  identity with the grant's fencing token, and tokens of successive grants strictly increase.
+  ``acquire()``/``release()`` inside ``async with lease.host():``, with a renewal period short
+  enough that renewals meet hostile replies too. At every grant the fake's *true* store must name
+  our identity with the grant's fencing token, and tokens of successive grants strictly increase.
 
 Every call must end in a typed outcome within its time bound (derived from the settings plus
 :data:`~._checks.SLACK`) and send requests no faster than the bounds of :mod:`._checks`.
@@ -326,7 +326,7 @@ async def core_worker(
                 await anyio.sleep(body_time)
 
         async def acquire_release() -> None:
-            async with lease:
+            async with lease.host():
                 acquired = await run_call(lease.acquire, acquire_bound(settings) * 3)
                 _judge_step(target, tally, "acquire", name, acquired, acquire_bound(settings))
                 if acquired.exc is not None:
@@ -403,7 +403,7 @@ async def takeover_contender(
                 limit = watch_for + acquire_bound(settings) + T
             elif mode == "acquire":
                 async def run() -> None:
-                    async with lease:
+                    async with lease.host():
                         if await lease.acquire():
                             _check_grant(target, tally, "acquire", name, lease,
                                          _akka_token(lease), grants)

@@ -499,12 +499,12 @@ def _memory_config() -> dict[str, Any]:
 
 @pytest.mark.parametrize("host", ["lease", "provider"])
 async def test_a_body_error_leaves_the_host_scope_bare(host: str) -> None:
-    """``async with lease:`` / ``async with LeaseProvider(...)`` whose body raises ValueError
+    """``async with lease.host():`` / ``async with LeaseProvider(...)`` whose body raises ValueError
     (after acquire(), with the heartbeat running) raises that ValueError, not a group."""
     _, _, backend = _kube(lambda request: None)
     with pytest.raises(ValueError, match="the body's own") as info:
         if host == "lease":
-            async with backend, Lease("job", "me", backend, SETTINGS) as lease:
+            async with backend, Lease("job", "me", backend, SETTINGS).host() as lease:
                 assert await lease.acquire()
                 raise ValueError("the body's own error")
         else:

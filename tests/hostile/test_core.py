@@ -1,8 +1,9 @@
 """The core API against hostile servers: every grant is in the store, every call ends typed.
 
-``try_held()``, ``held(timeout=...)`` and ``acquire()``/``release()`` in ``async with lease:``
-run against the Kubernetes fake (both lease kinds) and the etcd fake at once, with R = 0.5 s
-so that renewals during each 1.25 s body meet hostile replies too. One lease per kind is in a
+``try_held()``, ``held(timeout=...)`` and ``acquire()``/``release()`` in
+``async with lease.host():`` run against the Kubernetes fake (both lease kinds) and the etcd fake
+at once, with R = 0.5 s so that renewals during each 1.25 s body meet hostile replies too. One
+lease per kind is in a
 "conflict storm": every write answered with a conflict while reads show it free, which a
 client must answer with paced retries, not a loop. Plausible lies (an absent
 holder or token, which the protocol reads as "free" or "0") are not generated here: the

@@ -38,6 +38,7 @@ import anyio
 import httpx
 
 from ..._abc import LeaseBackend, LeaseRecord
+from ..._endpoints import redact_url, url_problem
 from ..._exceptions import BackendAuthError, BackendError, ConflictError, LeaseConfigError
 from ..._settings import SECTION_KEYS
 from ..._wire import INT64_MAX
@@ -116,16 +117,17 @@ class EtcdBackend(LeaseBackend):
         if not endpoints:
             raise LeaseConfigError("etcd `endpoints` is empty: give at least one client URL")
         for endpoint in endpoints:
-            if not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://")):
+            if not isinstance(endpoint, str):
                 raise LeaseConfigError(
-                    f"etcd `endpoints`: {endpoint!r} is not an http:// or https:// URL"
+                    f"etcd `endpoints`: each is a URL string such as 'http://127.0.0.1:2379', "
+                    f"got {type(endpoint).__name__}"
                 )
-            try:
-                host = httpx.URL(endpoint).host
-            except httpx.InvalidURL:
-                host = ""
-            if not host:
-                raise LeaseConfigError(f"etcd `endpoints`: {endpoint!r} has no valid host")
+            problem = url_problem(endpoint, ("http", "https"))
+            if problem is not None:
+                raise LeaseConfigError(
+                    f"etcd `endpoints`: {redact_url(endpoint)!r} {problem}; give each endpoint "
+                    "as http://HOST:PORT or https://HOST:PORT (such as http://127.0.0.1:2379)"
+                )
         if not isinstance(prefix, str) or not prefix:
             raise LeaseConfigError("etcd `prefix` must be a non-empty string such as 'leases/'")
         if (username is None) != (password is None):

@@ -242,7 +242,12 @@ class EtcdClient:
                 reauthenticated = True
                 continue
             error = error_from_status(
-                status, answer, operation=path, endpoint=endpoint, prefix=self._prefix
+                status,
+                answer,
+                operation=path,
+                endpoint=endpoint,
+                prefix=self._prefix,
+                content=content,
             )
             if isinstance(error, BackendUnavailable):
                 self._move_on_from(endpoint)
@@ -291,6 +296,7 @@ class EtcdClient:
                     operation="auth/authenticate",
                     endpoint=endpoint,
                     prefix=self._prefix,
+                    content=content,
                 )
             where = f"auth/authenticate at {endpoint}"
             self._token = read_answer(content, where, read_token, write=False)
@@ -365,7 +371,8 @@ class EtcdClient:
             await self._authorize(endpoint, headers, timeout)
             async with self._stream(endpoint, body, headers, timeout) as response:
                 if response.status_code != 200:
-                    answer = error_body(await read_capped(response, MAX_ERROR_BODY))
+                    raw = await read_capped(response, MAX_ERROR_BODY)
+                    answer = error_body(raw)
                     if is_invalid_token(response.status_code, answer):
                         self._token = None
                     raise error_from_status(
@@ -374,6 +381,7 @@ class EtcdClient:
                         operation="watch",
                         endpoint=endpoint,
                         prefix=self._prefix,
+                        content=raw,
                     )
                 async for line in lines(response, where):
                     skipped = None if skip is None else skip(line)

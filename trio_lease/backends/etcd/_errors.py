@@ -132,13 +132,24 @@ def is_invalid_token(status: int, body: object) -> bool:
 
 
 def error_from_status(
-    status: int, body: object, *, operation: str, endpoint: str, prefix: str
+    status: int,
+    body: object,
+    *,
+    operation: str,
+    endpoint: str,
+    prefix: str,
+    content: bytes | None = None,
 ) -> BackendError:
-    """The exception for an error answer ``body`` (from :func:`error_body`) with ``status``."""
+    """The exception for an error answer ``body`` (from :func:`error_body`) with ``status``;
+    ``content``, the raw answer, says more when ``body`` is None (the answer is not etcd's)."""
     code, message = _code_and_message(status, body)
     name, kind = GRPC_CODES[code]
     lowered = message.lower()
     where = f"etcd {operation} at {endpoint}"
+    if body is None and content is not None and status != 200:
+        foreign = _not_etcd(status, content)
+        if foreign is not None:
+            return kind(f"{where} failed ({name}, HTTP {status}): {foreign}")
     excerpt = _excerpt(message)
     said = f"{name}: {excerpt}" if excerpt else f"{name}, HTTP {status}"
     if _BAD_PASSWORD in lowered:
@@ -163,3 +174,24 @@ def error_from_status(
             f"ROLE --prefix=true readwrite {prefix}`"
         )
     return kind(f"{where} failed ({said})")
+
+
+#: What Go's TLS server answers (in plain HTTP, status 400) to a plain-HTTP request.
+_HTTP_TO_HTTPS = b"Client sent an HTTP request to an HTTPS server"
+
+
+def _not_etcd(status: int, content: bytes) -> str | None:
+    """What an answer that is not etcd's JSON says about the server: a TLS server answering an
+    http:// request, or another HTTP server at the endpoint. None for a gateway's 502-504 page
+    (a proxy in front of etcd: transient, said as before)."""
+    if _HTTP_TO_HTTPS in content[:200]:
+        return (
+            "the server speaks TLS and was sent plain HTTP: use an https:// endpoint (with "
+            "`ca-file` for its CA), or check the port"
+        )
+    if status in (502, 503, 504):
+        return None
+    return (
+        "the answer is not etcd's (no JSON error body), so the server there is not etcd's gRPC "
+        "gateway: check the endpoint's host and port (etcd's client URL, port 2379 by default)"
+    )

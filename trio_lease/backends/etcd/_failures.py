@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import httpx
 
+from ..._connect import reply_problem
 from ..._exceptions import BackendProtocolError, BackendUnavailable, LeaseConfigError
 
 __all__ = [
@@ -66,6 +67,13 @@ def after_sending(exc: Exception, where: str, *, write: bool) -> BackendUnavaila
     if isinstance(exc, httpx.DecodingError):
         return BackendProtocolError(
             f"etcd's answer to {where} could not be decoded (its Content-Encoding){outcome}"
+        )
+    endpoint = where.rpartition(" at ")[2]
+    problem = reply_problem(exc, endpoint)
+    if problem is not None:
+        return BackendUnavailable(
+            f"etcd {where} failed after the request was sent ({type(exc).__name__}): "
+            f"{problem}{outcome}"
         )
     return BackendUnavailable(
         f"etcd {where} failed after the request was sent ({type(exc).__name__}){outcome}"

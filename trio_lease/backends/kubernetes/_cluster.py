@@ -26,8 +26,7 @@ import functools
 import urllib.parse
 from pathlib import Path
 
-import httpx
-
+from ..._endpoints import SERVER_SCHEMES, checked_url, redact_url, url_problem
 from ..._exceptions import LeaseConfigError
 from ._names import validate_namespace
 
@@ -45,58 +44,8 @@ __all__ = [
 
 #: client-go re-reads a token file every minute; so do we, and at once after a 401.
 DEFAULT_TOKEN_REFRESH = 60.0
-SERVER_SCHEMES = ("https", "http")
 #: The proxy schemes httpx speaks (SOCKS needs its ``socks`` extra).
 PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
-
-
-def redact_url(url: str) -> str:
-    """``url`` for messages and reprs: any user info (``user:password@``) becomes ``***@``.
-
-    Conservative on purpose: everything between the scheme and the *last* ``@`` goes, so a
-    malformed URL (no ``//``, a ``/`` inside the password) shows no secret either.
-    """
-    if "@" not in url:
-        return url
-    scheme, separator, rest = url.partition("://")
-    if not separator:
-        scheme, rest = "", url
-    return f"{scheme}{separator}***@{rest.rpartition('@')[2]}"
-
-
-def url_problem(url: str, schemes: tuple[str, ...] = SERVER_SCHEMES) -> str | None:
-    """What is wrong with ``url`` as a server or proxy URL (None: nothing), never quoting it.
-
-    It must be ``scheme://host[:port][/path]`` with a scheme of ``schemes``, a host without
-    spaces or control characters, and, if given, a port from 1 to 65535.
-    """
-    wanted = " or ".join(f"{scheme}://" for scheme in schemes)
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:  # an unclosed IPv6 bracket
-        return f"is not a URL; write it as {schemes[0]}://HOST:PORT"
-    if not url.startswith(tuple(f"{scheme}://" for scheme in schemes)) or not parts.netloc:
-        return f"must be an {wanted} URL (with a host)"
-    host = parts.hostname or ""
-    if not host or any(c.isspace() or not c.isprintable() for c in host):
-        return "names no usable host"
-    port = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
-    if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-        return f"has port {port!r}, which is not a number from 1 to 65535"
-    try:
-        httpx.URL(url)
-    except httpx.InvalidURL:
-        return "is not a URL the HTTP client can use"
-    return None
-
-
-def checked_url(url: str, key: str, where: str, schemes: tuple[str, ...] = SERVER_SCHEMES) -> str:
-    """``url`` if :func:`url_problem` finds nothing, else a :class:`LeaseConfigError` naming the
-    ``key`` and ``where`` it was configured, showing the URL without its user info."""
-    problem = url_problem(url, schemes)
-    if problem is not None:
-        raise LeaseConfigError(f"the {key} URL {redact_url(url)!r} {problem} ({where}); fix {key}")
-    return url
 
 
 @dataclasses.dataclass(frozen=True)

@@ -48,7 +48,7 @@ import ssl
 import httpx
 
 from ... import _wire
-from ..._connect import certificate_problem, connect_problem
+from ..._connect import certificate_problem, connect_problem, reply_problem
 from ..._exceptions import (
     BackendAuthError,
     BackendError,
@@ -382,6 +382,9 @@ def map_transport_error(exc: BaseException, ctx: RequestContext) -> LeaseError:
         what = "could not connect to the API server"
     elif isinstance(exc, httpx.TransportError | OSError):
         what = f"lost the connection ({type(exc).__name__})"
+        problem = reply_problem(exc, ctx.server) if ctx.server else None
+        if problem is not None:
+            what += f": {problem}"
     elif isinstance(exc, httpx.DecodingError | ValueError):
         what = "got an answer that is not valid JSON"
     else:

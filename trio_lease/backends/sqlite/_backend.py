@@ -53,8 +53,8 @@ from ..._wire import Malformed
 from ...abc import Changes, Emit
 from ._errors import translate
 from ._feed import SqliteFeed
-from ._file import default_path, rollback
-from ._identity import DatabaseFile
+from ._file import check_folder, default_path, rollback
+from ._identity import DatabaseFile, NoDatabase
 from ._rows import COLUMNS, issued, lease_name, record_from_row, storable, storable_and_read
 
 __all__ = ["SqliteBackend"]
@@ -132,7 +132,13 @@ def _copy(error: LeaseError) -> LeaseError:
 
 
 class SqliteBackend(LeaseBackend):
-    """Leases in one SQLite file (default: :func:`default_path`); see the package docstring."""
+    """Leases in one SQLite file (default: :func:`default_path`); see the package docstring.
+
+    A ``path`` given must be in an existing folder (:class:`LeaseConfigError` at once if not);
+    only the default path's folder is created. ``create=False`` opens only an existing database
+    and never creates a folder, file or table: reads of a missing one find no leases, writes and
+    watches raise :class:`LeaseConfigError`.
+    """
 
     supports_watch: bool = True
 
@@ -140,6 +146,7 @@ class SqliteBackend(LeaseBackend):
         self,
         path: str | os.PathLike[str] | None = None,
         *,
+        create: bool = True,
         busy_timeout: float = 5.0,
         watch_interval: float = 0.05,
     ) -> None:
@@ -149,13 +156,24 @@ class SqliteBackend(LeaseBackend):
         )
         if "\0" in str(self.path):
             raise LeaseConfigError("the SQLite database path contains a NUL character")
+        if not isinstance(create, bool):
+            raise LeaseConfigError(f"create must be True or False, got {create!r}")
+        if path is not None:
+            check_folder(self.path, "the SQLite backend's path")
         if not (0 < busy_timeout < math.inf and 0 < watch_interval < math.inf):
             raise LeaseConfigError("busy_timeout and watch_interval must be positive seconds")
+        #: Whether this object may create the database (file and tables; for the default path,
+        #: its folder too). With False it only opens an existing one: reads of a missing
+        #: database find no leases, writes and watches raise LeaseConfigError, nothing is ever
+        #: created.
+        self.may_create: bool = create
         #: Seconds a write waits for another connection's write lock (SQLite's busy timeout).
         self.busy_timeout: float = busy_timeout
         #: Seconds between two polls of a watch.
         self.watch_interval: float = watch_interval
-        self._file = DatabaseFile(self.path, busy_timeout)
+        self._file = DatabaseFile(
+            self.path, busy_timeout, create=create, make_folder=path is None
+        )
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -164,8 +182,9 @@ class SqliteBackend(LeaseBackend):
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
-        """Build from a provider section: keys ``path``, ``busy-timeout``, ``watch-interval``."""
-        known = {"path", "busy-timeout", "watch-interval"}
+        """Build from a provider section: keys ``path``, ``create``, ``busy-timeout``,
+        ``watch-interval``."""
+        known = {"path", "create", "busy-timeout", "watch-interval"}
         unknown = sorted(set(config) - known)
         if unknown:
             raise LeaseConfigError(
@@ -174,6 +193,7 @@ class SqliteBackend(LeaseBackend):
         try:
             return cls(
                 config.get("path"),
+                create=config.get("create", True),
                 busy_timeout=parse_duration(config.get("busy-timeout", 5.0)),
                 watch_interval=parse_duration(config.get("watch-interval", 0.05)),
             )
@@ -244,7 +264,10 @@ class SqliteBackend(LeaseBackend):
 
     async def get(self, name: str) -> LeaseRecord | None:
         name = lease_name(name)
-        return await self._run(lambda conn: self._select(conn, name))
+        try:
+            return await self._run(lambda conn: self._select(conn, name))
+        except NoDatabase:  # create=False and no database yet: no lease, nothing created
+            return None
 
     async def names(self) -> list[str]:
         """Names of every lease in the file (for ``trio-lease status``); every row is checked."""
@@ -260,7 +283,10 @@ class SqliteBackend(LeaseBackend):
                 rollback(conn)
             return [record_from_row(row, self.path).name for row in rows]
 
-        return await self._run(read)
+        try:
+            return await self._run(read)
+        except NoDatabase:  # create=False and no database yet: no lease, nothing created
+            return []
 
     async def create(self, record: LeaseRecord) -> LeaseRecord:
         values = storable(record, self.path)

@@ -38,7 +38,7 @@ from ..._exceptions import BackendUnavailable, LeaseConfigError
 from ..._paths import user_path
 from ._rows import ADDED_COLUMNS, LEASE_COLUMNS, decode_text
 
-__all__ = ["TRIGGERS", "connect", "default_path", "rollback"]
+__all__ = ["TRIGGERS", "check_folder", "connect", "default_path", "rollback"]
 
 logger = logging.getLogger("trio_lease")
 
@@ -147,7 +147,30 @@ def rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
-def _prepare_directory(path: Path) -> None:
+def check_folder(path: Path, where: str) -> None:
+    """LeaseConfigError naming ``where`` unless ``path``'s folder exists (a path given by a
+    person: only the default location's folder is created, :func:`default_path`)."""
+    parent = path.parent
+    if os.path.isdir(parent):
+        return
+    if os.path.lexists(parent):
+        problem = "is not a folder"
+    else:
+        problem = "does not exist"
+        try:
+            for ancestor in parent.parents:
+                if os.path.lexists(ancestor) and not os.path.isdir(ancestor):
+                    problem = f"does not exist: {ancestor} is a file, not a folder"
+                    break
+        except OSError:
+            pass
+    raise LeaseConfigError(
+        f"{where} {str(path)!r}: the folder {parent} {problem}; create the folder first, or "
+        "choose a path in an existing one (only the default location's folder is created)"
+    )
+
+
+def _prepare_directory(path: Path, *, make_folder: bool) -> None:
     parent = path.parent
     where = f"the directory {parent} for the SQLite lease database {path}"
     if os.path.isdir(path):
@@ -155,6 +178,9 @@ def _prepare_directory(path: Path) -> None:
             f"{path} is a directory; the SQLite backend needs the path of a database "
             f"file, such as {path / 'leases.sqlite3'}"
         )
+    if not make_folder:
+        check_folder(path, "the SQLite lease database")
+        return
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
@@ -173,18 +199,24 @@ def _prepare_directory(path: Path) -> None:
 
 @overload
 def connect(
-    path: Path, busy_timeout: float, *, create: Literal[True] = True
+    path: Path, busy_timeout: float, *, create: Literal[True] = True, make_folder: bool = True
 ) -> sqlite3.Connection: ...
 @overload
-def connect(path: Path, busy_timeout: float, *, create: bool) -> sqlite3.Connection | None: ...
-def connect(path: Path, busy_timeout: float, *, create: bool = True) -> sqlite3.Connection | None:
+def connect(
+    path: Path, busy_timeout: float, *, create: bool, make_folder: bool = True
+) -> sqlite3.Connection | None: ...
+def connect(
+    path: Path, busy_timeout: float, *, create: bool = True, make_folder: bool = True
+) -> sqlite3.Connection | None:
     """A connection to the database at ``path``, with our tables (raises ``sqlite3.Error``).
 
-    Only with ``create`` are the directory, the file and our tables made: without it a missing
-    file fails to open (``mode=rw``) and a file without tables gives None, written to in no way.
+    Only with ``create`` are the file and our tables made (and the directory, with
+    ``make_folder``; without it a missing one is a LeaseConfigError): without ``create`` a
+    missing file fails to open (``mode=rw``) and a file without tables gives None, written to
+    in no way.
     """
     if create:
-        _prepare_directory(path)
+        _prepare_directory(path, make_folder=make_folder)
         target = os.fspath(path)
         target = "./:memory:" if target == ":memory:" else target  # a file, never in memory
     else:

@@ -41,7 +41,7 @@ from typing import Final, Literal
 from ..._exceptions import BackendUnavailable, LeaseConfigError
 from ._file import connect
 
-__all__ = ["DatabaseFile"]
+__all__ = ["DatabaseFile", "NoDatabase"]
 
 Identity = tuple[int, int]
 Loss = Literal["removed", "replaced", "rewound"]
@@ -76,6 +76,19 @@ def _gone(path: Path) -> bool:
         return False
 
 
+class NoDatabase(LeaseConfigError):
+    """There is no lease database at the path, and this backend object may not create one
+    (``SqliteBackend(path, create=False)``): reads find no leases, a write raises this."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(
+            f"there is no SQLite lease database at {path} (no file, or a file without its "
+            "tables), and this backend was opened with create=False, which never creates one: "
+            "open it with create=True to write, or check the path"
+        )
+        self.path = path
+
+
 class DatabaseFile:
     """The one file a backend object uses for its whole life, and the connections on it.
 
@@ -92,9 +105,15 @@ class DatabaseFile:
     (a restart) is the operator's choice to continue.
     """
 
-    def __init__(self, path: Path, busy_timeout: float) -> None:
+    def __init__(
+        self, path: Path, busy_timeout: float, *, create: bool = True, make_folder: bool = True
+    ) -> None:
         self.path = path
         self.busy_timeout = busy_timeout
+        #: Whether the first open may create the file and our tables (else :class:`NoDatabase`).
+        self.create = create
+        #: Whether the first open may create the file's folder (the default location only).
+        self.make_folder = make_folder
         #: The highest value of the file's version counter read or written through this object
         #: (0 before any). Read it before a statement that reads the counter, and pass it, with
         #: the value read, to :meth:`check_counter`.
@@ -154,7 +173,10 @@ class DatabaseFile:
             before = _identity(self.path)
         except OSError:
             before = None  # connect reports what is wrong with the path
-        conn = connect(self.path, self.busy_timeout)
+        if self.create:
+            conn = connect(self.path, self.busy_timeout, make_folder=self.make_folder)
+        else:
+            conn = self._open_existing()
         after = _identity_or_none(self.path)
         with self._lock:
             if self._identity is None and after is not None and before in (None, after):
@@ -169,6 +191,18 @@ class DatabaseFile:
                 "the next call opens it again"
             )
         raise self._lose("removed" if after is None else "replaced")
+
+    def _open_existing(self) -> sqlite3.Connection:
+        """The first open without ``create``: :class:`NoDatabase` for no file or no tables."""
+        try:
+            conn = connect(self.path, self.busy_timeout, create=False)
+        except sqlite3.OperationalError:
+            if _gone(self.path):
+                raise NoDatabase(self.path) from None
+            raise
+        if conn is None:
+            raise NoDatabase(self.path)
+        return conn
 
     def _reopen(self, known: Identity) -> sqlite3.Connection:
         """Open the file recorded as ``known`` again, never creating anything.
