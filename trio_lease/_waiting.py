@@ -259,16 +259,7 @@ class Waiter:
                 wakeup.set()
             known[0] = state
 
-        await hub.follow(self._state.name, receive, first=self._read_quietly)
-
-    async def _read_quietly(self) -> LeaseRecord | None:
-        """The watch's first state: a bounded read, whose failure only logs (see follow)."""
-        with anyio.fail_after(self._state.settings.lease_operation_timeout):
-            record = await self._state.backend.get(self._state.name)
-        if record is not None and not isinstance(record, LeaseRecord):
-            raise TypeError(f"{self._state.backend!r} returned {type(record).__name__} from get")
-        return record
-
+        await hub.follow(self._state.name, receive, first=self._reader.read)
 
 def _may_end_the_wait(before: LeaseRecord | None, after: LeaseRecord | None) -> bool:
     """Whether a change from ``before`` to ``after`` can let a waiting contender in now.

@@ -229,7 +229,7 @@ class GrantWriter:
             anyio.move_on_after(self._state.settings.lease_operation_timeout),  # noqa: ASYNC912  bounds backend calls
         ):
             try:
-                current = await self._state.backend.get(self._state.name)
+                current = await self._reader.read()
                 if not algo.still_ours(current, self._state.identity, intended.fencing_token):
                     return None
                 assert current is not None
@@ -282,8 +282,7 @@ class GrantWriter:
                 for conflicts in range(MAX_CONFLICTS):
                     if conflicts:
                         await _after_conflicts(conflicts)
-                    current = await self._state.backend.get(self._state.name)
-                    self._state.observe(current)
+                    current = await self._reader.read()
                     if not algo.still_ours(current, holding.identity, holding.token):
                         return False
                     assert current is not None
