@@ -163,7 +163,7 @@ class SharedWatch:
                 if first is not None:
                     try:
                         state = await first()
-                    except Exception as exc:
+                    except Exception as exc:  # a hint only: the feed or the caller reads again
                         logger.debug("lease %r: first read of a watch failed: %s", name, exc)
                     else:
                         # Delivered on its own, not put: a state the feed published while the
@@ -217,7 +217,7 @@ class SharedWatch:
             self.runs += 1
             try:
                 await self.feed.run(self._watched, self.publish)
-            except Exception as exc:
+            except Exception as exc:  # the backend's feed: told to every subscriber, then rerun
                 error = exc
                 if isinstance(exc, ExceptionGroup):  # from the feed's task group
                     single = sole_error(exc)

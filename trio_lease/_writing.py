@@ -131,7 +131,7 @@ class GrantWriter:
                 ) from None
             except LeaseError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # the SPI boundary: a backend bug, made typed and chained
                 raise untyped(
                     exc, self._state.backend, f"writing lease {self._state.name!r}"
                 ) from exc
@@ -238,7 +238,7 @@ class GrantWriter:
                         algo.release_record(current, self._state.wall_clock()), current.version
                     )
                 return current
-            except Exception as exc:
+            except Exception as exc:  # cleanup, shielded: whatever failed, it expires after L
                 logger.warning(
                     "lease %r: could not resolve an acquire whose outcome is unknown (%s); "
                     "if it landed, the lease expires after the heartbeat timeout",
@@ -303,7 +303,7 @@ class GrantWriter:
                     MAX_CONFLICTS,
                 )
                 return False
-            except Exception as exc:
+            except Exception as exc:  # cleanup, shielded: logged below, raised typed if asked
                 error = exc
         message = (
             f"releasing lease {self._state.name!r} "
