@@ -125,7 +125,7 @@ async def _forward_watch(
             )
     except LeaseError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # the SPI boundary: a backend's own bug, made typed and chained
         single = sole_error(exc) if isinstance(exc, ExceptionGroup) else exc
         if isinstance(single, LeaseError):
             reraise(single)

@@ -41,6 +41,7 @@ from ._abc import LeaseBackend, LeaseRecord
 from ._bodies import BodyScopes
 from ._exceptions import ConflictError
 from ._observer import LeaseInfo, LeaseObserver, everywhere, notify
+from ._per_loop import PerLoop
 from ._settings import LeaseSettings
 from ._shared_watch import FeedFailure, SharedWatch, shared_watch
 from ._slots import urgent
@@ -52,8 +53,8 @@ logger = logging.getLogger("trio_lease")
 #: Longest pause after a watch event that a read showed to be no loss, before the next read.
 CONFIRM_PAUSE = 0.25
 
-#: Live grants of this process, by (store key, lease name, owner identity).
-registry: dict[tuple[Hashable, str, str], Holding] = {}
+#: Live grants of this event loop, by (store key, lease name, owner identity).
+registry: PerLoop[tuple[Hashable, str, str], Holding] = PerLoop("trio_lease.holdings", dict)
 
 
 class Holding:

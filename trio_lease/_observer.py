@@ -119,7 +119,7 @@ def notify(own: tuple[LeaseObserver, ...], step: str, lease: LeaseInfo, **detail
     for observer in (*own, *_everywhere):
         try:
             getattr(observer, step)(lease, **details)
-        except Exception:
+        except Exception:  # an observer is the user's code: its bug is logged, the lease goes on
             logger.exception("lease %r: observer %r failed in %s", lease.name, observer, step)
 
 

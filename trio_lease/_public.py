@@ -50,7 +50,7 @@ def _resolve_annotations(cls: type) -> None:
         return
     try:
         hints = typing.get_type_hints(cls, include_extras=True)
-    except Exception:  # a name imported for type checking only: unresolvable before, too
+    except NameError:  # a name imported for type checking only: unresolvable before, too
         return
     cls.__annotations__ = {name: hints.get(name, value) for name, value in own.items()}
     if dataclasses.is_dataclass(cls):

@@ -42,7 +42,7 @@ class RecordReader:
                 record = await self._state.backend.get(self._state.name)
         except LeaseError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # the SPI boundary: a backend's own bug, made typed and chained
             raise untyped(
                 exc, self._state.backend, f"reading lease {self._state.name!r}"
             ) from exc

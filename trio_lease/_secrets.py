@@ -10,7 +10,11 @@ path stays as fast as it was.
 
 What is kept: the latest :data:`SENT_KEPT` distinct secrets sent, process-wide (every backend
 shares them), only in memory, least recently sent dropped first; sending a secret again makes
-it the newest, so a secret in use is not pushed out by others' rotations.
+it the newest, so a secret in use is not pushed out by others' rotations. Process-wide on
+purpose, unlike the registries kept per event loop (:mod:`._per_loop`): the list holds strings,
+not a loop's locks or tasks, a lock guards it across threads, and text quoted on one loop must
+have every secret of the process cut, whichever loop sent it (redaction also runs outside any
+event loop).
 
 Forms: a secret is also cut as the request carried it or as a server would print it back: JSON
 string escapes (``\\u00e4``, ``\\"``, as our request bodies encode it), percent-encoding

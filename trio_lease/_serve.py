@@ -164,7 +164,7 @@ class ProbeServer:
                         raise TypeError(f"cannot accept from a {type(one).__name__}")
                 for one in listeners:
                     tg.start_soon(self._accept_loop, one, tg)
-        except Exception:
+        except Exception:  # a probe server never raises into the program whose lease it reports
             logger.warning(
                 "probe server: stopped by an error; the lease goes on without it", exc_info=True
             )

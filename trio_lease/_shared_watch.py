@@ -16,8 +16,9 @@ feed up, and a burst of changes wakes it once); a subscription can filter states
 wake it (a holder ignores its own renewals). Feed failures that retrying cannot fix wake every
 subscriber with :class:`FeedFailure`; the feed runs again after a pause.
 
-One hub per backend object while it has subscribers (its locks and events belong to the event
-loop that made them); the feed object, with its resume point, lives as long as the backend.
+One hub per backend object and event loop while it has subscribers (its locks and events belong
+to the event loop that made them); the feed object, with its resume point, lives as long as the
+backend, one per event loop too (:mod:`._per_loop`): two loops in two threads never share one.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import anyio
 from ._abc import LeaseBackend, LeaseRecord, Watched, WatchFeed
 from ._feed import PerNameFeed
 from ._host import sole_error
+from ._per_loop import PerLoop
 
 __all__ = ["FeedFailure", "SharedWatch", "shared_watch"]
 
@@ -40,8 +42,10 @@ logger = logging.getLogger("trio_lease")
 #: Pause before running a feed again after it failed or returned.
 RERUN_PAUSE: Final = 1.0
 
-_hubs: weakref.WeakKeyDictionary[LeaseBackend, SharedWatch] = weakref.WeakKeyDictionary()
-_feeds: weakref.WeakKeyDictionary[LeaseBackend, WatchFeed] = weakref.WeakKeyDictionary()
+#: The hub of each backend object, per event loop (a hub's locks and tasks are its loop's).
+_hubs: PerLoop[LeaseBackend, SharedWatch] = PerLoop("trio_lease.hubs", weakref.WeakKeyDictionary)
+#: The feed of each backend object, per event loop; kept while the backend lives.
+_feeds: PerLoop[LeaseBackend, WatchFeed] = PerLoop("trio_lease.feeds", weakref.WeakKeyDictionary)
 
 
 class FeedFailure:
@@ -159,7 +163,7 @@ class SharedWatch:
                 if first is not None:
                     try:
                         state = await first()
-                    except Exception as exc:
+                    except Exception as exc:  # a hint only: the feed or the caller reads again
                         logger.debug("lease %r: first read of a watch failed: %s", name, exc)
                     else:
                         # Delivered on its own, not put: a state the feed published while the
@@ -213,7 +217,7 @@ class SharedWatch:
             self.runs += 1
             try:
                 await self.feed.run(self._watched, self.publish)
-            except Exception as exc:
+            except Exception as exc:  # the backend's feed: told to every subscriber, then rerun
                 error = exc
                 if isinstance(exc, ExceptionGroup):  # from the feed's task group
                     single = sole_error(exc)

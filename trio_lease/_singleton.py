@@ -136,12 +136,15 @@ class Singleton:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 self._subscribers.remove(subscriber)
 
-    async def states(self) -> AsyncIterator[SingletonState]:  # noqa: ASYNC900  every yield stands outside any scope
+    async def states(self) -> AsyncIterator[SingletonState]:  # noqa: ASYNC900  no scope, no await in finally
         """Yield the current state, then every change, until the runner stops."""
         send, receive = anyio.create_memory_object_stream[SingletonState](math.inf)
         self._subscribers.append(send)
         # Every yield stands outside any scope (no task, no timer, no `with`): the caller's
-        # loop body runs under the caller's scopes only. The finally has no await.
+        # loop body runs under the caller's scopes only. The finally has no await, so a caller
+        # that drops the iterator without closing it loses nothing: whenever the generator is
+        # finalised, the subscription is removed the same way. (So no producer task is needed,
+        # as a Changes stream has: the states come from this object, not from a backend.)
         try:
             state = self._state
             while True:

@@ -82,11 +82,11 @@ class Waiter:
         """While waiting and the backend fails: the error of the last attempt, else None."""
         return self._last_error if self._failing_since is not None else None
 
-    async def acquire(self, timeout: float | None) -> Holding:
-        """Attempt until granted (the new hold) or ``timeout`` passes (:class:`AcquireTimeout`)."""
+    async def acquire(self, wait_for: float | None) -> Holding:
+        """Attempt until granted (the new hold) or ``wait_for`` s pass (:class:`AcquireTimeout`)."""
         box: list[Holding] = []
         try:
-            await self._wait_for_grant(timeout, box)
+            await self._wait_for_grant(wait_for, box)
         except BaseException:
             # Cancelled after the grant was written but before the caller got it: release it
             # before the cancellation propagates (shielded and bounded inside _drop_hold).
@@ -103,19 +103,19 @@ class Waiter:
                 failing = self._state.clock() - self._failing_since
                 detail += f"; the backend has been failing for {failing:.1f} s, last error: {last}"
             raise AcquireTimeout(
-                f"lease {self._state.name!r} was not acquired within {timeout:g} s ({detail})",
+                f"lease {self._state.name!r} was not acquired within {wait_for:g} s ({detail})",
                 last_error=last,
             )
         return box[0]
 
-    async def _wait_for_grant(self, timeout: float | None, box: list[Holding]) -> None:
+    async def _wait_for_grant(self, wait_for: float | None, box: list[Holding]) -> None:
         self._failing_since = None
         self._last_error = None
         self._warned_at = None
         self._state.wait_started = self._state.clock()
         error: list[Exception] = []
         try:
-            with anyio.move_on_after(infinite_or(timeout)):  # noqa: ASYNC912  a deadline; the awaits in it checkpoint
+            with anyio.move_on_after(infinite_or(wait_for)):  # noqa: ASYNC912  a deadline; the awaits in it checkpoint
                 async with anyio.create_task_group() as tg:
                     try:
                         await self._wait_loop(tg, box)
@@ -259,16 +259,7 @@ class Waiter:
                 wakeup.set()
             known[0] = state
 
-        await hub.follow(self._state.name, receive, first=self._read_quietly)
-
-    async def _read_quietly(self) -> LeaseRecord | None:
-        """The watch's first state: a bounded read, whose failure only logs (see follow)."""
-        with anyio.fail_after(self._state.settings.lease_operation_timeout):
-            record = await self._state.backend.get(self._state.name)
-        if record is not None and not isinstance(record, LeaseRecord):
-            raise TypeError(f"{self._state.backend!r} returned {type(record).__name__} from get")
-        return record
-
+        await hub.follow(self._state.name, receive, first=self._reader.read)
 
 def _may_end_the_wait(before: LeaseRecord | None, after: LeaseRecord | None) -> bool:
     """Whether a change from ``before`` to ``after`` can let a waiting contender in now.
@@ -298,15 +289,15 @@ class _Wakeup:
     def set(self) -> None:
         self._event.set()
 
-    async def wait(self, timeout: float, *, quiet: float = 0.0) -> bool:
-        """Wait up to ``timeout``; True if a watch event ended the wait.
+    async def wait(self, budget: float, *, quiet: float = 0.0) -> bool:
+        """Wait up to ``budget`` seconds; True if a watch event ended the wait.
 
         ``quiet``: seconds at the start during which an event does not end the wait (it is
         kept, and ends it right after).
         """
         if quiet > 0:
-            await anyio.sleep(min(quiet, timeout))
-        with anyio.move_on_after(timeout - quiet):
+            await anyio.sleep(min(quiet, budget))
+        with anyio.move_on_after(budget - quiet):
             await self._event.wait()
         woken = self._event.is_set()
         self._event = anyio.Event()

@@ -131,7 +131,7 @@ class GrantWriter:
                 ) from None
             except LeaseError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # the SPI boundary: a backend bug, made typed and chained
                 raise untyped(
                     exc, self._state.backend, f"writing lease {self._state.name!r}"
                 ) from exc
@@ -229,7 +229,7 @@ class GrantWriter:
             anyio.move_on_after(self._state.settings.lease_operation_timeout),  # noqa: ASYNC912  bounds backend calls
         ):
             try:
-                current = await self._state.backend.get(self._state.name)
+                current = await self._reader.read()
                 if not algo.still_ours(current, self._state.identity, intended.fencing_token):
                     return None
                 assert current is not None
@@ -238,7 +238,7 @@ class GrantWriter:
                         algo.release_record(current, self._state.wall_clock()), current.version
                     )
                 return current
-            except Exception as exc:
+            except Exception as exc:  # cleanup, shielded: whatever failed, it expires after L
                 logger.warning(
                     "lease %r: could not resolve an acquire whose outcome is unknown (%s); "
                     "if it landed, the lease expires after the heartbeat timeout",
@@ -282,8 +282,7 @@ class GrantWriter:
                 for conflicts in range(MAX_CONFLICTS):
                     if conflicts:
                         await _after_conflicts(conflicts)
-                    current = await self._state.backend.get(self._state.name)
-                    self._state.observe(current)
+                    current = await self._reader.read()
                     if not algo.still_ours(current, holding.identity, holding.token):
                         return False
                     assert current is not None
@@ -304,7 +303,7 @@ class GrantWriter:
                     MAX_CONFLICTS,
                 )
                 return False
-            except Exception as exc:
+            except Exception as exc:  # cleanup, shielded: logged below, raised typed if asked
                 error = exc
         message = (
             f"releasing lease {self._state.name!r} "

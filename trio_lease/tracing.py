@@ -75,7 +75,7 @@ def _loop_now() -> float:
     """The event loop's clock (observers run inline in a lease's task, so there is one)."""
     try:
         return anyio.current_time()
-    except Exception:  # no event loop: an observer called by hand
+    except RuntimeError:  # no event loop (anyio's NoEventLoopError): an observer called by hand
         return time.monotonic()
 
 

@@ -295,7 +295,7 @@ async def test_a_lean_watch_stream_ends_at_its_read_timeout_with_a_typed_error()
             params = {"watch": "1", "resourceVersion": "0", "timeoutSeconds": "60"}
             with anyio.fail_after(10), pytest.raises(BackendUnavailable, match="timed out"):
                 async with api.stream(
-                    api.collection_path(), params, ctx, timeout=httpx.Timeout(5, read=0.3)
+                    api.collection_path(), params, ctx, limits=httpx.Timeout(5, read=0.3)
                 ) as response:
                     assert response.status_code == 200
                     async for _ in response.aiter_bytes():

@@ -146,10 +146,10 @@ class EtcdClient:
         path: str,
         body: dict[str, Any],
         headers: dict[str, str],
-        timeout: httpx.Timeout,
+        bounds: httpx.Timeout,
     ) -> tuple[int, bytes]:
         """One POST of ``body`` as JSON to ``endpoint``: the status and the raw answer."""
-        connect, read = timeout.connect or self._connect_timeout, timeout.read
+        connect, read = bounds.connect or self._connect_timeout, bounds.read
         with anyio.fail_after(connect + (read if read is not None else self._request_timeout)):
             reply = await self._seam(endpoint).request(
                 "POST",
@@ -268,14 +268,14 @@ class EtcdClient:
         slots = self._slots
         await slots.acquire()  # renewals first; bounded by the caller's deadline
         try:
-            timeout, headers = self._timeouts(stream=False)
-            await self._authorize(endpoint, headers, timeout)
-            return await self._send(endpoint, path, body, headers, timeout)
+            bounds, headers = self._timeouts(stream=False)
+            await self._authorize(endpoint, headers, bounds)
+            return await self._send(endpoint, path, body, headers, bounds)
         finally:
             slots.release()
 
     async def _authorize(
-        self, endpoint: str, headers: dict[str, str], timeout: httpx.Timeout
+        self, endpoint: str, headers: dict[str, str], bounds: httpx.Timeout
     ) -> None:
         """Add the auth token to ``headers``, fetching one with username/password if needed."""
         if self._username is None:
@@ -287,7 +287,7 @@ class EtcdClient:
                 "auth/authenticate",
                 {"name": self._username, "password": self._password or ""},
                 headers,
-                timeout,
+                bounds,
             )
             if status != 200:
                 raise error_from_status(
@@ -307,14 +307,14 @@ class EtcdClient:
 
     @contextlib.asynccontextmanager
     async def _stream(
-        self, endpoint: str, body: dict[str, Any], headers: dict[str, str], timeout: httpx.Timeout
+        self, endpoint: str, body: dict[str, Any], headers: dict[str, str], bounds: httpx.Timeout
     ) -> AsyncIterator[httpx.Response | LeanStream]:
         """Open the watch stream: on the lean client's own connection (the reader unary calls
         use), or through httpx when a transport was injected. Both raise httpx's errors."""
         seam = self._seam(endpoint)
         if not isinstance(seam, LeanClient):
             async with self._http.stream(
-                "POST", f"{endpoint}{API}/watch", json=body, headers=headers, timeout=timeout
+                "POST", f"{endpoint}{API}/watch", json=body, headers=headers, timeout=bounds
             ) as response:
                 yield response
             return
@@ -323,7 +323,7 @@ class EtcdClient:
             f"{API}/watch",
             headers=[*headers.items(), ("Content-Type", "application/json")],
             body=json.dumps(body, separators=(",", ":")).encode(),
-            connect_timeout=timeout.connect,
+            connect_timeout=bounds.connect,
         )
         try:
             yield stream
@@ -353,7 +353,7 @@ class EtcdClient:
         """
         endpoint = self.endpoints[self._current]
         where = f"watch{subject} at {endpoint}"
-        timeout, headers = self._timeouts(stream=True)
+        bounds, headers = self._timeouts(stream=True)
         request: dict[str, Any] = {"key": b64(key), "start_revision": str(start_revision)}
         if range_end is not None:
             request |= {"range_end": b64(range_end), "progress_notify": True}
@@ -368,8 +368,8 @@ class EtcdClient:
 
         failure: LeaseError
         try:
-            await self._authorize(endpoint, headers, timeout)
-            async with self._stream(endpoint, body, headers, timeout) as response:
+            await self._authorize(endpoint, headers, bounds)
+            async with self._stream(endpoint, body, headers, bounds) as response:
                 if response.status_code != 200:
                     raw = await read_capped(response, MAX_ERROR_BODY)
                     answer = error_body(raw)

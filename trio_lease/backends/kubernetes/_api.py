@@ -237,11 +237,11 @@ class KubeApi:
         params: dict[str, str],
         ctx: RequestContext,
         *,
-        timeout: httpx.Timeout | None = None,
+        limits: httpx.Timeout | None = None,
     ) -> AsyncIterator[Streamed]:
         """A streamed GET, opened within the request timeout; closed on exit.
 
-        ``timeout``: httpx's timeouts for the stream (default: the client's). On the lean
+        ``limits``: httpx's timeouts for the stream (default: the client's). On the lean
         client (no proxy, no injected transport) its read timeout bounds the whole stream
         instead of each read: one timer per stream, not one per event, and a server that
         keeps a watch open past its ``timeoutSeconds`` (with bookmarks, say) cannot keep it
@@ -250,7 +250,7 @@ class KubeApi:
         """
         lease = self._lease()
         if lease.lean:
-            async with self._lean_stream(lease, path, params, ctx, timeout) as lean:
+            async with self._lean_stream(lease, path, params, ctx, limits) as lean:
                 yield lean
             return
         client = lease.client
@@ -258,7 +258,7 @@ class KubeApi:
             "GET",
             path,
             params=params,
-            timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
+            timeout=httpx.USE_CLIENT_DEFAULT if limits is None else limits,
             extensions=dict(self._extensions),
         )
         # Each error is raised after its handler: raised inside, httpx's error (through h11's,
@@ -289,7 +289,7 @@ class KubeApi:
         path: str,
         params: dict[str, str],
         ctx: RequestContext,
-        timeout: httpx.Timeout | None,
+        limits: httpx.Timeout | None,
     ) -> AsyncIterator[LeanStream]:
         try:
             with anyio.fail_after(self.timeout):
@@ -297,7 +297,7 @@ class KubeApi:
         except _TRANSPORT_ERRORS as exc:
             raise map_transport_error(exc, ctx) from None
         assert stream is not None
-        life = (timeout.read if timeout is not None else None) or DEFAULT_STREAM_READ
+        life = (limits.read if limits is not None else None) or DEFAULT_STREAM_READ
         try:
             with anyio.move_on_after(life) as scope:
                 yield stream

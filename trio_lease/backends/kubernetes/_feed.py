@@ -241,7 +241,7 @@ class KubernetesFeed(WatchFeed):
             "resourceVersion": cursor.version,
         }
         self.streams += 1
-        async with api.stream(api.collection_path(), params, ctx, timeout=_STREAM_TIMEOUT) as r:
+        async with api.stream(api.collection_path(), params, ctx, limits=_STREAM_TIMEOUT) as r:
             await _check_opened(api, r, ctx)
             if self.forbidden:  # allowed again: the label stream covers its leases
                 self.forbidden = False

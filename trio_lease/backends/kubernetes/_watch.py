@@ -185,7 +185,7 @@ class _Watched:
         if cursor.version:
             params["resourceVersion"] = cursor.version
         path = api.collection_path()
-        async with api.stream(path, params, ctx, timeout=_STREAM_TIMEOUT) as response:
+        async with api.stream(path, params, ctx, limits=_STREAM_TIMEOUT) as response:
             await _check_opened(api, response, ctx)
             async for line in _lines(response, ctx):
                 kind, obj = _event(line, ctx)
