@@ -55,6 +55,9 @@ def add_check_command(subparsers: Any) -> None:
     for option, text in _OPTIONS.items():
         parser.add_argument(f"--{option}", dest=option.replace("-", "_"), default=None, help=text)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    from ..._cli._options import add_timing_options
+
+    add_timing_options(parser)  # checked against the lease kind's rules, as run uses them
     parser.set_defaults(func=run_check)
 
 
@@ -84,9 +87,30 @@ def _config_section(config: str, path: str | None) -> dict[str, Any]:
 
 def run_check(args: argparse.Namespace) -> int:
     """Build the backend, run the check, print the report; 0 if fine, 1 if not."""
-    report = anyio.run(_check, _backend(args))
+    backend = _backend(args)
+    report = anyio.run(_check, backend)
+    timing = _timing_problem(args, backend)
+    if timing is not None:
+        report.problems.append(timing)
     print(json.dumps(_as_json(report), indent=2) if args.json else report)
     return 0 if report.ok else 1
+
+
+def _timing_problem(args: argparse.Namespace, backend: KubernetesBackend) -> CheckProblem | None:
+    """The timings ``trio-lease run`` would use with these options (its defaults, else the
+    options given) checked against the lease kind's rules; None if they hold."""
+    from ..._cli._options import settings_from
+
+    args.lease_kind = backend.kind.name  # the kind from the section or kubeconfig too
+    try:
+        backend.validate_settings(settings_from(args))
+    except LeaseConfigError as exc:
+        return CheckProblem(
+            f"the timings do not work for {backend.kind.name} leases: {exc}",
+            "change the options the message names (--heartbeat-timeout, --heartbeat-interval, "
+            "--holder-deadline, ...)",
+        )
+    return None
 
 
 def _backend(args: argparse.Namespace) -> KubernetesBackend:
