@@ -109,6 +109,7 @@ async def handover_command(args: argparse.Namespace) -> int:
     if no_database is not None:  # entering it would create it
         return _no_record(args.name, no_database)
     async with backend:
+        await _check_namespace(backend)
         if await _checked_get(backend, args.name) is None:
             return _no_record(args.name, "")
         lease = Lease(args.name, args.owner, backend, settings)
@@ -173,7 +174,7 @@ def _print_table(rows: list[dict[str, Any]], widths: tuple[int, int]) -> None:
 
 async def _check_namespace(backend: LeaseBackend) -> None:
     """A Kubernetes namespace that does not exist is a configuration error (exit 78), as for
-    ``run`` and ``check``: a listing there would answer as an empty namespace."""
+    ``run`` (and a problem for ``check``): a read there answers as in an empty namespace."""
     from ..backends.kubernetes import KubernetesBackend
     from ..backends.kubernetes._check import missing_namespace
 
@@ -181,8 +182,7 @@ async def _check_namespace(backend: LeaseBackend) -> None:
         problem = await missing_namespace(backend._api)
         if problem is not None:
             raise LeaseConfigError(
-                f"{problem}: create it or give another namespace (--namespace, the "
-                "'namespace' key)"
+                f"{problem}: create it or configure another namespace (the 'namespace' key)"
             )
 
 
@@ -340,6 +340,7 @@ async def release_command(args: argparse.Namespace) -> int:
         print(f"trio-lease: {args.name!r} is not held ({no_database}; nothing was created)")
         return 0
     async with backend:
+        await _check_namespace(backend)
         for attempt in range(RELEASE_ATTEMPTS):
             if attempt:
                 await anyio.sleep(0.05 * 2**attempt)  # renewed or taken over meanwhile

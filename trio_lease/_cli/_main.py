@@ -72,6 +72,10 @@ class BadOptionValue(Exception):
     usage text and exit 2, which stay for unknown options and missing arguments)."""
 
 
+#: Positional arguments whose values are checked like an option's (a blank lease name).
+_NAME_ARGUMENTS = ("name", "names")
+
+
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser that reports a bad option value as :class:`BadOptionValue`.
 
@@ -82,7 +86,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         flag, _, problem = message.removeprefix("argument ").partition(": ")
         is_option_value = (
-            message.startswith("argument -")
+            (message.startswith("argument -") or flag in _NAME_ARGUMENTS)
             and not problem.startswith("expected ")
             and not problem.startswith("not allowed with ")
             and " " not in flag.split("/")[0]
@@ -246,13 +250,15 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _flags_named(message: str, args: argparse.Namespace) -> str:
-    """``message`` with the TOML keys it names (```ca-file```) as the flags that set them on
-    this command line (``--cacert``): say what the user typed, not a key they never wrote."""
+    """``message`` with the TOML keys it names (```ca-file```) as the flags that set them
+    (``--cacert``) unless the backend comes from a ``--config`` file: say what the user can
+    type, not a key they never wrote."""
     from ._backend_flags import BACKEND_FLAGS
-    from ._options import given_on_command_line
 
+    if getattr(args, "config", None):
+        return message
     for flag in BACKEND_FLAGS:
-        if given_on_command_line(args, flag.dest):
+        if hasattr(args, flag.dest):
             message = message.replace(f"`{flag.key}`", f"{flag.flag} (`{flag.key}`)")
             message = message.replace(f"'{flag.key}' key", f"{flag.flag} option")
     return message

@@ -217,13 +217,13 @@ class _QuietTLSListener(TLSListener):
 
     @staticmethod
     async def handle_handshake_error(exc: BaseException, stream: Any) -> None:
+        peer = ""
+        with contextlib.suppress(Exception):  # read before closing: a closed socket has none
+            address = stream.extra(SocketAttribute.remote_address)
+            peer = f" from {address[0]}:{address[1]}"
         await aclose_forcefully(stream)
         if isinstance(exc, anyio.get_cancelled_exc_class()) or not isinstance(exc, Exception):
             raise exc
-        peer = ""
-        with contextlib.suppress(Exception):
-            address = stream.extra(SocketAttribute.remote_address)
-            peer = f" from {address[0]}:{address[1]}"
         reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
         if isinstance(exc, anyio.EndOfStream | anyio.BrokenResourceError):
             reason = "the client closed the connection during the handshake"
