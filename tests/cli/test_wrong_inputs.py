@@ -133,7 +133,7 @@ def _store_free_rows(tmp: Path) -> list[Row]:
         Row(("run", "job", "--limit", "2", "--handover", "--", "true"), 78, "drop one"),
         Row(("run", "job", "--health-port", "99999", "--", "true"), 78, "--health-port"),
         Row(("run", "job", "--metrics-port", "-5", "--", "true"), 78, "--metrics-port"),
-        Row(("run", "", "--", "true"), 78, "a lease name cannot be blank"),
+        Row(("run", "", "--", "true"), 2, "a lease name cannot be blank"),
         Row(("run", "job", "--", "true"), 78, "TRIO_LEASE_TIMEOUT",
             env=(("TRIO_LEASE_TIMEOUT", "0"),)),
         Row(("run", "job", "--", "true"), 78, "TRIO_LEASE_NO_WAIT",

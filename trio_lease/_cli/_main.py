@@ -72,10 +72,6 @@ class BadOptionValue(Exception):
     usage text and exit 2, which stay for unknown options and missing arguments)."""
 
 
-#: Positional arguments whose values are checked like an option's (a blank lease name).
-_NAME_ARGUMENTS = ("name", "names")
-
-
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser that reports a bad option value as :class:`BadOptionValue`.
 
@@ -86,7 +82,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         flag, _, problem = message.removeprefix("argument ").partition(": ")
         is_option_value = (
-            (message.startswith("argument -") or flag in _NAME_ARGUMENTS)
+            message.startswith("argument -")
             and not problem.startswith("expected ")
             and not problem.startswith("not allowed with ")
             and " " not in flag.split("/")[0]
