@@ -175,11 +175,10 @@ def _print_table(rows: list[dict[str, Any]], widths: tuple[int, int]) -> None:
 async def _check_namespace(backend: LeaseBackend) -> None:
     """A Kubernetes namespace that does not exist is a configuration error (exit 78), as for
     ``run`` (and a problem for ``check``): a read there answers as in an empty namespace."""
-    from ..backends.kubernetes import KubernetesBackend
-    from ..backends.kubernetes._check import missing_namespace
-
-    if isinstance(backend, KubernetesBackend):
-        problem = await missing_namespace(backend._api)
+    # KubernetesBackend.missing_namespace(); the core imports no backend, so it is looked up.
+    missing_namespace = getattr(backend, "missing_namespace", None)
+    if missing_namespace is not None:
+        problem: str | None = await missing_namespace()
         if problem is not None:
             raise LeaseConfigError(
                 f"{problem}: create it or configure another namespace (the 'namespace' key)"

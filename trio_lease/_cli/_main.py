@@ -33,6 +33,7 @@ from .._host import reraise, sole_error
 from .._waiting import WAITING_LOG
 from ._admin import add_admin_commands
 from ._manifests import add_manifests_command
+from ._options import add_timing_options, settings_for_kind
 from ._run import add_run_command
 
 __all__ = ["build_parser", "main"]
@@ -107,6 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_admin_commands(commands)
     add_manifests_command(commands)
     _add_optional_commands(commands)
+    check = _subparsers(parser).get("check")
+    if check is not None:  # it checks the timings run would use: it takes run's timing options
+        add_timing_options(check)
+        check.set_defaults(settings_for_kind=None)
     return parser
 
 
@@ -165,6 +170,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except BadOptionValue as exc:
         print(f"trio-lease: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if getattr(args, "command_name", None) == "check":
+        args.settings_for_kind = settings_for_kind(args)
     return _dispatch(args)
 
 

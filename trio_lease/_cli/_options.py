@@ -263,6 +263,16 @@ TIMINGS = (*CLI_DEFAULTS, "holder_deadline")
 WALL_CLOCK_KINDS = ("akka.io/v1",)
 
 
+def settings_for_kind(args: argparse.Namespace) -> Callable[[str], LeaseSettings]:
+    """``settings_from`` for a lease kind named later (``check`` learns it from the section
+    or kubeconfig): given to ``check`` as ``args.settings_for_kind``."""
+
+    def settings(kind: str) -> LeaseSettings:
+        return settings_from(argparse.Namespace(**(vars(args) | {"lease_kind": kind})))
+
+    return settings
+
+
 def settings_from(args: argparse.Namespace, base: LeaseSettings | None = None) -> LeaseSettings:
     """Timings given on the command line or in the environment, over ``base`` (a section).
 
@@ -418,9 +428,11 @@ def missing_database(args: argparse.Namespace, backend: LeaseBackend) -> str | N
     """For the commands that only read or change an existing record (``status``,
     ``handover``, ``release``): what to say when ``backend`` is SQLite and its database does
     not exist, so they do not enter it (entering creates it); None otherwise."""
-    from ..backends.sqlite import SqliteBackend
-
-    if not isinstance(backend, SqliteBackend) or backend.path.exists():
+    key = backend.store_key  # the SQLite backend's: ("sqlite", its database's path)
+    if not (isinstance(key, tuple) and len(key) == 2 and key[0] == "sqlite"):
+        return None
+    path = Path(str(key[1]))
+    if path.exists():
         return None
     if args.config:
         where = f"{args.config} [{args.section}]"
@@ -428,7 +440,7 @@ def missing_database(args: argparse.Namespace, backend: LeaseBackend) -> str | N
         where = source_of(args, "sqlite_path")
     else:
         where = "the default database"
-    return f"no SQLite database at {str(backend.path)!r} ({where}): no lease was ever taken there"
+    return f"no SQLite database at {str(path)!r} ({where}): no lease was ever taken there"
 
 
 def chosen_backend(args: argparse.Namespace) -> str:

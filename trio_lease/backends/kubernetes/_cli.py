@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from ..._exceptions import LeaseConfigError
+from ..._settings import LeaseSettings
 from ..._toml import load_toml
 from ._backend import KubernetesBackend
 from ._check import CheckProblem, CheckReport
@@ -55,9 +57,6 @@ def add_check_command(subparsers: Any) -> None:
     for option, text in _OPTIONS.items():
         parser.add_argument(f"--{option}", dest=option.replace("-", "_"), default=None, help=text)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    from ..._cli._options import add_timing_options
-
-    add_timing_options(parser)  # checked against the lease kind's rules, as run uses them
     parser.set_defaults(func=run_check)
 
 
@@ -98,12 +97,18 @@ def run_check(args: argparse.Namespace) -> int:
 
 def _timing_problem(args: argparse.Namespace, backend: KubernetesBackend) -> CheckProblem | None:
     """The timings ``trio-lease run`` would use with these options (its defaults, else the
-    options given) checked against the lease kind's rules; None if they hold."""
-    from ..._cli._options import settings_from
+    timing options given) checked against the lease kind's rules; None if they hold.
 
-    args.lease_kind = backend.kind.name  # the kind from the section or kubeconfig too
+    ``args.settings_for_kind`` (set by the ``trio-lease`` command, which owns the timing
+    options) gives those timings for a lease kind; without it there is nothing to check.
+    """
+    settings_for_kind: Callable[[str], LeaseSettings] | None = getattr(
+        args, "settings_for_kind", None
+    )
+    if settings_for_kind is None:
+        return None
     try:
-        backend.validate_settings(settings_from(args))
+        backend.validate_settings(settings_for_kind(backend.kind.name))
     except LeaseConfigError as exc:
         return CheckProblem(
             f"the timings do not work for {backend.kind.name} leases: {exc}",
