@@ -28,7 +28,6 @@ from urllib.parse import parse_qsl
 import anyio
 import h11
 import yaml
-from anyio import aclose_forcefully
 from anyio.abc import ByteStream, SocketAttribute
 from anyio.streams.tls import TLSListener
 
@@ -221,7 +220,7 @@ class _QuietTLSListener(TLSListener):
         with contextlib.suppress(Exception):  # read before closing: a closed socket has none
             address = stream.extra(SocketAttribute.remote_address)
             peer = f" from {address[0]}:{address[1]}"
-        await aclose_forcefully(stream)
+        await anyio.aclose_forcefully(stream)
         if isinstance(exc, anyio.get_cancelled_exc_class()) or not isinstance(exc, Exception):
             raise exc
         reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
