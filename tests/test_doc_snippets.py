@@ -120,6 +120,24 @@ def test_python_block_runs_as_written(block: Block, tmp_path: Path) -> None:
     assert done.returncode == 0, f"{block.name}\n{done.stdout}\n{done.stderr}"
 
 
+def test_python_blocks_pass_mypy_strict(tmp_path: Path) -> None:
+    """Every runnable block type-checks under `mypy --strict`, as a user's project would."""
+    files = []
+    for number, block in enumerate(RUNNABLE):
+        path = tmp_path / f"snippet_{number:02d}.py"
+        path.write_text(block.text)
+        files.append(str(path))
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", *files],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+    )
+    names = {f"snippet_{number:02d}.py": block.name for number, block in enumerate(RUNNABLE)}
+    report = done.stdout
+    for file, name in names.items():
+        report = report.replace(str(tmp_path / file), name)
+    assert done.returncode == 0, report
+
+
 @pytest.mark.parametrize("block", FRAGMENTS, ids=[b.name for b in FRAGMENTS])
 def test_python_fragment_compiles(block: Block) -> None:
     """A marked fragment is valid Python (top-level `await` and `async with` allowed)."""

@@ -89,14 +89,17 @@ class Emulator:
         return path
 
 
-def start_emulator(cli: Cli, *extra: str, token: str | None = None) -> Emulator:
-    """`trio-lease emulate` with lease.yml applied and namespace ``jobs``, once it serves
-    (``extra``: more options, such as ``--plain-http`` or ``--port``)."""
+def start_emulator(
+    cli: Cli, *extra: str, token: str | None = None, apply: bool = True
+) -> Emulator:
+    """`trio-lease emulate` with lease.yml applied (unless ``apply`` is false) and namespace
+    ``jobs``, once it serves (``extra``: more options, such as ``--plain-http`` or ``--port``)."""
     kubeconfig = cli.tmp / "emulator.kubeconfig"
     token = token or secrets.token_hex(16)
+    manifests = ["--apply", str(LEASE_YML)] if apply else []
     process = cli.start(
         "emulate", "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE, "--token", token,
-        "--apply", str(LEASE_YML), *extra,
+        *manifests, *extra,
     )
     deadline = time.monotonic() + PATIENCE
     while "Press Ctrl-C" not in process.stdout():

@@ -42,6 +42,13 @@ ONE_SHOT = ["--heartbeat-timeout", "60s", "--heartbeat-interval", "6s",
             "--lease-operation-timeout", "5s"]
 L = SETTINGS.heartbeat_timeout
 
+def no_record(name: str) -> dict[str, Any]:
+    """``status --json``'s row of a lease with no record: every key of a record, None."""
+    from trio_lease._cli._admin import ROW_KEYS
+
+    return dict.fromkeys(ROW_KEYS) | {"name": name, "exists": False}
+
+
 #: Generous bound for anything that should take a fraction of a second.
 PATIENCE = 20.0
 

@@ -28,7 +28,7 @@ def _refused(result: Result, code: int = EXIT_CONFIG) -> str:
     ("variable", "value", "named"),
     [
         ("TRIO_LEASE_ANYIO_BACKEND", "foo", "TRIO_LEASE_ANYIO_BACKEND='foo': use asyncio or trio"),
-        ("TRIO_LEASE_TIMEOUT", "0", "TRIO_LEASE_TIMEOUT='0': must be more than 0 s"),
+        ("TRIO_LEASE_TIMEOUT", "0", "TRIO_LEASE_TIMEOUT='0': durations must be positive"),
         ("TRIO_LEASE_TIMEOUT", "soon", "TRIO_LEASE_TIMEOUT='soon': cannot read"),
         ("TRIO_LEASE_HEALTH_PORT", "70000", "TRIO_LEASE_HEALTH_PORT='70000': a port is"),
         ("TRIO_LEASE_METRICS_PORT", "-1", "TRIO_LEASE_METRICS_PORT='-1': a port is"),

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trustme
 
 from tests.backends.etcd.test_security import tls_files, tls_server  # noqa: F401 (fixtures)
 from tests.conftest import require_etcd
@@ -143,6 +144,23 @@ def test_tls_options_reach_a_member_that_requires_client_certificates(
     assert "(self-signed certificate in certificate chain)" in untrusted.stderr or (
         "unable to get local issuer certificate" in untrusted.stderr
     )
+
+
+def test_a_certificate_that_does_not_verify_names_the_cacert_option(
+    cli: Cli, tls_server: EtcdCluster, tls_files: dict[str, Path]  # noqa: F811
+) -> None:
+    """A --cacert that did not sign the member's certificate: exit 78 naming --cacert, the
+    option typed, not the TOML key ca-file alone."""
+    other_ca = cli.tmp / "other-ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(other_ca))
+    client = str(tls_files["client"])
+    result = cli.run(
+        "status", "job", "--endpoints", tls_server.endpoints[0], "--cacert", str(other_ca),
+        "--cert", client, "--key", client,
+    )
+    assert result.returncode == 78, result.stderr
+    assert "check --cacert" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_an_endpoint_whose_host_does_not_resolve_is_named(cli: Cli) -> None:

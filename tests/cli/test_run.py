@@ -195,4 +195,4 @@ def test_missing_command_exits_78_without_touching_the_lease(cli: Cli) -> None:
     result = cli.run("run", "job", *FAST, "--", "no-such-command-trio-lease-test")
     assert result.returncode == 78
     assert "cannot start 'no-such-command-trio-lease-test'" in result.stderr
-    assert cli.status("job") == [{"name": "job", "exists": False}]
+    assert not cli.db.exists()  # nothing written, not even the database

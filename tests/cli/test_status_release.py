@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
-from .conftest import FAST, Cli, L, wait_for_event
+from .conftest import FAST, Cli, L, no_record, wait_for_event
 
 
 def test_status_shows_holder_token_and_expiry_as_table_and_json(cli: Cli) -> None:
@@ -26,7 +26,7 @@ def test_status_shows_holder_token_and_expiry_as_table_and_json(cli: Cli) -> Non
     assert row["lease_duration"] == L
     assert isinstance(row["expires_in_s"], float)
     assert isinstance(row["age_s"], float)
-    assert missing == {"name": "missing", "exists": False}
+    assert missing == no_record("missing")
 
     table = cli.run("status")  # no names: every lease in the SQLite file
     assert table.returncode == 0, table.stderr

@@ -21,6 +21,7 @@ import anyio
 from .. import _algorithm as algo
 from .._abc import LeaseBackend, LeaseRecord
 from .._exceptions import (
+    BackendAuthError,
     BackendError,
     BackendProtocolError,
     BackendUnavailable,
@@ -35,11 +36,15 @@ from ._options import (
     env_flag,
     env_value,
     lease_name,
+    missing_database,
     open_backend,
     positive_duration,
 )
 
 __all__ = ["add_admin_commands"]
+
+#: ``handover`` of a lease with no record: nothing to hand over (a typo, most likely).
+EXIT_NO_RECORD = 1
 
 #: How often ``release --force`` reads and writes again when the record changed meanwhile.
 RELEASE_ATTEMPTS = 5
@@ -100,7 +105,13 @@ async def handover_command(args: argparse.Namespace) -> int:
     the lease is free at once afterwards instead of after the heartbeat timeout.
     """
     backend, settings = open_backend(args)
+    no_database = missing_database(args, backend)
+    if no_database is not None:  # entering it would create it
+        return _no_record(args.name, no_database)
     async with backend:
+        await _check_namespace(backend)
+        if await _checked_get(backend, args.name) is None:
+            return _no_record(args.name, "")
         lease = Lease(args.name, args.owner, backend, settings)
         asked = await lease.request_handover()
         if asked:
@@ -111,25 +122,74 @@ async def handover_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _no_record(name: str, why: str) -> int:
+    """``handover`` of a lease with no record: say so, write nothing."""
+    print(
+        f"trio-lease: {name!r} has no record{f' ({why})' if why else ''}: nothing to hand "
+        "over, and nothing was written; check the name and the backend options",
+        file=sys.stderr,
+    )
+    return EXIT_NO_RECORD
+
+
 async def status_command(args: argparse.Namespace) -> int:
     """Show the named leases (every lease the backend lists when none are named) as a table or
     JSON; with ``--watch``, then each change as it is seen, until SIGINT or SIGTERM."""
     backend, _ = open_backend(args)
+    no_database = missing_database(args, backend)
+    if no_database is not None:  # entering it would create it: show no records instead
+        print(f"trio-lease: {no_database}; nothing was created", file=sys.stderr)
+        rows = [_describe(None, name) for name in args.names]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            _print_table(rows, _widths(rows))
+        return 0
     async with backend:
+        await _check_namespace(backend)
         rows = await _rows(backend, list(args.names))
         if args.json and not args.watch:
             print(json.dumps(rows, indent=2))
             return 0
+        widths = _widths(rows)
         if args.json:
             for row in rows:
                 print(json.dumps(row), flush=True)
         else:
-            print(f"{'NAME':24} {'HOLDER':36} {'TOKEN':>6} {'AGE':>9} {'EXPIRES IN':>10}")
-            for row in rows:
-                print(_table_line(row), flush=True)
+            _print_table(rows, widths)
         if args.watch:
-            await _watch(backend, args, rows)
+            await _watch(backend, args, rows, widths)
     return 0
+
+
+def _print_table(rows: list[dict[str, Any]], widths: tuple[int, int]) -> None:
+    name_width, holder_width = widths
+    print(
+        f"{'NAME':{name_width}} {'HOLDER':{holder_width}} {'TOKEN':>6} {'AGE':>9} "
+        f"{'EXPIRES IN':>10}"
+    )
+    for row in rows:
+        print(_table_line(row, widths), flush=True)
+
+
+async def _check_namespace(backend: LeaseBackend) -> None:
+    """A Kubernetes namespace that does not exist is a configuration error (exit 78), as for
+    ``run`` (and a problem for ``check``): a read there answers as in an empty namespace."""
+    # KubernetesBackend.missing_namespace(); the core imports no backend, so it is looked up.
+    missing_namespace = getattr(backend, "missing_namespace", None)
+    if missing_namespace is not None:
+        problem: str | None = await missing_namespace()
+        if problem is not None:
+            raise LeaseConfigError(
+                f"{problem}: create it or configure another namespace (the 'namespace' key)"
+            )
+
+
+def _widths(rows: list[dict[str, Any]]) -> tuple[int, int]:
+    """The NAME and HOLDER column widths: the longest value, at least 24 and 36."""
+    names = [len(str(row["name"])) for row in rows]
+    holders = [len(str(row.get("holder") or "")) for row in rows]
+    return max([24, *names]), max([36, *holders])
 
 
 #: How often ``status --watch`` reads the leases again. It polls rather than watches: a
@@ -138,7 +198,10 @@ WATCH_POLL_INTERVAL = 0.5
 
 
 async def _watch(
-    backend: LeaseBackend, args: argparse.Namespace, rows: list[dict[str, Any]]
+    backend: LeaseBackend,
+    args: argparse.Namespace,
+    rows: list[dict[str, Any]],
+    widths: tuple[int, int],
 ) -> None:
     """Print a line for each lease whose record changes, until SIGINT or SIGTERM."""
     seen = {row["name"]: _state(row) for row in rows}
@@ -165,7 +228,8 @@ async def _watch(
                 for row in now:
                     if seen.get(row["name"]) != _state(row):
                         seen[row["name"]] = _state(row)
-                        print(json.dumps(row) if args.json else _table_line(row), flush=True)
+                        line = json.dumps(row) if args.json else _table_line(row, widths)
+                        print(line, flush=True)
 
 
 def _state(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -175,15 +239,22 @@ def _state(row: dict[str, Any]) -> tuple[Any, ...]:
 
 
 async def _rows(backend: LeaseBackend, names: list[str]) -> list[dict[str, Any]]:
-    """The rows of ``names``; every lease there is, marked ``foreign`` or not, when empty."""
+    """The rows of ``names`` (every lease there is when empty), each marked ``foreign`` or not
+    (None when this identity may not list leases, so it cannot be told)."""
     if names:
-        return [_describe(await _checked_get(backend, name), name) for name in names]
-    foreign = set(await backend.foreign_names())
-    rows = []
-    for name in await _all_names(backend):
-        row = _describe(await _checked_get(backend, name), name)
-        rows.append(row | {"foreign": name in foreign})
-    return rows
+        try:
+            foreign: set[str] | None = set(await backend.foreign_names())
+        except BackendAuthError:  # may get but not list: a named lease needs no listing
+            foreign = None
+        records = [(name, await _checked_get(backend, name)) for name in names]
+    else:
+        foreign = set(await backend.foreign_names())
+        records = [(name, await _checked_get(backend, name)) for name in await _all_names(backend)]
+    return [
+        _describe(record, name)
+        | {"foreign": None if foreign is None or record is None else name in foreign}
+        for name, record in records
+    ]
 
 
 async def _all_names(backend: LeaseBackend) -> list[str]:
@@ -194,9 +265,17 @@ async def _all_names(backend: LeaseBackend) -> list[str]:
         raise LeaseConfigError("this backend cannot list leases: name them") from None
 
 
+#: The keys of a lease record in ``status --json``, listed or named (docs/cli.md): a lease
+#: with no record has them all, None but ``name`` and ``exists``.
+ROW_KEYS = (
+    "name", "exists", "holder", "fencing_token", "lease_duration", "acquired_at", "renewed_at",
+    "age_s", "expires_in_s", "expired", "version", "unreadable", "foreign",
+)  # fmt: skip
+
+
 def _describe(record: LeaseRecord | None, name: str) -> dict[str, Any]:
     if record is None:
-        return {"name": name, "exists": False}
+        return dict.fromkeys(ROW_KEYS) | {"name": name, "exists": False}
     now = datetime.now(UTC)
     renewed = record.renewed_at
     return {
@@ -224,12 +303,14 @@ def _describe(record: LeaseRecord | None, name: str) -> dict[str, Any]:
     }
 
 
-def _table_line(row: dict[str, Any]) -> str:
+def _table_line(row: dict[str, Any], widths: tuple[int, int] = (24, 36)) -> str:
+    name_width, holder_width = widths
+    name = f"{row['name']:{name_width}}"
     if not row["exists"]:
-        return f"{row['name']:24} {'(no record)':36}"
+        return f"{name} {'(no record)':{holder_width}}"
     if row["unreadable"]:
         return (
-            f"{row['name']:24} {'(unreadable record)':36} version {row['version']}: "
+            f"{name} {'(unreadable record)':{holder_width}} version {row['version']}: "
             f"{row['unreadable']}"
         )
     age = "-" if row["age_s"] is None else f"{row['age_s']:.1f}s"
@@ -238,7 +319,7 @@ def _table_line(row: dict[str, Any]) -> str:
         expires = "expired"
     foreign = "  (foreign: not written by trio-lease)" if row.get("foreign") else ""
     return (
-        f"{row['name']:24} {row['holder'] or '(free)':36} {row['fencing_token']:>6} "
+        f"{name} {row['holder'] or '(free)':{holder_width}} {row['fencing_token']:>6} "
         f"{age:>9} {expires:>10}{foreign}"
     )
 
@@ -253,7 +334,12 @@ async def release_command(args: argparse.Namespace) -> int:
         )
         return 2
     backend, _ = open_backend(args)
+    no_database = missing_database(args, backend)
+    if no_database is not None:  # entering it would create it
+        print(f"trio-lease: {args.name!r} is not held ({no_database}; nothing was created)")
+        return 0
     async with backend:
+        await _check_namespace(backend)
         for attempt in range(RELEASE_ATTEMPTS):
             if attempt:
                 await anyio.sleep(0.05 * 2**attempt)  # renewed or taken over meanwhile

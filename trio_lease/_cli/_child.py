@@ -46,20 +46,67 @@ signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
 try:
     os.execvp(sys.argv[2], sys.argv[2:])
 except OSError as exc:
-    print(f"trio-lease: cannot run {sys.argv[2]!r}: {exc}", file=sys.stderr)
-    os._exit(127)
+    print(f"trio-lease: cannot run {sys.argv[2]!r}: {exc.strerror or exc}", file=sys.stderr)
+    os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
 """
+
+#: The exit code of a command that was found but cannot be executed, and of one not found,
+#: as shells report them.
+EXIT_CANNOT_EXECUTE = 126
+EXIT_NOT_FOUND = 127
+
+
+class NotExecutable(LeaseConfigError):
+    """CMD exists but cannot be executed: exit 126 (as shells), before the lease is taken."""
+
+    exit_code = EXIT_CANNOT_EXECUTE
 
 
 def check_command(command: list[str]) -> None:
-    """Fail before acquiring anything if CMD cannot be started (exit 78, not a held lease)."""
+    """Fail before acquiring anything if CMD cannot be started: not found (exit 78), found
+    but not executable (:class:`NotExecutable`, exit 126), so no lease is held for nothing.
+
+    A file that is executable but holds no program the kernel can run (no ``#!`` line, not a
+    binary) is refused too, by reading its first bytes.
+    """
     program = command[0]
-    if os.sep in program:
-        found = os.path.isfile(program) and os.access(program, os.X_OK)
-    else:
-        found = shutil.which(program) is not None
-    if not found:
-        raise LeaseConfigError(f"cannot start {program!r}: no such executable")
+    path = program if os.sep in program else shutil.which(program)
+    if path is None and os.sep not in program:
+        any_file = shutil.which(program, mode=os.F_OK)
+        if any_file is None:
+            raise LeaseConfigError(f"cannot start {program!r}: no such command on PATH")
+        path = any_file
+    assert path is not None
+    if not os.path.exists(path):
+        raise LeaseConfigError(f"cannot start {program!r}: no such file")
+    if os.path.isdir(path):
+        raise NotExecutable(f"cannot start {program!r}: it is a directory, not a program")
+    if not os.access(path, os.X_OK):
+        raise NotExecutable(
+            f"cannot start {program!r}: not executable (no execute permission; chmod +x it, "
+            "or run it through its interpreter)"
+        )
+    if not _looks_runnable(path):
+        raise NotExecutable(
+            f"cannot start {program!r}: not an executable format (neither a binary nor a "
+            "script starting with #!)"
+        )
+
+
+#: The first bytes of the formats the kernel runs: ELF, a #! script, Mach-O, PE (Windows).
+_RUNNABLE = (
+    b"\x7fELF", b"#!", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"\xca\xfe\xba\xbe", b"MZ",
+)  # fmt: skip
+
+
+def _looks_runnable(path: str) -> bool:
+    """Whether the file starts like a program; True when it cannot be read (exec decides)."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(4)
+    except OSError:
+        return True
+    return head.startswith(_RUNNABLE)
 
 
 def _with_parent_death_signal() -> bool:

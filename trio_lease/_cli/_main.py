@@ -2,7 +2,8 @@
 
 Exit codes: the child's own code for ``run`` (128+N if killed by signal N); 75 busy
 (``--no-wait`` while another owner holds it); 124 timed out waiting (``--timeout``); 125 lease
-lost (child stopped); 78 configuration error; 69 backend unavailable; 2 usage error.
+lost (child stopped); 78 configuration error; 69 backend unavailable; 2 usage error; 130
+interrupted (Ctrl-C) before a command could handle it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib
 import importlib.metadata
 import inspect
 import logging
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -31,6 +33,7 @@ from .._host import reraise, sole_error
 from .._waiting import WAITING_LOG
 from ._admin import add_admin_commands
 from ._manifests import add_manifests_command
+from ._options import add_timing_options, settings_for_kind
 from ._run import add_run_command
 
 __all__ = ["build_parser", "main"]
@@ -40,6 +43,7 @@ EXIT_TIMEOUT = 124
 EXIT_LOST = 125
 EXIT_CONFIG = 78
 EXIT_UNAVAILABLE = 69
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 #: The exit code of each error that ends a command (the first class that matches wins);
 #: any other error is a bug and ends with a traceback.
@@ -94,12 +98,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="trio-lease", description="Distributed leases: run commands while holding one."
     )
-    commands = parser.add_subparsers(dest="command_name", required=True)
+    parser.add_argument(
+        "--version", action="version", version=f"trio-lease {_version()}", help="print the version"
+    )
+    # Not required: `trio-lease` alone prints the whole help (see _parse), not argparse's
+    # "required: command_name".
+    commands = parser.add_subparsers(dest="command_name", metavar="COMMAND")
     add_run_command(commands)
     add_admin_commands(commands)
     add_manifests_command(commands)
     _add_optional_commands(commands)
+    check = _subparsers(parser).get("check")
+    if check is not None:  # it checks the timings run would use: it takes run's timing options
+        add_timing_options(check)
+        check.set_defaults(settings_for_kind=None)
     return parser
+
+
+def _version() -> str:
+    """The installed version, else the source tree's."""
+    try:
+        return importlib.metadata.version("trio_lease")
+    except importlib.metadata.PackageNotFoundError:
+        from .._version import __version__
+
+        return str(__version__)
 
 
 def _add_optional_commands(commands: Any) -> None:
@@ -125,6 +148,14 @@ def _add_optional_commands(commands: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trio-lease`` console script."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C before a command's own signal handling took over
+        print("trio-lease: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     logging.basicConfig(level=logging.WARNING, format="trio-lease: %(message)s")
     # The waiting line reports a failing backend itself; say it once, not twice.
     for handler in logging.getLogger().handlers:
@@ -139,7 +170,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BadOptionValue as exc:
         print(f"trio-lease: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if getattr(args, "command_name", None) == "check":
+        args.settings_for_kind = settings_for_kind(args)
     return _dispatch(args)
+
+
+#: A value that starts like a negative number or duration (``-1``, ``-1s``, ``-.5``): argparse
+#: would take ``-1s`` for an unknown option and print the whole usage; it is an option's value.
+_NEGATIVE_VALUE = re.compile(r"-\.?[0-9]")
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
@@ -148,13 +186,57 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
     if "--" in argv:
         split = argv.index("--")
         argv, command = argv[:split], argv[split + 1 :]
-    args = parser.parse_args(argv)
+    if not argv:
+        parser.print_help(sys.stderr)
+        parser.exit(2, "\ntrio-lease: name a command, e.g. trio-lease status\n")
+    args = parser.parse_args(_joined_values(parser, argv))
+    if args.command_name is None:
+        parser.print_help(sys.stderr)
+        parser.exit(2, "\ntrio-lease: name a command, e.g. trio-lease status\n")
     if args.command_name == "run":
         command = list(args.command) + command
         if not command:
-            parser.error("run needs a command after --, e.g. trio-lease run NAME -- echo hello")
+            run_parser = _subparsers(parser)["run"]
+            run_parser.print_usage(sys.stderr)
+            run_parser.exit(
+                2,
+                "trio-lease run: a command to run is needed after --, e.g. "
+                "trio-lease run NAME -- echo hello\n",
+            )
         args.command = command
     return args
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The command parsers by name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _joined_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--flag -1s`` as ``--flag=-1s`` for options that take a value, so a negative value
+    reaches the option's check (exit 78, "must be positive") instead of a usage error."""
+    takes_value = {
+        option
+        for sub in [parser, *_subparsers(parser).values()]
+        for action in sub._actions
+        if action.option_strings and action.nargs != 0
+        for option in action.option_strings
+    }
+    joined: list[str] = []
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        following = argv[index + 1] if index + 1 < len(argv) else ""
+        if arg in takes_value and _NEGATIVE_VALUE.match(following):
+            joined.append(f"{arg}={following}")
+            index += 2
+            continue
+        joined.append(arg)
+        index += 1
+    return joined
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -166,8 +248,23 @@ def _dispatch(args: argparse.Namespace) -> int:
         if code is None:
             raise
         stopped = "; the command was stopped" if isinstance(exc, LeaseLost) else ""
-        print(f"trio-lease: {_message(exc)}{stopped}", file=sys.stderr)
+        print(f"trio-lease: {_flags_named(_message(exc), args)}{stopped}", file=sys.stderr)
         return code
+
+
+def _flags_named(message: str, args: argparse.Namespace) -> str:
+    """``message`` with the TOML keys it names (```ca-file```) as the flags that set them
+    (``--cacert``) unless the backend comes from a ``--config`` file: say what the user can
+    type, not a key they never wrote."""
+    from ._backend_flags import BACKEND_FLAGS
+
+    if getattr(args, "config", None):
+        return message
+    for flag in BACKEND_FLAGS:
+        if hasattr(args, flag.dest):
+            message = message.replace(f"`{flag.key}`", f"{flag.flag} (`{flag.key}`)")
+            message = message.replace(f"'{flag.key}' key", f"{flag.flag} option")
+    return message
 
 
 def _call(func: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> int:
@@ -188,6 +285,9 @@ def _call(func: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -
 
 def _exit_code(exc: LeaseError) -> int | None:
     """The exit code for ``exc``, None if it is not one a command ends with."""
+    own: int | None = getattr(exc, "exit_code", None)  # a CLI error with its own code
+    if own is not None:
+        return own
     if isinstance(exc, AcquireTimeout) and exc.last_error is not None:
         # Still failing when the time ran out: the backend, not a holder, kept us waiting.
         return EXIT_UNAVAILABLE

@@ -27,6 +27,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from .._abc import LeaseBackend
 from .._exceptions import LeaseConfigError
@@ -129,7 +130,11 @@ def default_owner() -> str:
 
 
 def duration(value: str) -> float:
-    """An argparse type: seconds or a duration (``30``, ``30s``, ``2m``)."""
+    """An argparse type: seconds or a duration (``30``, ``30s``, ``2m``), 0 or more."""
+    if value.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(
+            f"durations must be positive, got {value!r} (seconds or '1.5s', '250ms', '2m')"
+        )
     try:
         return parse_duration(value)
     except ValueError as exc:
@@ -140,7 +145,9 @@ def positive_duration(value: str) -> float:
     """An argparse type: a duration above zero (a wait of 0 s or less is a typo)."""
     seconds = duration(value)
     if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 s, got {value!r}")
+        raise argparse.ArgumentTypeError(
+            f"durations must be positive (more than 0 s), got {value!r}"
+        )
     return seconds
 
 
@@ -207,14 +214,22 @@ def add_backend_options(parser: argparse.ArgumentParser) -> None:
         default=env_value("anyio_backend", _anyio_backend) or "asyncio",
         help="event loop to run on (default: asyncio)",
     )
+    add_timing_options(parser)
+
+
+def add_timing_options(parser: argparse.ArgumentParser) -> None:
+    """The timing options (``check`` has them too, to check a set of timings)."""
     timing = parser.add_argument_group("timing (seconds or '1.5s', '250ms', '2m')")
-    for option, default in CLI_DEFAULTS.items():
+    for option, default in [*CLI_DEFAULTS.items(), ("holder_deadline", "")]:
         flag = option.replace("_", "-")
+        kind = duration if option == "stop_timeout" else positive_duration
         # None means "not given": the --config section, else CLI_DEFAULTS, decides.
         timing.add_argument(
             f"--{flag}",
             dest=option,
-            default=env(option),
+            type=kind,
+            action=_Given,
+            default=env_value(option, kind),
             help=_TIMING_HELP[option].format(default=default),
         )
 
@@ -233,24 +248,98 @@ _TIMING_HELP = {
         "how long the command has from SIGTERM to SIGKILL (default: {default}, or 1s when the "
         "heartbeat timeout is given and the safety margin holds it)"
     ),
+    "holder_deadline": (
+        "how long after its last confirmed renewal the holder still counts itself the holder "
+        "(default: max(2/3 of the heartbeat timeout, interval + 2 operation timeouts); for "
+        "--lease-kind akka.io/v1 at most heartbeat timeout - 3 intervals)"
+    ),
 }
 
+#: The timing options, CLI_DEFAULTS' and holder_deadline (which has no fixed default).
+TIMINGS = (*CLI_DEFAULTS, "holder_deadline")
 
-def _settings(args: argparse.Namespace, base: LeaseSettings | None) -> LeaseSettings:
-    """Timings given on the command line or in the environment, over ``base`` (a section)."""
-    given = {option: getattr(args, option) for option in CLI_DEFAULTS}
+#: --lease-kind values whose expiry is judged by wall clocks (Akka's CRD): the holder's
+#: deadline must leave room for clock skew (see KubernetesBackend.validate_settings).
+WALL_CLOCK_KINDS = ("akka.io/v1",)
+
+
+def settings_for_kind(args: argparse.Namespace) -> Callable[[str], LeaseSettings]:
+    """``settings_from`` for a lease kind named later (``check`` learns it from the section
+    or kubeconfig): given to ``check`` as ``args.settings_for_kind``."""
+
+    def settings(kind: str) -> LeaseSettings:
+        return settings_from(argparse.Namespace(**(vars(args) | {"lease_kind": kind})))
+
+    return settings
+
+
+def settings_from(args: argparse.Namespace, base: LeaseSettings | None = None) -> LeaseSettings:
+    """Timings given on the command line or in the environment, over ``base`` (a section).
+
+    Without a section and without ``--holder-deadline``, a wall-clock lease kind
+    (``--lease-kind akka.io/v1``) gets the longest deadline its rule allows when the default
+    one is longer, so the defaults work for every lease kind. Rules the timings break are a
+    configuration error naming the options that fix them.
+    """
+    given = {option: getattr(args, option, None) for option in TIMINGS}
     given = {option: value for option, value in given.items() if value is not None}
-    if base is None:
-        if "heartbeat_timeout" in given:  # the rest follows from it, as in LeaseSettings
-            return LeaseSettings(**given)
-        return LeaseSettings(**(CLI_DEFAULTS | given))
-    if not given:
-        return base
-    return LeaseSettings(**(base.model_dump(exclude_unset=True) | given))
+    try:
+        if base is None:
+            if "heartbeat_timeout" in given:  # the rest follows from it, as in LeaseSettings
+                settings = LeaseSettings.from_mapping(given)
+            else:
+                settings = LeaseSettings.from_mapping(CLI_DEFAULTS | given)
+            return _fit_wall_clock_kind(args, settings)
+        if not given:
+            return base
+        return LeaseSettings.from_mapping(base.model_dump(exclude_unset=True) | given)
+    except LeaseConfigError as exc:
+        error = LeaseConfigError(_named_flags(str(exc), args))
+        problems: list[str] = getattr(exc, "problems", [])
+        error.problems = [_named_flags(problem, args) for problem in problems]  # type: ignore[attr-defined]
+        raise error from None
+
+
+def _named_flags(message: str, args: argparse.Namespace) -> str:
+    """A settings message followed by the options (or variables) that set what it names."""
+    sources = []
+    for option in TIMINGS:
+        if option in message:
+            given = option in getattr(args, _GIVEN, ()) or env(option) is None
+            sources.append(f"--{option.replace('_', '-')}" if given else _env_name(option))
+    return f"{message} (set by {', '.join(sources)})" if sources else message
+
+
+def _fit_wall_clock_kind(args: argparse.Namespace, settings: LeaseSettings) -> LeaseSettings:
+    """``settings`` for the lease kind: a wall-clock kind's rule on holder_deadline checked
+    here, naming the options (the backend's own check names the settings only)."""
+    kind = getattr(args, "lease_kind", None)
+    if kind not in WALL_CLOCK_KINDS:
+        return settings
+    L, R = settings.heartbeat_timeout, settings.heartbeat_interval
+    limit = L - 3 * R
+    if getattr(args, "holder_deadline", None) is None and settings.deadline > limit:
+        fitted = settings.model_dump(exclude_unset=True) | {"holder_deadline": limit}
+        try:
+            return LeaseSettings.from_mapping(fitted)
+        except LeaseConfigError:
+            pass  # too short for the other rules: reported below
+    if settings.deadline > limit:
+        raise LeaseConfigError(
+            f"--lease-kind {kind}: these leases expire by wall clocks, so the holder's deadline "
+            f"must be <= heartbeat timeout - 3 * heartbeat interval: {settings.deadline:g} s > "
+            f"{limit:g} s; lower --holder-deadline (at most {limit:g}s) or --heartbeat-interval, "
+            "or raise --heartbeat-timeout"
+        )
+    return settings
 
 
 def open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]:
-    """The backend and settings the options name (not entered yet: ``async with`` it)."""
+    """The backend and settings the options name (not entered yet: ``async with`` it).
+
+    Entering an SQLite backend creates its database: the commands that only read ask
+    :func:`missing_database` first.
+    """
     if args.section and not args.config:
         raise LeaseConfigError(
             "--section needs --config (the TOML file the section is in); without --config, "
@@ -260,6 +349,10 @@ def open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]
         if not args.section:
             raise LeaseConfigError("--config needs --section (the TOML section of the lease)")
         given = [flag.flag for flag in BACKEND_FLAGS if _on_command_line(args, flag.dest)]
+        if _on_command_line(args, "sqlite_path"):
+            given.insert(0, "--sqlite-path")
+        if _on_command_line(args, "backend"):
+            given.insert(0, "--backend")
         if given:
             raise LeaseConfigError(
                 f"{', '.join(given)}: with --config the section configures the backend; set "
@@ -267,8 +360,8 @@ def open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]
             )
         provider = LeaseProvider(args.config)
         backend, section_settings = provider._backend_for(args.section)
-        return backend, _settings(args, section_settings)
-    settings = _settings(args, None)  # validate before opening anything
+        return backend, settings_from(args, section_settings)
+    settings = settings_from(args)  # validate before opening anything
     name = chosen_backend(args)
     config: dict[str, Any] = {}
     sources: list[str] = []
@@ -277,6 +370,8 @@ def open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]
     for flag in BACKEND_FLAGS:
         value = getattr(args, flag.dest, None)
         if flag.backend == name and value is not None:
+            if flag.dest == "endpoints":
+                check_endpoints(value, source_of(args, flag.dest))
             config[flag.key] = value
             sources.append(source_of(args, flag.dest))
     password = os.environ.get(PASSWORD_VARIABLE)
@@ -295,6 +390,57 @@ def open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]
 
 def _on_command_line(args: argparse.Namespace, dest: str) -> bool:
     return dest in getattr(args, _GIVEN, ())
+
+
+given_on_command_line = _on_command_line
+
+
+def check_endpoints(value: str, where: str) -> None:
+    """etcd client URLs, comma-separated: each ``http://`` or ``https://`` with a host and a
+    port from 1 to 65535 (default 2379), else a configuration error naming ``where``."""
+    for endpoint in (part.strip() for part in value.split(",")):
+        problem = _endpoint_problem(endpoint)
+        if problem:
+            raise LeaseConfigError(
+                f"{where}: {endpoint!r} {problem}; an endpoint is http://HOST:PORT or "
+                "https://HOST:PORT with a port from 1 to 65535, e.g. http://127.0.0.1:2379"
+            )
+
+
+def _endpoint_problem(endpoint: str) -> str:
+    """What is wrong with one etcd endpoint ('' if nothing)."""
+    try:
+        url = urlsplit(endpoint)
+        port = url.port
+    except ValueError:  # a port that is not a number or out of range
+        after_host = endpoint.partition("://")[2].split("/", 1)[0].rpartition(":")[2]
+        return f"has port {after_host!r}, not a number from 1 to 65535"
+    if url.scheme.lower() not in ("http", "https") or "://" not in endpoint:
+        return "is not an http:// or https:// URL"
+    if not url.hostname:
+        return "has no host"
+    if port == 0:
+        return "has port '0', not a number from 1 to 65535"
+    return ""
+
+
+def missing_database(args: argparse.Namespace, backend: LeaseBackend) -> str | None:
+    """For the commands that only read or change an existing record (``status``,
+    ``handover``, ``release``): what to say when ``backend`` is SQLite and its database does
+    not exist, so they do not enter it (entering creates it); None otherwise."""
+    key = backend.store_key  # the SQLite backend's: ("sqlite", its database's path)
+    if not (isinstance(key, tuple) and len(key) == 2 and key[0] == "sqlite"):
+        return None
+    path = Path(str(key[1]))
+    if path.exists():
+        return None
+    if args.config:
+        where = f"{args.config} [{args.section}]"
+    elif args.sqlite_path:
+        where = source_of(args, "sqlite_path")
+    else:
+        where = "the default database"
+    return f"no SQLite database at {str(path)!r} ({where}): no lease was ever taken there"
 
 
 def chosen_backend(args: argparse.Namespace) -> str:

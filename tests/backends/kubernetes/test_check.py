@@ -52,7 +52,7 @@ async def test_missing_verbs_are_listed_with_the_grant() -> None:
     assert not report.ok
     (problem,) = report.problems
     assert "create, update, watch, list" in problem.what
-    assert "lease.yml" in problem.fix
+    assert "trio-lease manifests --namespace default" in problem.fix
     assert "--verb=get,create,update,watch,list" in problem.fix
 
 
@@ -68,12 +68,15 @@ async def test_without_reviews_reads_are_probed() -> None:
     assert any("could not be checked" in note for note in report.notes)
 
 
-async def test_missing_crd_is_reported_with_lease_yml() -> None:
-    """A missing akka.io CRD is reported with 'kubectl apply -f lease.yml'."""
+async def test_missing_crd_is_reported_with_the_shipped_manifests() -> None:
+    """A missing akka.io CRD is reported with the command that applies the shipped CRD
+    (`trio-lease manifests ... | kubectl apply -f -`)."""
     async with make_backend(KubeEmulator().transport(), kind="akka.io/v1") as backend:
         report = await backend.check()
-    assert [p.fix for p in report.problems] == ["kubectl apply -f lease.yml (needs cluster-admin "
-                                                "once)"]
+    assert [p.fix for p in report.problems] == [
+        "trio-lease manifests --lease-kind akka.io/v1 | kubectl apply -f - (needs cluster-admin "
+        "once; the manifests ship in the package)"
+    ]
 
 
 async def test_bad_credentials_are_reported() -> None:

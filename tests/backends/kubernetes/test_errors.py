@@ -64,12 +64,13 @@ def test_forbidden_names_verb_resource_group_namespace_and_fix() -> None:
 
 
 def test_missing_crd_says_to_apply_lease_yml() -> None:
-    """A 404 for the URL itself on the akka kind is a LeaseConfigError naming lease.yml."""
+    """A 404 for the URL itself on the akka kind is a LeaseConfigError saying how to apply the
+    CRD the package ships (`trio-lease manifests`), not a lease.yml an installed user lacks."""
     ctx = RequestContext("get", AKKA, "jobs", "x")
     exc = error_from(_status(404, "NotFound", "the server could not find the requested resource"),
                      ctx)
     assert isinstance(exc, LeaseConfigError)
-    assert "kubectl apply -f lease.yml" in str(exc)
+    assert "trio-lease manifests --lease-kind akka.io/v1 | kubectl apply -f -" in str(exc)
 
 
 def test_missing_namespace_is_a_config_error() -> None:

@@ -41,7 +41,7 @@ from ..._exceptions import BackendProtocolError, ConflictError, LeaseConfigError
 from ..._wire import JsonObject, Malformed
 from ...abc import Changes
 from ._api import KubeApi
-from ._check import CheckReport, run_check
+from ._check import CheckReport, missing_namespace, run_check
 from ._cluster import ClusterConfig
 from ._config import resolve_config
 from ._errors import RequestContext, clean_text, error_from
@@ -300,6 +300,12 @@ class KubernetesBackend(LeaseBackend):
     async def foreign_names(self) -> list[str]:
         """The Leases in the namespace this backend did not create (no managed-by label)."""
         return [key for key, foreign in await list_leases(self._api) if foreign]
+
+    async def missing_namespace(self) -> str | None:
+        """What is wrong if the namespace does not exist, None if it does or cannot be told
+        (``trio-lease status``, ``handover`` and ``release`` refuse a missing one, as ``run``
+        and ``check`` do); see :func:`._check.missing_namespace`. It writes nothing."""
+        return await missing_namespace(self._api)
 
     async def check(self) -> CheckReport:
         """Report what would stop this backend from working, each with its fix."""

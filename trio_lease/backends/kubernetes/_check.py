@@ -5,9 +5,11 @@ credentials (401), missing RBAC verbs (each verb the backend uses, ``get``, ``cr
 ``update``, ``watch`` and ``list`` on its lease kind in its namespace, asked with a
 SelfSubjectAccessReview; when those are not allowed, by probing ``get``, ``list`` and ``watch``),
 reported with the Role rule that grants the missing ones as a YAML snippet, and a missing CRD
-for ``akka.io/v1`` (apply ``lease.yml``). ``create`` on ``events`` in ``events.k8s.io`` is
-optional (only :class:`KubernetesEvents` needs it): when it is missing, the report lists it under
-``optional`` with its Role rule and stays ``ok``. It writes nothing.
+for ``akka.io/v1`` (apply ``lease.yml``, which ``trio-lease manifests`` prints), and a namespace
+that does not exist (:func:`missing_namespace`, which ``trio-lease status`` asks too).
+``create`` on ``events`` in ``events.k8s.io`` is optional (only :class:`KubernetesEvents` needs
+it): when it is missing, the report lists it under ``optional`` with its Role rule and stays
+``ok``. It writes nothing (the namespace probe's create is a dry run).
 
 Its replies go through the same checks as the backend's: failure answers through
 :func:`._errors.parse_status`, a review's answer through :func:`trio_lease._wire.load_json` and
@@ -20,15 +22,17 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+from datetime import UTC, datetime
 
 from ... import _wire
+from ..._abc import LeaseRecord
 from ..._exceptions import BackendAuthError, BackendProtocolError, LeaseConfigError, LeaseError
 from ._api import KubeApi
 from ._errors import ApiStatus, RequestContext, parse_status
 from ._events import EVENTS
 from ._models import LeaseKind
 
-__all__ = ["CheckProblem", "CheckReport", "role_rule", "run_check"]
+__all__ = ["CheckProblem", "CheckReport", "missing_namespace", "role_rule", "run_check"]
 
 _SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
@@ -96,7 +100,8 @@ def _rbac_fix(api: KubeApi, verbs: list[str]) -> str:
     return (
         f"grant verbs {', '.join(verbs)} on resource {kind.plural!r} in API group "
         f"{kind.group!r} in namespace {api.namespace!r}: apply the Role and RoleBinding "
-        f"from lease.yml, or kubectl create role trio-lease -n {api.namespace} "
+        f"that `trio-lease manifests --namespace {api.namespace}` prints, or kubectl create "
+        f"role trio-lease -n {api.namespace} "
         f"--verb={','.join(kind.verbs)} --resource={kind.resource} and bind it to the service "
         "account (resourceNames can restrict get/update/watch but never create)"
     )
@@ -124,6 +129,19 @@ async def run_check(api: KubeApi) -> CheckReport:
                 f"cannot reach the API server at {report.server}: {exc}",
                 "check the server URL, the network path, the CA certificate and "
                 "tls-server-name",
+            )
+        )
+        return report
+    try:
+        namespace_problem = await missing_namespace(api)
+    except LeaseError:
+        namespace_problem = None  # reachability and permissions are judged above
+    if namespace_problem is not None:
+        report.problems.append(
+            CheckProblem(
+                namespace_problem,
+                f"create it (kubectl create namespace {api.namespace}) or give another "
+                "namespace (--namespace, the 'namespace' key)",
             )
         )
         return report
@@ -216,7 +234,8 @@ async def _check_events(api: KubeApi, report: CheckReport) -> None:
                 f"missing permission: create on {EVENTS.resource} in namespace "
                 f"{api.namespace!r}; needed only to write Events (KubernetesEvents), "
                 "leases work without it",
-                "to write Events, add the events rule of the Role in lease.yml, or kubectl "
+                "to write Events, apply the Role that `trio-lease manifests --events` prints, "
+                "or kubectl "
                 f"create role trio-lease-events -n {api.namespace} --verb=create "
                 f"--resource={EVENTS.resource} and bind it to the service account",
                 role_rule(EVENTS.group, EVENTS.plural, list(EVENTS.verbs)),
@@ -234,6 +253,39 @@ def _allowed(content: bytes) -> bool:
         problem = f"expected a boolean, got {_wire.describe(allowed)}"
         raise _wire.Malformed("status.allowed", problem)
     return allowed
+
+
+async def missing_namespace(api: KubeApi) -> str | None:
+    """What is wrong if the namespace does not exist, None if it exists or cannot be told.
+
+    A list or get in a missing namespace answers as in an empty one, so this asks for the
+    namespace itself (``get`` on namespaces), else, where that is forbidden, sends a create
+    of a probe lease with ``dryRun=All``: it writes nothing, and the server refuses it with
+    "namespace not found" exactly when a real create would be.
+    """
+    ctx = RequestContext(
+        "get",
+        api.kind,
+        api.namespace,
+        described=f"namespace {api.namespace!r}",
+        server=api.config.server_url,
+    )
+    response = await api.request("GET", f"/api/v1/namespaces/{api.namespace}", ctx)
+    if response.status_code == 200:
+        return None
+    if response.status_code == 404 and not parse_status(response).missing_resource:
+        return f"namespace {api.namespace!r} does not exist"
+    name = f"trio-lease-check-{secrets.token_hex(4)}"
+    now = datetime.now(UTC)
+    record = LeaseRecord(name=name, lease_duration=15.0, acquired_at=now, renewed_at=now)
+    body = api.kind.new_object(name, record, {})
+    probe = api.ctx("create", name)
+    response = await api.request(
+        "POST", api.collection_path(), probe, body=body, params={"dryRun": "All"}
+    )
+    if response.status_code == 404 and parse_status(response).missing_namespace:
+        return f"namespace {api.namespace!r} does not exist"
+    return None
 
 
 async def _probe_get(api: KubeApi) -> ApiStatus:
@@ -284,5 +336,6 @@ def _missing_resource_problem(api: KubeApi) -> CheckProblem:
     return CheckProblem(
         f"the custom resource definition for {api.kind.resource} "
         f"({api.kind.api_version}) is missing",
-        "kubectl apply -f lease.yml (needs cluster-admin once)",
+        "trio-lease manifests --lease-kind akka.io/v1 | kubectl apply -f - (needs "
+        "cluster-admin once; the manifests ship in the package)",
     )

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 from ..._exceptions import LeaseConfigError
+from ..._settings import LeaseSettings
 from ..._toml import load_toml
 from ._backend import KubernetesBackend
 from ._check import CheckProblem, CheckReport
@@ -84,9 +86,36 @@ def _config_section(config: str, path: str | None) -> dict[str, Any]:
 
 def run_check(args: argparse.Namespace) -> int:
     """Build the backend, run the check, print the report; 0 if fine, 1 if not."""
-    report = anyio.run(_check, _backend(args))
+    backend = _backend(args)
+    report = anyio.run(_check, backend)
+    timing = _timing_problem(args, backend)
+    if timing is not None:
+        report.problems.append(timing)
     print(json.dumps(_as_json(report), indent=2) if args.json else report)
     return 0 if report.ok else 1
+
+
+def _timing_problem(args: argparse.Namespace, backend: KubernetesBackend) -> CheckProblem | None:
+    """The timings ``trio-lease run`` would use with these options (its defaults, else the
+    timing options given) checked against the lease kind's rules; None if they hold.
+
+    ``args.settings_for_kind`` (set by the ``trio-lease`` command, which owns the timing
+    options) gives those timings for a lease kind; without it there is nothing to check.
+    """
+    settings_for_kind: Callable[[str], LeaseSettings] | None = getattr(
+        args, "settings_for_kind", None
+    )
+    if settings_for_kind is None:
+        return None
+    try:
+        backend.validate_settings(settings_for_kind(backend.kind.name))
+    except LeaseConfigError as exc:
+        return CheckProblem(
+            f"the timings do not work for {backend.kind.name} leases: {exc}",
+            "change the options the message names (--heartbeat-timeout, --heartbeat-interval, "
+            "--holder-deadline, ...)",
+        )
+    return None
 
 
 def _backend(args: argparse.Namespace) -> KubernetesBackend:

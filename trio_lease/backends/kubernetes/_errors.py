@@ -336,7 +336,8 @@ def _not_found(status: ApiStatus, ctx: RequestContext) -> LeaseError:
     return LeaseConfigError(
         f"the API server does not serve {ctx.kind.resource} ({ctx.kind.api_version}): "
         "the custom resource definition is missing; install it with "
-        "'kubectl apply -f lease.yml' (needs cluster-admin once)"
+        f"'trio-lease manifests --lease-kind {ctx.kind.api_version} | kubectl apply -f -' "
+        "(needs cluster-admin once; the manifests ship in the package)"
     )
 
 

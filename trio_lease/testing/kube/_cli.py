@@ -6,10 +6,12 @@ cluster admin authenticated by a bearer token, prints how to use it, and serves 
 (Ctrl-C) or SIGTERM, then exits 0. The token is written only to the kubeconfig (mode 0600) and
 never printed.
 
-Bad arguments are refused by argparse before anything starts (exit 2): a port outside 0-65535,
-a namespace that is not a DNS-1123 label, a negative CRD delay. An address that cannot be
-listened on or a kubeconfig that cannot be written is a one-line message and exit 78 (a
-configuration error, as for the other commands).
+Bad arguments are refused before anything starts with a one-line message and exit 78 (a
+configuration error, as for the other commands): a port outside 0-65535, a namespace that is
+not a DNS-1123 label, a negative CRD delay, a manifest that cannot be read or applied. So is an
+address that cannot be listened on or a kubeconfig that cannot be written. A client whose TLS
+handshake fails (plain HTTP on the HTTPS port, a client that does not trust the CA) is logged
+as one line; the emulator goes on serving.
 """
 
 from __future__ import annotations
@@ -109,8 +111,8 @@ def add_emulate_command(subparsers: Any) -> None:
 
 
 def run_emulate(args: argparse.Namespace) -> int:
-    """Serve until interrupted; 0 on a clean stop, 2 on a bad manifest, 78 when the address
-    cannot be listened on or the kubeconfig cannot be written."""
+    """Serve until interrupted; 0 on a clean stop, 78 on a bad manifest, an address that
+    cannot be listened on or a kubeconfig that cannot be written."""
     import yaml
 
     from ._emulator import KubeEmulator
@@ -127,8 +129,12 @@ def run_emulate(args: argparse.Namespace) -> int:
         for manifest in args.apply:
             emulator.apply(manifest.read_text())
     except (OSError, ValueError, yaml.YAMLError, ApiError) as exc:
-        print(f"trio-lease emulate: cannot apply manifest: {exc}", file=sys.stderr)
-        return 2
+        print(
+            f"trio-lease emulate: --apply {str(manifest)!r}: cannot apply it: "
+            f"{_reason(exc)}",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
     if args.kubeconfig is None:
         fd, name = tempfile.mkstemp(prefix="trio-lease-emulator-", suffix=".kubeconfig")
         os.close(fd)
@@ -168,6 +174,13 @@ def run_emulate(args: argparse.Namespace) -> int:
         print(f"trio-lease emulate: {problem}", file=sys.stderr)
         return EXIT_CONFIG
     return 0
+
+
+def _reason(exc: Exception) -> str:
+    """An error for a message: an OSError's reason without its errno, else its text."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
 
 
 def _write_kubeconfig(server: KubeServer, path: Path, token: str, namespace: str) -> str | None:

@@ -13,6 +13,7 @@ final chunk, as a network failure does. Only loopback use is intended.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import logging
 import os
@@ -197,6 +198,39 @@ async def _serve_connection(emulator: Cluster, stream: ByteStream) -> None:
             return
 
 
+#: What the usual handshake failures mean, by OpenSSL's reason.
+_HANDSHAKE_HINTS = {
+    "HTTP_REQUEST": "a plain-HTTP request on the HTTPS port (use https://)",
+    "TLSV1_ALERT_UNKNOWN_CA": (
+        "the client does not trust the emulator's CA (TLSV1_ALERT_UNKNOWN_CA; the CA is the "
+        "kubeconfig's certificate-authority-data)"
+    ),
+}
+
+
+class _QuietTLSListener(TLSListener):
+    """A TLS listener that logs a failed handshake as one line, not a traceback.
+
+    A plain-HTTP client, one that does not trust the emulator's CA or one that hangs up
+    mid-handshake is the client's problem: the line says which, and the server goes on.
+    """
+
+    @staticmethod
+    async def handle_handshake_error(exc: BaseException, stream: Any) -> None:
+        peer = ""
+        with contextlib.suppress(Exception):  # read before closing: a closed socket has none
+            address = stream.extra(SocketAttribute.remote_address)
+            peer = f" from {address[0]}:{address[1]}"
+        await anyio.aclose_forcefully(stream)
+        if isinstance(exc, anyio.get_cancelled_exc_class()) or not isinstance(exc, Exception):
+            raise exc
+        reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+        if isinstance(exc, anyio.EndOfStream | anyio.BrokenResourceError):
+            reason = "the client closed the connection during the handshake"
+        reason = _HANDSHAKE_HINTS.get(str(reason), str(reason))
+        logger.warning("TLS handshake%s failed: %s", peer, reason)
+
+
 @asynccontextmanager
 async def serve(
     emulator: Cluster, host: str = "127.0.0.1", port: int = 0, *, tls: bool = True
@@ -217,7 +251,7 @@ async def serve(
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         cert.configure_cert(context)
         context.set_alpn_protocols(["http/1.1"])
-        listener = TLSListener(listener, context, standard_compatible=False)
+        listener = _QuietTLSListener(listener, context, standard_compatible=False)
 
     async def on_connection(stream: ByteStream) -> None:
         await _serve_connection(emulator, stream)

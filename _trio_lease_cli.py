@@ -1,0 +1,33 @@
+"""The ``trio-lease`` console script's entry point, outside the ``trio_lease`` package.
+
+Importing the package takes a while (a second on a loaded machine); Python's own SIGINT
+handler would turn a Ctrl-C meanwhile into a ``KeyboardInterrupt`` traceback. This module
+imports nothing of the package until it has made SIGINT end the process quietly (exit 130,
+as shells report it); :func:`trio_lease._cli.main` then handles it itself.
+"""
+
+from __future__ import annotations
+
+import _signal  # type: ignore[import-not-found]  # C module: `signal` imports enum, slow
+import sys
+
+__all__ = ["main"]
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    print("trio-lease: interrupted", file=sys.stderr)
+    raise SystemExit(128 + signum)
+
+
+def main() -> int:
+    """Run ``trio-lease``; a Ctrl-C while it starts exits 130 with one line."""
+    _signal.signal(_signal.SIGINT, _interrupted)
+    from trio_lease._cli._main import main as cli_main
+
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # main() catches it from here
+    code: int = cli_main()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""The edges a new user touches first, each in real `trio-lease` processes: values checked
+where they enter, the emulator's failed handshakes, defaults valid for every lease kind, one
+answer from check, status and run, read-only commands without side effects, and messages that
+say what to do."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import ssl
+import time
+
+import httpx
+import trustme
+
+from ._stores import NAMESPACE, Emulator, start_emulator
+from .conftest import FAST, ONE_SHOT, Cli, no_record
+
+TRACEBACK = "Traceback (most recent call last)"
+
+
+def _kube(emulator: Emulator, *more: str) -> list[str]:
+    return ["--kubeconfig", str(emulator.kubeconfig), *more]
+
+
+def test_an_endpoint_port_out_of_range_exits_78_naming_the_option(cli: Cli) -> None:
+    """`status --endpoints http://127.0.0.1:99999` (also --json, --watch, port -5) exits 78
+    naming --endpoints and the rule, with no traceback (it was an OverflowError)."""
+    for argv in (
+        ["status", "--endpoints", "http://127.0.0.1:99999"],
+        ["status", "--json", "--watch", "--endpoints", "http://127.0.0.1:99999"],
+        ["status", "job", "--endpoints", "http://127.0.0.1:-5"],
+        ["run", "job", "--timeout", "3", "--endpoints", "http://127.0.0.1:abc", "--", "true"],
+    ):
+        result = cli.run(*argv)
+        assert result.returncode == 78, (argv, result.stderr)
+        assert result.stderr.startswith("trio-lease: --endpoints: 'http://127.0.0.1:")
+        assert "not a number from 1 to 65535" in result.stderr
+        assert TRACEBACK not in result.stderr
+
+
+def test_a_negative_duration_exits_78_saying_durations_are_positive(cli: Cli) -> None:
+    """`--heartbeat-timeout -1s` (it was a usage error, exit 2) and `--timeout=-1s` both exit
+    78 with one line saying durations must be positive."""
+    for argv in (
+        ["status", "--heartbeat-timeout", "-1s"],
+        ["run", "job", "--timeout=-1s", "--", "true"],
+    ):
+        result = cli.run(*argv)
+        assert result.returncode == 78, result.stderr
+        assert "durations must be positive, got '-1s'" in result.stderr
+        assert result.stderr.count("\n") == 1
+
+
+def test_the_top_level_usage_version_and_a_run_without_command(cli: Cli) -> None:
+    """`trio-lease` alone prints the help (not "required: command_name"), `--version` prints
+    the version, and `run job` prints run's usage and says a command is needed."""
+    alone = cli.run()
+    assert alone.returncode == 2
+    assert "usage: trio-lease" in alone.stderr and "name a command" in alone.stderr
+    assert "command_name" not in alone.stderr
+    version = cli.run("--version")
+    assert version.returncode == 0
+    assert version.stdout.startswith("trio-lease ")
+    bare = cli.run("run", "job")
+    assert bare.returncode == 2
+    assert bare.stderr.startswith("usage: trio-lease run ")
+    assert "a command to run is needed after --" in bare.stderr
+
+
+def test_a_program_that_cannot_be_executed_exits_126_before_taking_the_lease(cli: Cli) -> None:
+    """A file without execute permission, and an executable file that is no program, exit 126
+    (as shells do) before the lease is taken: the database is not even created."""
+    script = cli.tmp / "script.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    garbage = cli.tmp / "garbage"
+    garbage.write_bytes(b"\x00garbage\x01")
+    garbage.chmod(0o755)
+    plain = cli.run("run", "job", "--", str(script))
+    assert plain.returncode == 126
+    assert "not executable" in plain.stderr
+    junk = cli.run("run", "job", "--", str(garbage))
+    assert junk.returncode == 126
+    assert "not an executable format" in junk.stderr
+    assert not cli.db.exists()
+
+
+def test_ctrl_c_while_starting_ends_without_a_traceback(cli: Cli) -> None:
+    """SIGINT while `run` or `status --watch` is still starting (importing, parsing, entering
+    the loop) ends it with one line, never a KeyboardInterrupt traceback."""
+    _, child = cli.child("never", sleep=30)
+    for argv in (["run", "job", *FAST, "--", *child], ["status", "--watch"]):
+        for delay in (0.15, 0.3, 0.6, 1.2):
+            running = cli.start(*argv)
+            time.sleep(delay)
+            running.process.send_signal(signal.SIGINT)
+            code = running.wait()
+            assert TRACEBACK not in running.stderr(), (argv, delay, running.stderr())
+            assert code in (0, 130), (argv, delay, code, running.stderr())
+
+
+def test_status_of_a_missing_database_creates_nothing(cli: Cli) -> None:
+    """`status --sqlite-path` of a file that does not exist shows no records and creates
+    nothing; `handover` and `release --force` create nothing either."""
+    new = cli.tmp / "new.sqlite3"
+    result = cli.run("status", "--json", "job", "--sqlite-path", str(new))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [no_record("job")]
+    assert "nothing was created" in result.stderr
+    assert cli.run("handover", "job", "--sqlite-path", str(new)).returncode == 1
+    assert cli.run("release", "job", "--force", "--sqlite-path", str(new)).returncode == 0
+    assert not new.exists()
+
+
+def test_handover_of_a_lease_with_no_record_writes_nothing(cli: Cli) -> None:
+    """`handover --timeout 3 nosuchlease` says the lease has no record, exits 1 and writes no
+    record (it took the lease with token 1)."""
+    _, child = cli.child("once", sleep=0)
+    assert cli.run("run", "job", *FAST, "--", *child).returncode == 0
+    result = cli.run("handover", "nosuchlease", "--timeout", "3", *ONE_SHOT)
+    assert result.returncode == 1
+    assert "'nosuchlease' has no record" in result.stderr
+    assert cli.status("nosuchlease") == [no_record("nosuchlease")]
+
+
+def test_config_with_sqlite_path_is_refused(cli: Cli) -> None:
+    """`--config good.toml --section leases.cli --sqlite-path X` exits 78 naming --sqlite-path
+    (it was ignored, exit 0)."""
+    config = cli.tmp / "good.toml"
+    config.write_text(f'[leases.cli]\nlease-class = "sqlite"\npath = "{cli.tmp / "s.db"}"\n')
+    other = cli.tmp / "x.sqlite3"
+    args = ["--config", str(config), "--section", "leases.cli", "--sqlite-path", str(other)]
+    result = cli.run("status", *args)
+    assert result.returncode == 78
+    assert "--sqlite-path: with --config the section configures the backend" in result.stderr
+    assert not other.exists()
+
+
+def test_the_status_table_stays_aligned_with_long_names(cli: Cli) -> None:
+    """Long lease names and holders widen their columns: every row's token ends under TOKEN."""
+    name = "a-lease-name-longer-than-the-twenty-four-columns"
+    _, child = cli.child("once", sleep=0)
+    owner = "an-owner-name-much-longer-than-thirty-six-columns-" + "x" * 20
+    assert cli.run("run", name, "--owner", owner, *FAST, "--", *child).returncode == 0
+    assert cli.run("run", "short", *FAST, "--", *child).returncode == 0
+    lines = cli.run("status").stdout.splitlines()
+    token_end = lines[0].index("TOKEN") + len("TOKEN")
+    assert len(lines) == 3
+    for line in lines[1:]:
+        assert line[token_end - 1] == "1", lines
+        assert line[token_end] == " ", lines
+
+
+def test_the_emulator_logs_a_failed_handshake_as_one_line(cli: Cli) -> None:
+    """A plain-HTTP client and one that does not trust the CA on `trio-lease emulate`'s port:
+    one line each on its stderr, no traceback, and it goes on serving."""
+    emulator = start_emulator(cli)
+    port = emulator.url.rsplit(":", 1)[1]
+    with httpx.Client(timeout=10) as plain, contextlib.suppress(httpx.HTTPError):
+        plain.get(f"http://127.0.0.1:{port}/")
+    untrusting = ssl.create_default_context(cadata=trustme.CA().cert_pem.bytes().decode())
+    with (
+        httpx.Client(verify=untrusting, timeout=10) as client,
+        contextlib.suppress(httpx.HTTPError),
+    ):
+        client.get(f"https://127.0.0.1:{port}/")
+    deadline = time.monotonic() + 20
+    while emulator.process.stderr().count("TLS handshake") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stderr = emulator.process.stderr()
+    assert TRACEBACK not in stderr
+    assert "a plain-HTTP request on the HTTPS port" in stderr
+    assert "does not trust the emulator's CA" in stderr
+    assert stderr.count("\n") == 2, stderr
+    assert emulator.lease("job") is None  # still serving
+
+
+def test_akka_leases_work_with_the_default_timings(cli: Cli) -> None:
+    """`run --lease-kind akka.io/v1` with the CLI's default timings works (it exited 78 on
+    holder_deadline); `check` reports a holder deadline Akka's rule refuses, naming the
+    option that fixes it, as `run` does."""
+    emulator = start_emulator(cli)
+    akka = _kube(emulator, "--lease-kind", "akka.io/v1")
+    _, child = cli.child("once", sleep=0)
+    result = cli.run("run", "job", *akka, "--", *child)
+    assert result.returncode == 0, result.stderr
+    assert emulator.lease("job", "akka.io") is not None
+    assert cli.run("check", *akka).returncode == 0
+    too_long = cli.run("check", *akka, "--holder-deadline", "10s")
+    assert too_long.returncode == 1
+    assert "lower --holder-deadline (at most 9s)" in too_long.stdout
+    refused = cli.run("run", "job", *akka, "--holder-deadline", "10s", "--", *child)
+    assert refused.returncode == 78
+    assert "lower --holder-deadline (at most 9s)" in refused.stderr
+
+
+def test_check_status_and_run_agree_on_a_missing_namespace(cli: Cli) -> None:
+    """With `--namespace nosuchns`: check reports the problem (exit 1), status and run exit 78,
+    all saying the namespace does not exist (check said OK, status showed an empty table)."""
+    emulator = start_emulator(cli)
+    missing = _kube(emulator, "--namespace", "nosuchns")
+    check = cli.run("check", *missing)
+    assert check.returncode == 1
+    assert "namespace 'nosuchns' does not exist" in check.stdout
+    for argv in (["status"], ["status", "job", "--json"], ["run", "job"]):
+        tail = ["--", "true"] if argv[0] == "run" else []
+        result = cli.run(*argv, *missing, *tail)
+        assert result.returncode == 78, (argv, result.stderr)
+        assert "namespace 'nosuchns' does not exist" in result.stderr
+
+
+def test_status_marks_a_foreign_lease_named_or_listed_with_one_schema(cli: Cli) -> None:
+    """A Lease another program wrote is `"foreign": true` in `status NAME --json` as in the
+    listing, and both rows have the same keys (one schema)."""
+    emulator = start_emulator(cli)
+    emulator.create_foreign_lease("controller-leader", "controller-7")
+    _, child = cli.child("once", sleep=0)
+    assert cli.run("run", "job", *_kube(emulator), *FAST, "--", *child).returncode == 0
+    listed = {row["name"]: row for row in cli.status(*_kube(emulator))}
+    named = {row["name"]: row for row in cli.status("controller-leader", "job", *_kube(emulator))}
+    assert listed["controller-leader"]["foreign"] is True
+    assert named["controller-leader"]["foreign"] is True
+    assert listed["job"]["foreign"] is False
+    assert named["job"]["foreign"] is False
+    assert set(listed["job"]) == set(named["controller-leader"]) == set(no_record("x"))
+    table = cli.run("status", "controller-leader", *_kube(emulator)).stdout
+    assert "(foreign: not written by trio-lease)" in table
+
+
+def test_check_says_how_to_apply_the_shipped_crd(cli: Cli) -> None:
+    """`check --lease-kind akka.io/v1` without the CRD points to `trio-lease manifests`, which
+    an installed user has, not to a lease.yml file they do not."""
+    emulator = start_emulator(cli, apply=False)
+    result = cli.run("check", *_kube(emulator, "--lease-kind", "akka.io/v1"))
+    assert result.returncode == 1
+    assert "trio-lease manifests --lease-kind akka.io/v1 | kubectl apply -f -" in result.stdout
+    assert "kubectl apply -f lease.yml" not in result.stdout
+    assert NAMESPACE in result.stdout
