@@ -336,7 +336,9 @@ class Semaphore:
                     raise self._busy(busy)
                 if clock() >= deadline:
                     raise self._timeout(timeout, last_error)
-                if reserved is None or reserved not in busy:
+                if not self._still_reserved(reserved, busy):
+                    # None yet, or it lapsed (paused past L), or the slot went to another:
+                    # ask again, or this waiter would only ever race the looping holders.
                     reserved = await self._reserve(busy, reserved, clock() - started)
                 await self._wait_for_change(busy, deadline, failing=last_error is not None)
                 last_error = outcome.error
@@ -376,6 +378,14 @@ class Semaphore:
             else:
                 return slot, grant
         return seen
+
+    def _still_reserved(self, reserved: int | None, busy: dict[int, LeaseBusy]) -> bool:
+        """Whether slot ``reserved`` is busy and its record, as this round read it, still
+        carries this contender's handover request."""
+        if reserved is None or reserved not in busy:
+            return False
+        record = self._slot_lease(reserved).last_record
+        return record is not None and record.handover_to == self.identity
 
     async def _reserve(
         self, busy: dict[int, LeaseBusy], reserved: int | None, waited: float

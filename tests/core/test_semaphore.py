@@ -347,3 +347,62 @@ async def test_without_a_watch_a_waiter_polls() -> None:
         async with waiter.held() as grant:
             assert grant.slot == 0
             assert anyio.current_time() - released_at[0] <= SETTINGS.wait_interval * 1.2 + 0.01
+
+
+class _Stopped(_OwnProcess):
+    """A process that can be stopped as by SIGSTOP: while paused its requests hang and none of
+    its timeouts cuts them short (they are shielded), so it resumes where it stopped."""
+
+    async def _gate(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await super()._gate()
+
+
+async def test_a_waiter_paused_past_l_among_looping_holders_is_granted_soon() -> None:
+    """A waiter whose store was out of reach for 2 L while it waited (its reservation lapsed and
+    its slot went to others) asks again once back: granted within the documented bound, among
+    six holders looping held() at limit 3."""
+    store = MemoryStore()
+    hold = 0.3
+    loopers = [
+        Semaphore("pool", f"c{i}", _OwnProcess(MemoryBackend(store)), SETTINGS, limit=3)
+        for i in range(6)
+    ]
+    paused = _Stopped(MemoryBackend(store))
+    waiter = Semaphore("pool", "waiter", paused, SETTINGS, limit=3)
+    waited: list[float] = []
+    resumed_at: list[float] = []
+
+    async def loop(sem: Semaphore) -> None:
+        while True:
+            async with sem.held():
+                await anyio.sleep(hold)
+
+    async def wait() -> None:
+        async with waiter.held():
+            waited.append(anyio.current_time())
+
+    async def pause_while_waiting() -> None:
+        probe = MemoryBackend(store)
+        names = [waiter.slot_lease(slot).name for slot in range(3)]
+        while True:  # until the waiter has a slot reserved for it
+            records = [await probe.get(name) for name in names]
+            if any(r is not None and r.handover_to == waiter.identity for r in records):
+                break
+            await anyio.sleep(0.01)
+        paused.pause()
+        await anyio.sleep(2 * SETTINGS.heartbeat_timeout)
+        paused.resume()
+        resumed_at.append(anyio.current_time())
+
+    with anyio.move_on_after(10 * SETTINGS.heartbeat_timeout):
+        async with anyio.create_task_group() as tg:
+            for sem in loopers:
+                tg.start_soon(loop, sem)
+            await anyio.sleep(1.0)
+            tg.start_soon(pause_while_waiting)
+            await wait()
+            tg.cancel_scope.cancel()
+    assert waited, "the waiter was never granted a slot"
+    # docs/partitioning.md: a waiter back in touch is granted within 2 wait_interval + 2 holds.
+    assert waited[0] - resumed_at[0] <= 2 * SETTINGS.wait_interval + 2 * hold
