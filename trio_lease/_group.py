@@ -27,28 +27,20 @@ import math
 import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from types import TracebackType
 
 import anyio
-import anyio.lowlevel
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.lowlevel import RunVar
 
 from ._abc import LeaseBackend, LeaseRecord
-from ._exceptions import BackendUnavailable, LeaseBusy, LeaseConfigError, LeaseError
+from ._exceptions import BackendUnavailable, LeaseBusy, LeaseError
 from ._grant import Grant
-from ._lease import Lease, lease_clock
+from ._lease import Lease
+from ._namespace import check_name
 from ._settings import LeaseSettings
-from ._slotted import (
-    Family,
-    SlotChange,
-    family_of,
-    follow_slots,
-    hold_slot,
-    read_slot,
-    slot_name,
-)
+from ._slotted import SlotChange, SlotFamily
+from ._streams import Changes, Emit
 
-__all__ = ["Group", "Membership"]
+__all__ = ["Group", "Membership", "partition_group"]
 
 logger = logging.getLogger("trio_lease")
 
@@ -63,13 +55,14 @@ JOIN_BACKOFF = 5.0
 class _Kept:
     """The view of a membership that ended, for the next join (see the module docstring)."""
 
-    token: object  # the event loop it was seen on (anyio.lowlevel.current_token())
-    clock: _Clock  # the clock its times are on
     seen: list[_Seen]
 
 
-#: By backend object, then group name: the view of the last membership that ended.
-_kept: weakref.WeakKeyDictionary[LeaseBackend, dict[str, _Kept]] = weakref.WeakKeyDictionary()
+#: Per event loop (the times are on its clock), by backend object, then the group's role and
+#: name: the view of the last membership that ended.
+_kept: RunVar[weakref.WeakKeyDictionary[LeaseBackend, dict[tuple[str, str], _Kept]]] = RunVar(
+    "trio_lease_kept_views"
+)
 
 
 class Group:
@@ -87,49 +80,41 @@ class Group:
         backend: LeaseBackend,
         settings: LeaseSettings | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            raise LeaseConfigError(f"a group name must be a non-empty string, got {name!r}")
+        check_name("a group name", name)
         self._name = name
-        self._leases: list[Lease] = [Lease(slot_name(name, 0), owner, backend, settings)]
-        self._family: Family = family_of(backend, name)
+        self._slots = SlotFamily(name, "member", owner, backend, settings)
 
     @property
     def name(self) -> str:
-        """The group's name; its members hold the leases ``<name>.0``, ``<name>.1``, ..."""
+        """The group's name; its members hold the leases ``<name>~member~0``, ``~1``, ..."""
         return self._name
 
     @property
     def owner(self) -> str:
         """The owner name this object joins as."""
-        return self._leases[0].owner
+        return self._slots.owner
 
     @property
     def identity(self) -> str:
         """The identity this object joins as: ``owner`` plus the incarnation id."""
-        return self._leases[0].identity
+        return self._slots.identity
 
     @property
     def backend(self) -> LeaseBackend:
         """The store of the member records."""
-        return self._leases[0].backend
+        return self._slots.backend
 
     @property
     def settings(self) -> LeaseSettings:
         """The member leases' timing."""
-        return self._leases[0].settings
+        return self._slots.settings
 
     def __repr__(self) -> str:
         return f"Group(name={self._name!r}, owner={self.owner!r}, backend={self.backend!r})"
 
     def slot_lease(self, slot: int) -> Lease:
         """The lease of member slot ``slot`` (for status displays)."""
-        if not isinstance(slot, int) or isinstance(slot, bool) or slot < 0:
-            raise LeaseConfigError(f"a slot is an int from 0, got {slot!r}")
-        while len(self._leases) <= slot:
-            first = self._leases[0]
-            name = slot_name(self._name, len(self._leases))
-            self._leases.append(Lease(name, first.owner, first.backend, first.settings))
-        return self._leases[slot]
+        return self._slots.checked_lease(slot)
 
     def joined(self) -> AbstractAsyncContextManager[Membership]:
         """Join the group (waiting while the backend fails), run the body, then leave at once.
@@ -163,22 +148,26 @@ class Group:
             if body_error is not None:
                 raise body_error
 
-    def _kept_view(self, clock: _Clock) -> list[_Seen]:
-        """What the last membership of this group through this backend object saw, if it was
-        on this event loop and this clock (else nothing)."""
+    def _kept_view(self) -> list[_Seen]:
+        """What the last membership of this group through this backend object saw in this
+        event loop (else nothing)."""
         try:
-            kept = _kept.get(self.backend, {}).get(self._name)
-        except TypeError:  # a backend object that takes no weak reference: nothing is kept
+            kept = _kept.get().get(self.backend, {}).get((self._slots.role, self._name))
+        except (LookupError, TypeError):  # none yet, or a backend that takes no weak reference
             return []
-        if kept is None or kept.token != anyio.lowlevel.current_token() or kept.clock != clock:
-            return []
-        return list(kept.seen)
+        return [] if kept is None else list(kept.seen)
 
     def _keep(self, membership: Membership) -> None:
         """Keep ``membership``'s view for the next join (see the module docstring)."""
-        kept = _Kept(anyio.lowlevel.current_token(), membership._clock, list(membership._seen))
+        try:
+            views = _kept.get()
+        except LookupError:
+            views = weakref.WeakKeyDictionary()
+            _kept.set(views)
         with contextlib.suppress(TypeError):  # a backend that takes no weak reference
-            _kept.setdefault(self.backend, {})[self._name] = kept
+            views.setdefault(self.backend, {})[(self._slots.role, self._name)] = _Kept(
+                list(membership._seen)
+            )
 
     async def _join(self, stack: AsyncExitStack) -> tuple[int, Grant]:
         """Hold the lowest slot that can be taken (its hold entered into ``stack``)."""
@@ -187,12 +176,11 @@ class Group:
             slot = 0
             error: BackendUnavailable | None = None
             while True:
-                if slot in self._family.claimed:
+                if slot in self._slots.local.claimed:
                     slot += 1
                     continue
-                lease = self.slot_lease(slot)
                 try:
-                    grant = await stack.enter_async_context(hold_slot(lease, self._family, slot))
+                    grant = await stack.enter_async_context(self._slots.hold(slot))
                 except LeaseBusy:
                     slot += 1
                     continue
@@ -203,6 +191,16 @@ class Group:
             failures += 1
             logger.info("group %r: joining failed (%s); retrying", self._name, error)
             await anyio.sleep(min(JOIN_BACKOFF, 0.1 * 2 ** min(failures, 30)))
+
+
+def partition_group(
+    name: str, owner: str, backend: LeaseBackend, settings: LeaseSettings | None
+) -> Group:
+    """The group of ``run_partitioned(name=name)``'s members: its member slots are the records
+    ``<name>~partition-member~<slot>``, apart from a user's ``Group(name)``."""
+    group = Group(name, owner, backend, settings)
+    group._slots = SlotFamily(name, "partition-member", owner, backend, settings)
+    return group
 
 
 @dataclasses.dataclass(slots=True)
@@ -226,12 +224,11 @@ class Membership:
         self.slot: int = slot
         #: The grant of the member's lease (fencing token, deadline, ``check()``).
         self.grant: Grant = grant
-        self._clock: _Clock = lease_clock(group.slot_lease(0))
+        self._clock: _Clock = anyio.current_time
         # Each slot's record as last seen, and since when (kept from the last membership).
-        self._seen: list[_Seen] = group._kept_view(self._clock)
+        self._seen: list[_Seen] = group._kept_view()
         self._members: tuple[str, ...] = (grant.identity,)
-        self._subscribers: set[MemoryObjectSendStream[tuple[str, ...]]] = set()
-        self._wake = anyio.Event()
+        self._changed = anyio.Event()  # set (and replaced) on each new list, and at the end
         self._ended = False
 
     def __repr__(self) -> str:
@@ -246,14 +243,28 @@ class Membership:
         """The live members' identities, sorted, this member included (as last seen; no I/O)."""
         return self._members
 
-    def changes(self) -> AbstractAsyncContextManager[MemoryObjectReceiveStream[tuple[str, ...]]]:
+    def changes(self) -> Changes[tuple[str, ...]]:
         """A stream of the member list: the current one first, then each change.
 
         ``async with membership.changes() as lists: async for members in lists:`` — the
-        stream ends when the member leaves the group. A slow reader misses no list (the
-        stream buffers them).
+        stream ends when the member leaves the group. A slow reader gets the latest list when
+        it reads again (lists it was too slow for are skipped, as the lease's watch does): no
+        list is buffered.
         """
-        return _Changes(self)
+        return Changes(self._stream_lists, what="membership.changes()")
+
+    async def _stream_lists(self, emit: Emit[tuple[str, ...]]) -> None:
+        sent: tuple[str, ...] | None = None
+        while True:
+            changed = self._changed
+            current = self._members
+            if current != sent:
+                await emit(current)
+                sent = current
+                continue  # it may have changed while the reader took its time
+            if self._ended:
+                return
+            await changed.wait()
 
     # The view, kept by a task of joined() (never raising: a failure only logs and retries).
 
@@ -288,7 +299,7 @@ class Membership:
         """Read slots from 0 up to the first without a record (that one included)."""
         slot = 0
         while True:
-            record = await read_slot(self._group.slot_lease(slot))
+            record = await self._group._slots.read(slot)
             self._note(slot, record, clock())
             if record is None:
                 del self._seen[slot + 1 :]
@@ -331,12 +342,12 @@ class Membership:
         listed = tuple(sorted(members))
         if listed != self._members:
             self._members = listed
-            for send in list(self._subscribers):
-                send.send_nowait(listed)
+            self._changed.set()
+            self._changed = anyio.Event()
 
     async def _wait(self, delay: float, clock: _Clock) -> None:
         """Until a slot changes holder (the watch), a member may have expired, or ``delay``."""
-        names = [slot_name(self._group.name, slot) for slot in range(len(self._seen))]
+        slots = range(len(self._seen))
         woken = anyio.Event()
 
         def receive(slot: int, record: LeaseRecord | None) -> None:
@@ -349,58 +360,20 @@ class Membership:
 
         with anyio.move_on_after(delay):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._follow, names, receive)
+                tg.start_soon(self._follow, slots, receive)
                 await woken.wait()
                 tg.cancel_scope.cancel()
 
-    async def _follow(self, names: list[str], receive: SlotChange) -> None:
+    async def _follow(self, slots: range, receive: SlotChange) -> None:
         try:
-            await follow_slots(
-                self._group.backend,
-                names,
-                receive,
-                timeout=self._group.settings.lease_operation_timeout,
-            )
+            await self._group._slots.follow(slots, receive)
         except Exception as exc:  # the view also polls: a watch failure only logs
             logger.info("group %r: following the members failed: %s", self._group.name, exc)
         await anyio.sleep_forever()
 
     def _end(self) -> None:
         self._ended = True
-        for send in list(self._subscribers):
-            send.close()
-        self._subscribers.clear()
-
-
-class _Changes:
-    """The async context manager of :meth:`Membership.changes`: a receive stream of lists."""
-
-    def __init__(self, membership: Membership) -> None:
-        self._membership = membership
-        self._send: MemoryObjectSendStream[tuple[str, ...]] | None = None
-        self._receive: MemoryObjectReceiveStream[tuple[str, ...]] | None = None
-
-    async def __aenter__(self) -> MemoryObjectReceiveStream[tuple[str, ...]]:
-        send, receive = anyio.create_memory_object_stream[tuple[str, ...]](math.inf)
-        self._send, self._receive = send, receive
-        send.send_nowait(self._membership.members())
-        if self._membership._ended:
-            send.close()
-        else:
-            self._membership._subscribers.add(send)
-        return receive
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._send is not None:
-            self._membership._subscribers.discard(self._send)
-            self._send.close()
-        if self._receive is not None:
-            self._receive.close()
+        self._changed.set()
 
 
 def _holder(seen: _Seen) -> str:

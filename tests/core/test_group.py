@@ -171,15 +171,30 @@ async def test_a_member_that_joins_again_keeps_what_it_saw(world: World) -> None
     assert gone <= s.heartbeat_timeout + s.heartbeat_interval + world.tolerance
 
 
-async def test_a_view_is_kept_for_its_own_clock_only() -> None:
-    """The view a membership leaves behind is what it saw, on the clock it saw it by; a join
-    whose times are on another clock starts from nothing."""
+async def test_a_view_is_kept_for_the_next_join_in_its_event_loop() -> None:
+    """The view a membership leaves behind is what it saw, for the next join in this loop."""
     group = Group("workers", "a", MemoryBackend(MemoryStore()), SETTINGS)
     async with group.joined() as membership:
         await anyio.sleep(SETTINGS.heartbeat_interval)
-    seen, clock = membership._seen, membership._clock
-    assert seen and group._kept_view(clock) == seen
-    assert group._kept_view(lambda: 0.0) == []
+    seen = membership._seen
+    assert seen and group._kept_view() == seen
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # about two loops, not one of them
+def test_another_event_loop_starts_from_no_view(anyio_backend: str) -> None:
+    """A view kept in one event loop is not used in another (its times are that loop's)."""
+    group = Group("workers", "a", MemoryBackend(MemoryStore()), SETTINGS)
+    kept: list[int] = []
+
+    async def join() -> None:
+        kept.append(len(group._kept_view()))
+        async with group.joined():
+            await anyio.sleep(0.01)
+        kept.append(len(group._kept_view()))
+
+    anyio.run(join, backend=anyio_backend)
+    anyio.run(join, backend=anyio_backend)
+    assert kept == [0, 2, 0, 2]
 
 
 async def test_a_new_member_takes_the_lowest_free_slot(world: World) -> None:
@@ -220,7 +235,7 @@ async def test_a_lost_membership_cancels_the_body_with_lease_lost(world: World) 
         async with group.joined():
             backend.pause()
             await anyio.sleep_forever()
-    assert lost.value.lease_name == "workers.0"
+    assert lost.value.lease_name == "workers~member~0"
     backend.resume()
 
 

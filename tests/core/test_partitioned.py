@@ -15,8 +15,10 @@ import anyio
 import pytest
 
 from tests.conftest import World
-from trio_lease import Grant, Group, Lease, LeaseConfigError, LeaseLost, run_partitioned
+from trio_lease import Grant, Lease, LeaseConfigError, LeaseLost, run_partitioned
+from trio_lease._group import partition_group
 from trio_lease._identity import incarnation
+from trio_lease._namespace import record_name
 from trio_lease._partitioned import assign
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
 from trio_lease.testing import FaultyBackend
@@ -285,14 +287,14 @@ async def test_a_key_its_live_holder_renews_no_more_is_taken_at_once_when_it_mov
 
     async def member(owner: str, *, task_status: anyio.abc.TaskStatus[anyio.CancelScope]) -> None:
         with anyio.CancelScope() as scope:
-            group = Group("jobs.members", owner, _OwnProcess(MemoryBackend(store)), s)
+            group = partition_group("jobs", owner, _OwnProcess(MemoryBackend(store)), s)
             async with group.joined():
                 task_status.started(scope)
                 await anyio.sleep_forever()
 
     async def a_holds(key: str, count: list[int]) -> None:
         with contextlib.suppress(LeaseLost):
-            async with Lease(f"jobs.{key}", "a", a_keys, s).held():
+            async with Lease(record_name("jobs", "key", key), "a", a_keys, s).held():
                 count.append(1)
                 if len(count) == len(keys):
                     held.set()

@@ -76,7 +76,7 @@ async def test_at_most_limit_grants_at_once_each_with_its_slot(world: World) -> 
 
 
 async def test_each_slot_is_its_own_lease_with_increasing_tokens(world: World) -> None:
-    """A grant holds the lease ``<name>.<slot>``; each slot's fencing token strictly increases."""
+    """A grant holds the lease ``<name>~slot~<slot>``; each slot's fencing token increases."""
     tokens: dict[int, list[int]] = {0: [], 1: []}
     for round_ in range(3):
         async with anyio.create_task_group() as tg:
@@ -84,7 +84,7 @@ async def test_each_slot_is_its_own_lease_with_increasing_tokens(world: World) -
 
                 async def take(owner: str) -> None:
                     async with _semaphore(world, owner, 2).held() as grant:
-                        assert grant.lease_name == f"pool.{grant.slot}"
+                        assert grant.lease_name == f"pool~slot~{grant.slot}"
                         tokens[grant.slot].append(grant.fencing_token)
                         await anyio.sleep(world.settings.heartbeat_interval)
 
@@ -224,7 +224,7 @@ async def test_a_lost_slot_cancels_the_body_with_lease_lost(world: World) -> Non
         async with cut_off.held() as grant:
             hanging.pause()
             await anyio.sleep_forever()
-    assert lost.value.lease_name == "pool.0"
+    assert lost.value.lease_name == "pool~slot~0"
     hanging.resume()
     async with _semaphore(world, "b", 1).held() as taken:
         assert taken.fencing_token > grant.fencing_token
