@@ -1,18 +1,24 @@
 """Group: who is alive in a group, one ordinary lease record per member.
 
-A member joins by holding the lowest free slot lease of the group, ``<name>.0``, ``<name>.1``,
-... (a slot whose holder stopped renewing is free once it has stood for L, as any lease). Slot
-records are created in order and never deleted, so the slots in use are ``0`` up to the first
-slot without a record: every member finds every other without a store that can list.
+A member joins by holding the lowest free slot lease of the group, ``<name>~member~0``,
+``~1``, ... (:mod:`._namespace`; a slot whose holder stopped renewing is free once it has stood
+for L, as any lease). Slot records are created in order and never deleted, so the slots in use
+are ``0`` up to the first slot without a record: every member finds every other without a store
+that can list.
 
 While joined, a member keeps a view of the group (:class:`Membership`): it reads the slots,
 follows them with the backend's watch (the process's shared watch), and counts a slot as a
-live member while its record is held and has changed (been renewed) within L on its own clock.
-A clean leave releases the slot, which every watcher sees at once; a crashed member stops
-renewing and drops out of every view L after its last renewal was seen.
+live member once it has seen the record change (a renewal, a join) and until the record has
+stood unchanged for L on its own clock. A record seen only as it was at the first read is not
+counted: its holder may have died just before this member joined. So the first view waits (at
+most R + T) until each held slot was seen renewed. A clean leave releases the slot, which every
+watcher sees at once; a crashed member stops renewing and drops out of every view L after its
+last renewal was seen. A member then takes the dead member's slot back (acquires it by the
+lease's own rules, and releases it at once), so the next member to join reuses it and the
+records stay at about the number of live members.
 
 A member that leaves (cleanly, or by losing its lease) keeps its view for the next join of the
-same group through the same backend object on the same event loop (``run_partitioned`` joins
+same group through the same backend object in the same event loop (``run_partitioned`` joins
 again after a lost membership): a slot whose record has not changed since it was seen still
 counts from when it was first seen, so a crashed member drops out L after its last renewal was
 seen, not L after the join. A record that changed meanwhile is seen anew.
@@ -205,10 +211,18 @@ def partition_group(
 
 @dataclasses.dataclass(slots=True)
 class _Seen:
-    """A slot's record as this member last saw it, and when (its clock) that version appeared."""
+    """A slot's record as this member last saw it, and when (its clock) that version appeared.
+
+    ``confirmed``: this member saw the record change to this version (a renewal, a join), so
+    its holder was alive when it appeared. A record only ever seen as it was at the first read
+    is not confirmed: its holder may have died just before (a replacement that joins right after
+    a crash), and counting it alive for L from that read would make this member's assignment
+    disagree with the others' for up to L.
+    """
 
     record: LeaseRecord | None
     since: float
+    confirmed: bool = False
 
 
 class Membership:
@@ -274,6 +288,10 @@ class Membership:
         clock = self._clock
         started = False
         failures = 0
+        # The first view waits (at most a renewal interval and a request) until every held slot
+        # was seen renewed: it then lists the live members only, not a member that died just
+        # before this one joined.
+        confirm_by = clock() + settings.heartbeat_interval + settings.lease_operation_timeout
         while True:
             try:
                 await self._scan(clock)
@@ -283,15 +301,19 @@ class Membership:
                 log("group %r: reading the members failed: %s", group.name, exc)
             else:
                 failures = 0
+            if not started and not failures and self._unconfirmed() and clock() < confirm_by:
+                await self._wait(min(confirm_by - clock(), settings.wait_interval), clock)
+                continue
             self._publish(clock)
             if not started:
                 task_status.started()
                 started = True
+            retry_at = await self._reclaim(clock)
             if failures:
                 delay = min(settings.wait_interval, 0.1 * 2 ** min(failures, 30))
             else:
                 poll = settings.heartbeat_timeout if group.backend.supports_watch else None
-                delay = self._next_expiry(clock) - clock()
+                delay = min(self._next_expiry(clock), retry_at) - clock()
                 delay = min(delay, poll if poll is not None else settings.wait_interval)
             await self._wait(max(delay, 0.0) + 1e-3, clock)
 
@@ -308,28 +330,68 @@ class Membership:
 
     def _note(self, slot: int, record: LeaseRecord | None, now: float) -> None:
         while len(self._seen) <= slot:
-            self._seen.append(_Seen(None, now))
+            self._seen.append(_Seen(record, now))  # a first sight: not confirmed
         seen = self._seen[slot]
         version = None if record is None else record.version
         if seen.record is None or seen.record.version != version:
-            self._seen[slot] = _Seen(record, now)
+            # Seen to change (or to appear where there was nothing): written by a live holder.
+            self._seen[slot] = _Seen(record, now, confirmed=seen.record is not record)
+
+    def _held_by_another(self, slot: int, seen: _Seen) -> bool:
+        record = seen.record
+        return slot != self.slot and not (record is None or record.is_free or record.unreadable)
+
+    def _unconfirmed(self) -> bool:
+        """Whether a slot held by another member was never seen to change."""
+        return any(
+            self._held_by_another(slot, seen) and not seen.confirmed
+            for slot, seen in enumerate(self._seen)
+        )
 
     def _alive(self, slot: int, seen: _Seen, now: float) -> bool:
         if slot == self.slot:
             return True
-        record = seen.record
-        if record is None or record.is_free or record.unreadable:
+        if not self._held_by_another(slot, seen) or not seen.confirmed:
             return False
         return now - seen.since < self._group.settings.heartbeat_timeout
 
     def _next_expiry(self, clock: _Clock) -> float:
+        """When the next held slot's record will have stood for L (a member drops out, or a
+        dead member's slot can be taken back)."""
         now = clock()
+        timeout = self._group.settings.heartbeat_timeout
         ends = [
-            seen.since + self._group.settings.heartbeat_timeout
+            seen.since + timeout
             for slot, seen in enumerate(self._seen)
-            if slot != self.slot and self._alive(slot, seen, now)
+            if self._held_by_another(slot, seen) and seen.since + timeout > now
         ]
         return min(ends, default=math.inf)
+
+    async def _reclaim(self, clock: _Clock) -> float:
+        """Take back every slot whose record has stood unchanged for L in this member's view
+        (its holder is gone, docs/design.md §4.1) and release it at once, so the next member
+        to join reuses it: the slots stay at about the number of live members, whatever the
+        number of crashes. The slot's lease takes it over only by its own rules (its own
+        observation of the record for L, compare-and-swap), so a holder that is in fact alive
+        keeps it. Returns when to try again a slot whose lease is not expired yet by its own
+        observation (which began at its first read of the version, perhaps after the view saw
+        it on the watch)."""
+        now = clock()
+        retry_at = math.inf
+        slots = self._group._slots
+        for slot, seen in enumerate(self._seen):
+            if not self._held_by_another(slot, seen) or slot in slots.local.claimed:
+                continue
+            if now - seen.since < self._group.settings.heartbeat_timeout:
+                continue
+            try:
+                async with slots.hold(slot):
+                    pass
+            except LeaseBusy as exc:  # not expired for the lease yet, or a live holder after all
+                retry_at = min(retry_at, clock() + exc.expires_in)
+            except LeaseError as exc:  # the store failed: the next round tries again
+                logger.debug("group %r: taking back slot %d failed: %s", slots.name, slot, exc)
+        return retry_at
 
     def _publish(self, clock: _Clock) -> None:
         now = clock()
@@ -346,16 +408,18 @@ class Membership:
             self._changed = anyio.Event()
 
     async def _wait(self, delay: float, clock: _Clock) -> None:
-        """Until a slot changes holder (the watch), a member may have expired, or ``delay``."""
+        """Until a slot changes holder (the watch), a member is first seen renewing, a member
+        may have expired, or ``delay``."""
         slots = range(len(self._seen))
         woken = anyio.Event()
 
         def receive(slot: int, record: LeaseRecord | None) -> None:
             if slot >= len(self._seen):
                 return
-            before = self._seen[slot].record
+            before = self._seen[slot]
             self._note(slot, record, clock())
-            if _membership_change(before, record):
+            confirmed = self._seen[slot].confirmed and not before.confirmed
+            if _membership_change(before.record, record) or confirmed:
                 woken.set()
 
         with anyio.move_on_after(delay):

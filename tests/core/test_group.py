@@ -6,6 +6,7 @@ etcd on real time), on asyncio and trio; durations derive from ``world.settings`
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Coroutine, Hashable
 from typing import Any
 
@@ -208,6 +209,44 @@ async def test_a_new_member_takes_the_lowest_free_slot(world: World) -> None:
         freed = held_first.slot
         async with third.joined() as held_third:
             assert held_third.slot == freed
+
+
+async def test_a_dead_members_slot_is_taken_back_and_reused(world: World) -> None:
+    """Six members crash in a row (each replaced at once) beside a long-lived member: their slots
+    are taken back, the records stay at most members + 2, and the seventh newcomer reuses a slot
+    and its first view lists the live members only."""
+    s = world.settings
+    life = 1.25 * s.heartbeat_timeout
+    stayer, _ = _group(world, "stayer")
+    slots: list[int] = []
+
+    async def crasher(group: Group, backend: _OwnProcess, joined: anyio.Event) -> None:
+        with contextlib.suppress(LeaseLost):
+            async with group.joined() as membership:
+                slots.append(membership.slot)
+                joined.set()
+                await anyio.sleep(life)
+                backend.pause()  # killed: it renews no more and never releases
+                await anyio.sleep_forever()
+
+    async with stayer.joined() as staying, anyio.create_task_group() as tg:
+        for i in range(6):
+            group, backend = _group(world, f"c{i}")
+            joined = anyio.Event()
+            tg.start_soon(crasher, group, backend, joined)
+            await joined.wait()
+            await anyio.sleep(life)  # it is dead now: its replacement joins at once
+        newcomer, _ = _group(world, "newcomer")
+        async with newcomer.joined() as membership:
+            first_view = membership.members()
+            slot = membership.slot
+            records = 0
+            while await newcomer.slot_lease(records).read() is not None:
+                records += 1
+        tg.cancel_scope.cancel()
+    assert first_view == tuple(sorted([staying.identity, membership.identity]))
+    assert slot in slots  # a slot a dead member had
+    assert records <= 2 + 2
 
 
 async def test_the_change_stream_ends_when_the_member_leaves(world: World) -> None:
