@@ -247,12 +247,15 @@ def repetition(store: dict[str, Any], plan: dict[str, Any], workdir: Path) -> li
                 if kind == "replace":
                     time.sleep(REPLACE_AFTER)
                     rig.spawn("m5")
+                    ready_after = rig.wait_event("ready", "m5", limit)["t"] - start
             timeouts = rig.release_timeouts()
             end = rig.settle(hold, limit)
             sample = rig.measure(start, end)
             sample["release_timeouts"] = rig.release_timeouts() - timeouts
             if minimum is None:
                 minimum = sample["shares"][member]
+            if kind == "replace":
+                sample["replacement_ready_after"] = ready_after
             sample.update(kind=kind, members=[before, after], member=member, minimum=minimum,
                           L=L, in_L=sample["seconds"] / L)
             samples.append(sample)
