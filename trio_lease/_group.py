@@ -74,9 +74,10 @@ _kept: RunVar[weakref.WeakKeyDictionary[LeaseBackend, dict[tuple[str, str], _Kep
 class Group:
     """The group ``name``: ``async with group.joined() as membership:`` joins it as ``owner``.
 
-    Each member holds one ordinary lease, ``<name>.<slot>``, renewed as any lease is; the body
-    of ``joined()`` is cancelled and :class:`LeaseLost` raised if that lease is lost. ``settings``
-    are the member leases': a crashed member leaves every view after their heartbeat timeout L.
+    Each member holds one ordinary lease, ``<name>~member~<slot>``, renewed as any lease is; the
+    body of ``joined()`` is cancelled and :class:`LeaseLost` raised if that lease is lost.
+    ``settings`` are the member leases': a crashed member leaves every view after their heartbeat
+    timeout L.
     """
 
     def __init__(
@@ -234,7 +235,7 @@ class Membership:
 
     def __init__(self, group: Group, slot: int, grant: Grant) -> None:
         self._group = group
-        #: The member slot held: the lease ``<group name>.<slot>``.
+        #: The member slot held: the lease ``<group name>~member~<slot>``.
         self.slot: int = slot
         #: The grant of the member's lease (fencing token, deadline, ``check()``).
         self.grant: Grant = grant
