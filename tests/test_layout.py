@@ -24,6 +24,7 @@ BACKEND_MAY_IMPORT = frozenset(
         "abc",
         "_abc",
         "_exceptions",
+        "_namespace",
         "_settings",
         "_wire",
         "_http",

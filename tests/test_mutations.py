@@ -230,6 +230,42 @@ MUTATIONS = [
         f"{TRUST}::test_conflict_storm_is_paced_and_bounded_in_try_held",
     ),
     Mutation(
+        "7a a semaphore waiter whose reservation is gone asks again",
+        "trio_lease/_semaphore.py",
+        "                if not self._still_reserved(reserved, busy):",
+        "                if reserved is None or reserved not in busy:",
+        "tests/core/test_semaphore.py::"
+        "test_a_waiter_paused_past_l_among_looping_holders_is_granted_soon",
+    ),
+    Mutation(
+        "7a the features' records live in a namespace no user name reaches",
+        "trio_lease/_namespace.py",
+        "    if SEPARATOR in value and not isinstance(value, RecordName):",
+        "    if False:",
+        "tests/core/test_namespace.py::test_a_name_with_the_separator_is_refused_saying_why",
+    ),
+    Mutation(
+        "7a a dead member's group slot is taken back",
+        "trio_lease/_group.py",
+        "            retry_at = await self._reclaim(clock)",
+        "            retry_at = math.inf",
+        "tests/core/test_group.py::"
+        "test_a_dead_members_slot_is_taken_back_and_reused[asyncio-memory]",
+    ),
+    Mutation(
+        "7a a view lists a member only once it was seen renewing",
+        "trio_lease/_group.py",
+        "        if not self._held_by_another(slot, seen) or not seen.confirmed:",
+        "        if not self._held_by_another(slot, seen):",
+        "tests/core/test_partitioned.py::test_a_crash_replaced_at_once_fails_over_within_l",
+        also=(
+            (
+                "            if not started and not failures and self._unconfirmed() and",
+                "            if False and",
+            ),
+        ),
+    ),
+    Mutation(
         "replies: a host lets the body's own exception out bare",
         "trio_lease/_host.py",
         "    with outcome.settled():\n",

@@ -1,18 +1,24 @@
 """Group: who is alive in a group, one ordinary lease record per member.
 
-A member joins by holding the lowest free slot lease of the group, ``<name>.0``, ``<name>.1``,
-... (a slot whose holder stopped renewing is free once it has stood for L, as any lease). Slot
-records are created in order and never deleted, so the slots in use are ``0`` up to the first
-slot without a record: every member finds every other without a store that can list.
+A member joins by holding the lowest free slot lease of the group, ``<name>~member~0``,
+``~1``, ... (:mod:`._namespace`; a slot whose holder stopped renewing is free once it has stood
+for L, as any lease). Slot records are created in order and never deleted, so the slots in use
+are ``0`` up to the first slot without a record: every member finds every other without a store
+that can list.
 
 While joined, a member keeps a view of the group (:class:`Membership`): it reads the slots,
 follows them with the backend's watch (the process's shared watch), and counts a slot as a
-live member while its record is held and has changed (been renewed) within L on its own clock.
-A clean leave releases the slot, which every watcher sees at once; a crashed member stops
-renewing and drops out of every view L after its last renewal was seen.
+live member once it has seen the record change (a renewal, a join) and until the record has
+stood unchanged for L on its own clock. A record seen only as it was at the first read is not
+counted: its holder may have died just before this member joined. So the first view waits (at
+most R + T) until each held slot was seen renewed. A clean leave releases the slot, which every
+watcher sees at once; a crashed member stops renewing and drops out of every view L after its
+last renewal was seen. A member then takes the dead member's slot back (acquires it by the
+lease's own rules, and releases it at once), so the next member to join reuses it and the
+records stay at about the number of live members.
 
 A member that leaves (cleanly, or by losing its lease) keeps its view for the next join of the
-same group through the same backend object on the same event loop (``run_partitioned`` joins
+same group through the same backend object in the same event loop (``run_partitioned`` joins
 again after a lost membership): a slot whose record has not changed since it was seen still
 counts from when it was first seen, so a crashed member drops out L after its last renewal was
 seen, not L after the join. A record that changed meanwhile is seen anew.
@@ -27,29 +33,21 @@ import math
 import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from types import TracebackType
 
 import anyio
-import anyio.lowlevel
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.lowlevel import RunVar
 
 from ._abc import LeaseBackend, LeaseRecord
-from ._exceptions import BackendUnavailable, LeaseBusy, LeaseConfigError, LeaseError
+from ._exceptions import BackendUnavailable, LeaseBusy, LeaseError
 from ._grant import Grant
-from ._lease import Lease, lease_clock
+from ._lease import Lease
+from ._namespace import check_name
 from ._outcome import Outcome
 from ._settings import LeaseSettings
-from ._slotted import (
-    Family,
-    SlotChange,
-    family_of,
-    follow_slots,
-    hold_slot,
-    read_slot,
-    slot_name,
-)
+from ._slotted import SlotChange, SlotFamily
+from ._streams import Changes, Emit
 
-__all__ = ["Group", "Membership"]
+__all__ = ["Group", "Membership", "partition_group"]
 
 logger = logging.getLogger("trio_lease")
 
@@ -64,21 +62,23 @@ JOIN_BACKOFF = 5.0
 class _Kept:
     """The view of a membership that ended, for the next join (see the module docstring)."""
 
-    token: object  # the event loop it was seen on (anyio.lowlevel.current_token())
-    clock: _Clock  # the clock its times are on
     seen: list[_Seen]
 
 
-#: By backend object, then group name: the view of the last membership that ended.
-_kept: weakref.WeakKeyDictionary[LeaseBackend, dict[str, _Kept]] = weakref.WeakKeyDictionary()
+#: Per event loop (the times are on its clock), by backend object, then the group's role and
+#: name: the view of the last membership that ended.
+_kept: RunVar[weakref.WeakKeyDictionary[LeaseBackend, dict[tuple[str, str], _Kept]]] = RunVar(
+    "trio_lease_kept_views"
+)
 
 
 class Group:
     """The group ``name``: ``async with group.joined() as membership:`` joins it as ``owner``.
 
-    Each member holds one ordinary lease, ``<name>.<slot>``, renewed as any lease is; the body
-    of ``joined()`` is cancelled and :class:`LeaseLost` raised if that lease is lost. ``settings``
-    are the member leases': a crashed member leaves every view after their heartbeat timeout L.
+    Each member holds one ordinary lease, ``<name>~member~<slot>``, renewed as any lease is; the
+    body of ``joined()`` is cancelled and :class:`LeaseLost` raised if that lease is lost.
+    ``settings`` are the member leases': a crashed member leaves every view after their heartbeat
+    timeout L.
     """
 
     def __init__(
@@ -88,49 +88,41 @@ class Group:
         backend: LeaseBackend,
         settings: LeaseSettings | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            raise LeaseConfigError(f"a group name must be a non-empty string, got {name!r}")
+        check_name("a group name", name)
         self._name = name
-        self._leases: list[Lease] = [Lease(slot_name(name, 0), owner, backend, settings)]
-        self._family: Family = family_of(backend, name)
+        self._slots = SlotFamily(name, "member", owner, backend, settings)
 
     @property
     def name(self) -> str:
-        """The group's name; its members hold the leases ``<name>.0``, ``<name>.1``, ..."""
+        """The group's name; its members hold the leases ``<name>~member~0``, ``~1``, ..."""
         return self._name
 
     @property
     def owner(self) -> str:
         """The owner name this object joins as."""
-        return self._leases[0].owner
+        return self._slots.owner
 
     @property
     def identity(self) -> str:
         """The identity this object joins as: ``owner`` plus the incarnation id."""
-        return self._leases[0].identity
+        return self._slots.identity
 
     @property
     def backend(self) -> LeaseBackend:
         """The store of the member records."""
-        return self._leases[0].backend
+        return self._slots.backend
 
     @property
     def settings(self) -> LeaseSettings:
         """The member leases' timing."""
-        return self._leases[0].settings
+        return self._slots.settings
 
     def __repr__(self) -> str:
         return f"Group(name={self._name!r}, owner={self.owner!r}, backend={self.backend!r})"
 
     def slot_lease(self, slot: int) -> Lease:
         """The lease of member slot ``slot`` (for status displays)."""
-        if not isinstance(slot, int) or isinstance(slot, bool) or slot < 0:
-            raise LeaseConfigError(f"a slot is an int from 0, got {slot!r}")
-        while len(self._leases) <= slot:
-            first = self._leases[0]
-            name = slot_name(self._name, len(self._leases))
-            self._leases.append(Lease(name, first.owner, first.backend, first.settings))
-        return self._leases[slot]
+        return self._slots.checked_lease(slot)
 
     def joined(self) -> AbstractAsyncContextManager[Membership]:
         """Join the group (waiting while the backend fails), run the body, then leave at once.
@@ -160,22 +152,26 @@ class Group:
                 finally:
                     self._keep(membership)
 
-    def _kept_view(self, clock: _Clock) -> list[_Seen]:
-        """What the last membership of this group through this backend object saw, if it was
-        on this event loop and this clock (else nothing)."""
+    def _kept_view(self) -> list[_Seen]:
+        """What the last membership of this group through this backend object saw in this
+        event loop (else nothing)."""
         try:
-            kept = _kept.get(self.backend, {}).get(self._name)
-        except TypeError:  # a backend object that takes no weak reference: nothing is kept
+            kept = _kept.get().get(self.backend, {}).get((self._slots.role, self._name))
+        except (LookupError, TypeError):  # none yet, or a backend that takes no weak reference
             return []
-        if kept is None or kept.token != anyio.lowlevel.current_token() or kept.clock != clock:
-            return []
-        return list(kept.seen)
+        return [] if kept is None else list(kept.seen)
 
     def _keep(self, membership: Membership) -> None:
         """Keep ``membership``'s view for the next join (see the module docstring)."""
-        kept = _Kept(anyio.lowlevel.current_token(), membership._clock, list(membership._seen))
+        try:
+            views = _kept.get()
+        except LookupError:
+            views = weakref.WeakKeyDictionary()
+            _kept.set(views)
         with contextlib.suppress(TypeError):  # a backend that takes no weak reference
-            _kept.setdefault(self.backend, {})[self._name] = kept
+            views.setdefault(self.backend, {})[(self._slots.role, self._name)] = _Kept(
+                list(membership._seen)
+            )
 
     async def _join(self, stack: AsyncExitStack) -> tuple[int, Grant]:
         """Hold the lowest slot that can be taken (its hold entered into ``stack``)."""
@@ -184,12 +180,11 @@ class Group:
             slot = 0
             error: BackendUnavailable | None = None
             while True:
-                if slot in self._family.claimed:
+                if slot in self._slots.local.claimed:
                     slot += 1
                     continue
-                lease = self.slot_lease(slot)
                 try:
-                    grant = await stack.enter_async_context(hold_slot(lease, self._family, slot))
+                    grant = await stack.enter_async_context(self._slots.hold(slot))
                 except LeaseBusy:
                     slot += 1
                     continue
@@ -202,12 +197,30 @@ class Group:
             await anyio.sleep(min(JOIN_BACKOFF, 0.1 * 2 ** min(failures, 30)))
 
 
+def partition_group(
+    name: str, owner: str, backend: LeaseBackend, settings: LeaseSettings | None
+) -> Group:
+    """The group of ``run_partitioned(name=name)``'s members: its member slots are the records
+    ``<name>~partition-member~<slot>``, apart from a user's ``Group(name)``."""
+    group = Group(name, owner, backend, settings)
+    group._slots = SlotFamily(name, "partition-member", owner, backend, settings)
+    return group
+
+
 @dataclasses.dataclass(slots=True)
 class _Seen:
-    """A slot's record as this member last saw it, and when (its clock) that version appeared."""
+    """A slot's record as this member last saw it, and when (its clock) that version appeared.
+
+    ``confirmed``: this member saw the record change to this version (a renewal, a join), so
+    its holder was alive when it appeared. A record only ever seen as it was at the first read
+    is not confirmed: its holder may have died just before (a replacement that joins right after
+    a crash), and counting it alive for L from that read would make this member's assignment
+    disagree with the others' for up to L.
+    """
 
     record: LeaseRecord | None
     since: float
+    confirmed: bool = False
 
 
 class Membership:
@@ -219,16 +232,15 @@ class Membership:
 
     def __init__(self, group: Group, slot: int, grant: Grant) -> None:
         self._group = group
-        #: The member slot held: the lease ``<group name>.<slot>``.
+        #: The member slot held: the lease ``<group name>~member~<slot>``.
         self.slot: int = slot
         #: The grant of the member's lease (fencing token, deadline, ``check()``).
         self.grant: Grant = grant
-        self._clock: _Clock = lease_clock(group.slot_lease(0))
+        self._clock: _Clock = anyio.current_time
         # Each slot's record as last seen, and since when (kept from the last membership).
-        self._seen: list[_Seen] = group._kept_view(self._clock)
+        self._seen: list[_Seen] = group._kept_view()
         self._members: tuple[str, ...] = (grant.identity,)
-        self._subscribers: set[MemoryObjectSendStream[tuple[str, ...]]] = set()
-        self._wake = anyio.Event()
+        self._changed = anyio.Event()  # set (and replaced) on each new list, and at the end
         self._ended = False
 
     def __repr__(self) -> str:
@@ -243,14 +255,28 @@ class Membership:
         """The live members' identities, sorted, this member included (as last seen; no I/O)."""
         return self._members
 
-    def changes(self) -> AbstractAsyncContextManager[MemoryObjectReceiveStream[tuple[str, ...]]]:
+    def changes(self) -> Changes[tuple[str, ...]]:
         """A stream of the member list: the current one first, then each change.
 
         ``async with membership.changes() as lists: async for members in lists:`` — the
-        stream ends when the member leaves the group. A slow reader misses no list (the
-        stream buffers them).
+        stream ends when the member leaves the group. A slow reader gets the latest list when
+        it reads again (lists it was too slow for are skipped, as the lease's watch does): no
+        list is buffered.
         """
-        return _Changes(self)
+        return Changes(self._stream_lists, what="membership.changes()")
+
+    async def _stream_lists(self, emit: Emit[tuple[str, ...]]) -> None:
+        sent: tuple[str, ...] | None = None
+        while True:
+            changed = self._changed
+            current = self._members
+            if current != sent:
+                await emit(current)
+                sent = current
+                continue  # it may have changed while the reader took its time
+            if self._ended:
+                return
+            await changed.wait()
 
     # The view, kept by a task of joined() (never raising: a failure only logs and retries).
 
@@ -260,6 +286,10 @@ class Membership:
         clock = self._clock
         started = False
         failures = 0
+        # The first view waits (at most a renewal interval and a request) until every held slot
+        # was seen renewed: it then lists the live members only, not a member that died just
+        # before this one joined.
+        confirm_by = clock() + settings.heartbeat_interval + settings.lease_operation_timeout
         while True:
             try:
                 await self._scan(clock)
@@ -269,15 +299,19 @@ class Membership:
                 log("group %r: reading the members failed: %s", group.name, exc)
             else:
                 failures = 0
+            if not started and not failures and self._unconfirmed() and clock() < confirm_by:
+                await self._wait(min(confirm_by - clock(), settings.wait_interval), clock)
+                continue
             self._publish(clock)
             if not started:
                 task_status.started()
                 started = True
+            retry_at = await self._reclaim(clock)
             if failures:
                 delay = min(settings.wait_interval, 0.1 * 2 ** min(failures, 30))
             else:
                 poll = settings.heartbeat_timeout if group.backend.supports_watch else None
-                delay = self._next_expiry(clock) - clock()
+                delay = min(self._next_expiry(clock), retry_at) - clock()
                 delay = min(delay, poll if poll is not None else settings.wait_interval)
             await self._wait(max(delay, 0.0) + 1e-3, clock)
 
@@ -285,7 +319,7 @@ class Membership:
         """Read slots from 0 up to the first without a record (that one included)."""
         slot = 0
         while True:
-            record = await read_slot(self._group.slot_lease(slot))
+            record = await self._group._slots.read(slot)
             self._note(slot, record, clock())
             if record is None:
                 del self._seen[slot + 1 :]
@@ -294,28 +328,68 @@ class Membership:
 
     def _note(self, slot: int, record: LeaseRecord | None, now: float) -> None:
         while len(self._seen) <= slot:
-            self._seen.append(_Seen(None, now))
+            self._seen.append(_Seen(record, now))  # a first sight: not confirmed
         seen = self._seen[slot]
         version = None if record is None else record.version
         if seen.record is None or seen.record.version != version:
-            self._seen[slot] = _Seen(record, now)
+            # Seen to change (or to appear where there was nothing): written by a live holder.
+            self._seen[slot] = _Seen(record, now, confirmed=seen.record is not record)
+
+    def _held_by_another(self, slot: int, seen: _Seen) -> bool:
+        record = seen.record
+        return slot != self.slot and not (record is None or record.is_free or record.unreadable)
+
+    def _unconfirmed(self) -> bool:
+        """Whether a slot held by another member was never seen to change."""
+        return any(
+            self._held_by_another(slot, seen) and not seen.confirmed
+            for slot, seen in enumerate(self._seen)
+        )
 
     def _alive(self, slot: int, seen: _Seen, now: float) -> bool:
         if slot == self.slot:
             return True
-        record = seen.record
-        if record is None or record.is_free or record.unreadable:
+        if not self._held_by_another(slot, seen) or not seen.confirmed:
             return False
         return now - seen.since < self._group.settings.heartbeat_timeout
 
     def _next_expiry(self, clock: _Clock) -> float:
+        """When the next held slot's record will have stood for L (a member drops out, or a
+        dead member's slot can be taken back)."""
         now = clock()
+        timeout = self._group.settings.heartbeat_timeout
         ends = [
-            seen.since + self._group.settings.heartbeat_timeout
+            seen.since + timeout
             for slot, seen in enumerate(self._seen)
-            if slot != self.slot and self._alive(slot, seen, now)
+            if self._held_by_another(slot, seen) and seen.since + timeout > now
         ]
         return min(ends, default=math.inf)
+
+    async def _reclaim(self, clock: _Clock) -> float:
+        """Take back every slot whose record has stood unchanged for L in this member's view
+        (its holder is gone, docs/design.md §4.1) and release it at once, so the next member
+        to join reuses it: the slots stay at about the number of live members, whatever the
+        number of crashes. The slot's lease takes it over only by its own rules (its own
+        observation of the record for L, compare-and-swap), so a holder that is in fact alive
+        keeps it. Returns when to try again a slot whose lease is not expired yet by its own
+        observation (which began at its first read of the version, perhaps after the view saw
+        it on the watch)."""
+        now = clock()
+        retry_at = math.inf
+        slots = self._group._slots
+        for slot, seen in enumerate(self._seen):
+            if not self._held_by_another(slot, seen) or slot in slots.local.claimed:
+                continue
+            if now - seen.since < self._group.settings.heartbeat_timeout:
+                continue
+            try:
+                async with slots.hold(slot):
+                    pass
+            except LeaseBusy as exc:  # not expired for the lease yet, or a live holder after all
+                retry_at = min(retry_at, clock() + exc.expires_in)
+            except LeaseError as exc:  # the store failed: the next round tries again
+                logger.debug("group %r: taking back slot %d failed: %s", slots.name, slot, exc)
+        return retry_at
 
     def _publish(self, clock: _Clock) -> None:
         now = clock()
@@ -328,76 +402,40 @@ class Membership:
         listed = tuple(sorted(members))
         if listed != self._members:
             self._members = listed
-            for send in list(self._subscribers):
-                send.send_nowait(listed)
+            self._changed.set()
+            self._changed = anyio.Event()
 
     async def _wait(self, delay: float, clock: _Clock) -> None:
-        """Until a slot changes holder (the watch), a member may have expired, or ``delay``."""
-        names = [slot_name(self._group.name, slot) for slot in range(len(self._seen))]
+        """Until a slot changes holder (the watch), a member is first seen renewing, a member
+        may have expired, or ``delay``."""
+        slots = range(len(self._seen))
         woken = anyio.Event()
 
         def receive(slot: int, record: LeaseRecord | None) -> None:
             if slot >= len(self._seen):
                 return
-            before = self._seen[slot].record
+            before = self._seen[slot]
             self._note(slot, record, clock())
-            if _membership_change(before, record):
+            confirmed = self._seen[slot].confirmed and not before.confirmed
+            if _membership_change(before.record, record) or confirmed:
                 woken.set()
 
         with anyio.move_on_after(delay):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._follow, names, receive)
+                tg.start_soon(self._follow, slots, receive)
                 await woken.wait()
                 tg.cancel_scope.cancel()
 
-    async def _follow(self, names: list[str], receive: SlotChange) -> None:
+    async def _follow(self, slots: range, receive: SlotChange) -> None:
         try:
-            await follow_slots(
-                self._group.backend,
-                names,
-                receive,
-                timeout=self._group.settings.lease_operation_timeout,
-            )
+            await self._group._slots.follow(slots, receive)
         except Exception as exc:  # the view also polls: a watch failure only logs
             logger.info("group %r: following the members failed: %s", self._group.name, exc)
         await anyio.sleep_forever()
 
     def _end(self) -> None:
         self._ended = True
-        for send in list(self._subscribers):
-            send.close()
-        self._subscribers.clear()
-
-
-class _Changes:
-    """The async context manager of :meth:`Membership.changes`: a receive stream of lists."""
-
-    def __init__(self, membership: Membership) -> None:
-        self._membership = membership
-        self._send: MemoryObjectSendStream[tuple[str, ...]] | None = None
-        self._receive: MemoryObjectReceiveStream[tuple[str, ...]] | None = None
-
-    async def __aenter__(self) -> MemoryObjectReceiveStream[tuple[str, ...]]:
-        send, receive = anyio.create_memory_object_stream[tuple[str, ...]](math.inf)
-        self._send, self._receive = send, receive
-        send.send_nowait(self._membership.members())
-        if self._membership._ended:
-            send.close()
-        else:
-            self._membership._subscribers.add(send)
-        return receive
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._send is not None:
-            self._membership._subscribers.discard(self._send)
-            self._send.close()
-        if self._receive is not None:
-            self._receive.close()
+        self._changed.set()
 
 
 def _holder(seen: _Seen) -> str:

@@ -34,6 +34,7 @@ from ._exceptions import BackendError, LeaseConfigError
 from ._grant import Grant
 from ._held import HeldScopes
 from ._identity import incarnation
+from ._namespace import check_name
 from ._observer import LeaseInfo, LeaseObserver, observers_of
 from ._reading import RecordReader
 from ._settings import LeaseSettings, check_seconds
@@ -42,14 +43,7 @@ from ._streams import Changes
 from ._waiting import Waiter
 from ._writing import GrantWriter
 
-__all__ = [
-    "NOT_A_SCOPE",
-    "Lease",
-    "end_hosted_hold",
-    "lease_clock",
-    "observe_record",
-    "read_record",
-]
+__all__ = ["NOT_A_SCOPE", "Lease", "end_hosted_hold", "observe_record", "takeover_in"]
 
 #: What ``async with lease:`` raises: the two forms that mean something.
 NOT_A_SCOPE = (
@@ -86,8 +80,7 @@ class Lease:
         wall_clock: Callable[[], datetime] | None = None,
         observers: Iterable[LeaseObserver] = (),
     ) -> None:
-        if not isinstance(name, str) or not name:
-            raise LeaseConfigError(f"a lease name must be a non-empty string, got {name!r}")
+        check_name("a lease name", name)  # a record name of a feature may hold the separator
         if not isinstance(owner, str) or not owner:
             raise LeaseConfigError(f"an owner must be a non-empty string, got {owner!r}")
         for what, text in (("lease name", name), ("owner", owner)):
@@ -256,7 +249,7 @@ class Lease:
         """
         return self._reader.watch_holder()
 
-    async def request_handover(self) -> bool:
+    async def request_handover(self, *, replace: bool = True) -> bool:
         """Ask the current holder to hand the lease over to this owner; then wait with ``held()``.
 
         Writes this lease's identity into the record (compare-and-swap, holder and token
@@ -267,10 +260,30 @@ class Lease:
 
         Returns True when the request is in the record (written now or before), False when there
         is nothing to hand over (the lease is free, or this owner holds it): acquire it instead.
+        With ``replace=False`` another contender's request already in the record is kept and
+        this returns False (a waiter in line keeps its place); by default it is replaced.
         Raises :class:`LeaseConfigError` if the backend does not store handover requests, and
         :class:`BackendUnavailable` if the record is unreadable or the writes keep conflicting.
         """
-        return await self._writer.request_handover()
+        return await self._writer.request_handover(replace=replace)
+
+    async def withdraw_handover(self) -> bool:
+        """Take back this owner's handover request, if the record still has it.
+
+        For a contender that asked and gives up waiting: the released lease would otherwise stay
+        reserved for it, closed to every other contender, for L. True when the request was
+        there and is now gone. Raises :class:`BackendUnavailable` if the store fails or the
+        writes keep conflicting (the request then lapses L after the release).
+        """
+        return await self._writer.withdraw_handover()
+
+    async def read(self) -> LeaseRecord | None:
+        """Read the record now (bounded by the lease operation timeout); also :attr:`last_record`.
+
+        For status displays and for features built on leases that look at several records (a
+        semaphore's slots, a group's members). Raises :class:`BackendUnavailable` on a failure.
+        """
+        return await self._reader.read()
 
 
 _L = TypeVar("_L", bound=Lease)
@@ -304,20 +317,8 @@ async def end_hosted_hold(lease: Lease) -> None:
     await lease._akka.end_hosted()
 
 
-# What the multi-holder features (semaphore slots, group members, partitioned keys) use of a
-# lease beyond its public API: its clock, a fresh read and a record seen elsewhere. They reach
-# the lease's parts only through these functions.
-
-
-def lease_clock(lease: Lease) -> Callable[[], float]:
-    """The monotonic clock ``lease`` judges its deadlines by (injected, or anyio's)."""
-    return lease._state.clock
-
-
-async def read_record(lease: Lease) -> LeaseRecord | None:
-    """A fresh read of ``lease``'s record (bounded by T, typed errors), noted by the lease as
-    its own reads are."""
-    return await lease._reader.read()
+# What run_partitioned uses of a lease beyond its public API: its expiry countdown and a record
+# seen elsewhere. It reaches the lease's parts only through these functions.
 
 
 def takeover_in(lease: Lease) -> float:

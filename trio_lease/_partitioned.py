@@ -1,8 +1,9 @@
 """run_partitioned: each key's work on exactly one live member, under the key's own lease.
 
-The members of ``<name>.members`` (a :class:`~trio_lease.Group`) share the keys by
-:func:`assign`, a deterministic function of the sorted keys and the sorted member list. Each
-member runs ``fn(key, grant)`` for its keys inside ``Lease(<name>.<key>).held()``: the key's
+The members (a :class:`~trio_lease.Group` whose member records are
+``<name>~partition-member~<slot>``) share the keys by :func:`assign`, a deterministic function
+of the sorted keys and the sorted member list. Each member runs ``fn(key, grant)`` for its keys
+inside ``Lease(<name>~key~<key>).held()`` (names: :mod:`._namespace`): the key's
 fencing token is its own, and losing the key's lease cancels ``fn`` as any ``held()`` body. A key
 that moves to another member is cancelled here and released; its new owner asked for it by
 handover request, so it takes it at once. A member moves keys once the membership has been quiet
@@ -23,11 +24,12 @@ from anyio.abc import ObjectReceiveStream, TaskGroup
 from ._abc import LeaseBackend, LeaseRecord
 from ._exceptions import LeaseConfigError, LeaseError, LeaseLost
 from ._grant import Grant
-from ._group import Group
+from ._group import partition_group
 from ._lease import Lease, observe_record, takeover_in
+from ._namespace import check_name, record_name
 from ._outcome import FirstError
 from ._settings import LeaseSettings
-from ._slotted import clear_reservation, follow_slots
+from ._slotted import follow_records, withdraw_request
 
 __all__ = ["assign", "run_partitioned"]
 
@@ -92,10 +94,10 @@ async def run_partitioned(
     backend: LeaseBackend,
     settings: LeaseSettings | None = None,
 ) -> None:
-    """Join ``<name>.members`` and run ``fn(key, grant)`` for this member's share of ``keys``.
+    """Join the members of ``name`` and run ``fn(key, grant)`` for this member's share of ``keys``.
 
     Runs until cancelled. Each key runs on one live member at a time, only while that member
-    holds the key's lease ``<name>.<key>`` (``grant`` is that lease's; ``fn`` is cancelled if it
+    holds the key's lease ``<name>~key~<key>`` (``grant`` is that lease's; ``fn`` is cancelled if it
     is lost or the key moves to another member). If ``fn`` returns, the key stays held, idle,
     until it moves. An exception of ``fn`` ends this member (the keys move to the others) and
     is raised here; so is :class:`LeaseLost` if the member's own lease in the group is lost.
@@ -110,7 +112,7 @@ async def run_partitioned(
         stream, wanted = keys, []
     else:
         wanted = _checked(keys)
-    group = Group(f"{name}.members", owner, backend, settings)
+    group = partition_group(check_name("a run_partitioned name", name), owner, backend, settings)
     leases = _KeyLeases(name, owner, backend, settings)
     leases.follow(wanted)
     failure: list[BaseException] = []
@@ -216,7 +218,7 @@ async def _hold_key(
             # release would stay closed to the member that gets it now, for L.
             bound = lease.settings.lease_operation_timeout
             with anyio.CancelScope(shield=True), anyio.move_on_after(bound):
-                await clear_reservation(lease)
+                await withdraw_request(lease)
 
 
 class _KeyLeases:
@@ -245,7 +247,8 @@ class _KeyLeases:
         """The lease of ``key`` (made on first use)."""
         lease = self._leases.get(key)
         if lease is None:
-            lease = Lease(f"{self._name}.{key}", self._owner, self._backend, self._settings)
+            name = record_name(self._name, "key", check_name("a key", key))
+            lease = Lease(name, self._owner, self._backend, self._settings)
             self._leases[key] = lease
         return lease
 
@@ -265,7 +268,7 @@ class _KeyLeases:
             with self._following:
                 receive = functools.partial(_observe, leases)
                 try:
-                    await follow_slots(
+                    await follow_records(
                         self._backend,
                         [lease.name for lease in leases],
                         receive,

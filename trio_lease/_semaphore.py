@@ -1,18 +1,20 @@
 """Semaphore: at most ``limit`` holders at once, one ordinary lease record per slot.
 
-Slot ``i`` of semaphore ``name`` is the lease ``<name>.<i>``: a grant of the semaphore is a grant
-of one slot's lease, with that lease's fencing token (strictly increasing per slot), renewals,
-cancel-on-loss and release. Nothing is stored besides the slots' records, so every backend
-serves a semaphore as it serves a lease.
+Slot ``i`` of semaphore ``name`` is the lease ``<name>~slot~<i>`` (:mod:`._namespace`): a grant
+of the semaphore is a grant of one slot's lease, with that lease's fencing token (strictly
+increasing per slot), renewals, cancel-on-loss and release. Nothing is stored besides the
+slots' records, so every backend serves a semaphore as it serves a lease.
 
 Waiting (:meth:`Semaphore.held`):
 
 - in a process, waiters are served first come, first served: only the first one contends (the
   others wait for their turn), and no two tasks try the same slot (:mod:`._slotted`);
 - the contending waiter tries every slot below the limit; if all are busy it asks one of them,
-  not yet asked by anyone, to hand over to it (``Lease.request_handover()``): that slot's
-  release is then reserved for it, so a holder that releases and at once asks again cannot
-  take it back, and a waiter is served after at most the holds in progress when it asked;
+  not yet asked by anyone, to hand over to it (``Lease.request_handover(replace=False)``):
+  that slot's release is then reserved for it, so a holder that releases and at once asks
+  again cannot take it back, and a waiter is served after at most the holds in progress when
+  it asked; a waiter whose request is gone from the record (it lapsed while the process was
+  paused, or the slot went to another) asks again at its next round;
 - it then waits for a change of any slot (the backend's watch, through the shared watch), a
   release in its own process, the earliest expiry of a silent holder, or ``wait_interval``,
   whichever comes first, and tries again.
@@ -45,20 +47,11 @@ from ._exceptions import (
 )
 from ._grant import Grant
 from ._heartbeat import CONFIRM_PAUSE
-from ._lease import Lease, lease_clock
+from ._lease import Lease
+from ._namespace import check_name
 from ._settings import LeaseSettings, check_seconds
-from ._slotted import (
-    Family,
-    SlotChange,
-    clear_reservation,
-    family_of,
-    follow_slots,
-    hold_slot,
-    read_slot,
-    reserve,
-    slot_name,
-)
-from ._waiting import EXPIRY_JITTER, _may_end_the_wait
+from ._slotted import SlotChange, SlotFamily
+from ._waiting import EXPIRY_JITTER, may_end_the_wait
 
 __all__ = ["Semaphore", "SemaphoreGrant"]
 
@@ -77,7 +70,7 @@ class SemaphoreGrant:
     def __init__(self, semaphore_name: str, slot: int, grant: Grant) -> None:
         #: The name of the semaphore.
         self.semaphore_name: str = semaphore_name
-        #: The slot held (0 to limit - 1): the lease ``<semaphore_name>.<slot>``.
+        #: The slot held (0 to limit - 1): the lease ``<semaphore_name>~slot~<slot>``.
         self.slot: int = slot
         #: The grant of the slot's lease (what ``Lease.held()`` yields).
         self.grant: Grant = grant
@@ -144,7 +137,7 @@ class SemaphoreGrant:
 class Semaphore:
     """At most ``limit`` holders at once of the semaphore ``name``, through ``backend``.
 
-    Each grant holds one slot, the ordinary lease ``<name>.<slot>``, with its own fencing token
+    Each grant holds one slot, the ordinary lease ``<name>~slot~<slot>``, with its own fencing token
     (strictly increasing per slot), renewals and cancel-on-loss as with :class:`Lease`. In one
     process every ``held()`` is a grant of its own (never shared like a reentrant lease), and
     waiters are served in arrival order; across processes a waiter asks a busy slot to be handed
@@ -164,40 +157,39 @@ class Semaphore:
         limit: int,
     ) -> None:
         _check_limit(limit)
-        if not isinstance(name, str) or not name:
-            raise LeaseConfigError(f"a semaphore name must be a non-empty string, got {name!r}")
+        check_name("a semaphore name", name)
         self._name = name
         self._limit = limit
-        self._leases: list[Lease] = [Lease(slot_name(name, 0), owner, backend, settings)]
-        self._family: Family = family_of(backend, name)
+        self._slots = SlotFamily(name, "slot", owner, backend, settings)
         self._grants: dict[int, SemaphoreGrant] = {}
         self._limit_changed: anyio.Event | None = None
-        self._slot_lease(limit - 1)  # check every slot name now, not at the first wait
+        self._slots.lease(limit - 1)  # check every slot name now, not at the first wait
 
     @property
     def name(self) -> str:
-        """The semaphore's name; its slots are the leases ``<name>.0`` to ``<name>.<limit-1>``."""
+        """The semaphore's name; its slots are the leases ``<name>~slot~0`` to
+        ``<name>~slot~<limit-1>``."""
         return self._name
 
     @property
     def owner(self) -> str:
         """The owner name; the identity written to the records adds the incarnation id."""
-        return self._leases[0].owner
+        return self._slots.owner
 
     @property
     def identity(self) -> str:
         """The holder identity this semaphore writes: ``owner`` plus the incarnation id."""
-        return self._leases[0].identity
+        return self._slots.identity
 
     @property
     def backend(self) -> LeaseBackend:
         """The store of the slot records."""
-        return self._leases[0].backend
+        return self._slots.backend
 
     @property
     def settings(self) -> LeaseSettings:
         """Each slot lease's timing."""
-        return self._leases[0].settings
+        return self._slots.settings
 
     @property
     def limit(self) -> int:
@@ -212,22 +204,7 @@ class Semaphore:
 
     def slot_lease(self, slot: int) -> Lease:
         """The lease of slot ``slot`` (for status displays; hold the semaphore with ``held()``)."""
-        if not isinstance(slot, int) or isinstance(slot, bool) or slot < 0:
-            raise LeaseConfigError(f"a slot is an int from 0, got {slot!r}")
-        return self._slot_lease(slot)
-
-    def _slot_lease(self, slot: int) -> Lease:
-        while len(self._leases) <= slot:
-            first = self._leases[0]
-            self._leases.append(
-                Lease(
-                    slot_name(self._name, len(self._leases)),
-                    first.owner,
-                    first.backend,
-                    first.settings,
-                )
-            )
-        return self._leases[slot]
+        return self._slots.checked_lease(slot)
 
     def held(self, *, timeout: float | None = None) -> AbstractAsyncContextManager[SemaphoreGrant]:
         """Wait until a slot is granted, run the body, then release the slot.
@@ -251,9 +228,8 @@ class Semaphore:
         """
         result: list[str | None] = []
         for slot in range(self._limit):
-            lease = self._slot_lease(slot)
-            await read_slot(lease)
-            result.append(lease.holder())
+            await self._slots.read(slot)
+            result.append(self._slots.lease(slot).holder())
         return result
 
     async def set_limit(self, limit: int) -> None:
@@ -267,7 +243,7 @@ class Semaphore:
         """
         _check_limit(limit)
         old, self._limit = self._limit, limit
-        self._slot_lease(limit - 1)
+        self._slots.lease(limit - 1)
         if self._limit_changed is not None:
             self._limit_changed.set()
             self._limit_changed = None
@@ -276,10 +252,10 @@ class Semaphore:
             if grant is not None:
                 grant.drain_requested.set()
                 continue
-            if slot in self._family.claimed:
+            if slot in self._slots.local.claimed:
                 continue  # another semaphore object of this process holds it
             try:
-                await self._slot_lease(slot).request_handover()
+                await self._slots.lease(slot).request_handover()
             except LeaseError as exc:
                 logger.warning(
                     "semaphore %r: could not ask the holder of slot %d to leave: %s",
@@ -307,10 +283,10 @@ class Semaphore:
         No cancel scope of this method is open while a slot's hold is entered: the hold's own
         scopes must outlive it (they close with ``stack``).
         """
-        clock = lease_clock(self._leases[0])
+        clock = anyio.current_time
         started = clock()
         deadline = math.inf if timeout is None else started + timeout
-        family = self._family
+        family = self._slots.local
         ticket = anyio.Event()
         if wait:
             family.queue.append(ticket)
@@ -335,7 +311,9 @@ class Semaphore:
                     raise self._busy(busy)
                 if clock() >= deadline:
                     raise self._timeout(timeout, last_error)
-                if reserved is None or reserved not in busy:
+                if not self._still_reserved(reserved, busy):
+                    # None yet, or it lapsed (paused past L), or the slot went to another:
+                    # ask again, or this waiter would only ever race the looping holders.
                     reserved = await self._reserve(busy, reserved, clock() - started)
                 await self._wait_for_change(busy, deadline, failing=last_error is not None)
                 last_error = outcome.error
@@ -345,7 +323,7 @@ class Semaphore:
             if reserved is not None and reserved != taken:
                 bound = self.settings.lease_operation_timeout
                 with anyio.CancelScope(shield=True), anyio.move_on_after(bound):
-                    await clear_reservation(self._slot_lease(reserved))
+                    await self._slots.withdraw(reserved)
 
     async def _try_slots(
         self, stack: AsyncExitStack, reserved: int | None
@@ -360,14 +338,12 @@ class Semaphore:
         for slot in order:
             if slot >= self._limit:
                 continue
-            if slot in self._family.claimed:  # held or tried by a task of this process
-                claimer = self._family.claimed[slot]
-                seen.busy[slot] = LeaseBusy(slot_name(self._name, slot), claimer, math.inf)
+            claimer = self._slots.local.claimed.get(slot)
+            if claimer is not None:  # held or tried by a task of this process
+                seen.busy[slot] = LeaseBusy(self._slots.record_name(slot), claimer, math.inf)
                 continue
             try:
-                grant = await stack.enter_async_context(
-                    hold_slot(self._slot_lease(slot), self._family, slot)
-                )
+                grant = await stack.enter_async_context(self._slots.hold(slot))
             except LeaseBusy as exc:
                 seen.busy[slot] = exc
             except BackendUnavailable as exc:
@@ -375,6 +351,14 @@ class Semaphore:
             else:
                 return slot, grant
         return seen
+
+    def _still_reserved(self, reserved: int | None, busy: dict[int, LeaseBusy]) -> bool:
+        """Whether slot ``reserved`` is busy and its record, as this round read it, still
+        carries this contender's handover request."""
+        if reserved is None or reserved not in busy:
+            return False
+        record = self._slots.lease(reserved).last_record
+        return record is not None and record.handover_to == self.identity
 
     async def _reserve(
         self, busy: dict[int, LeaseBusy], reserved: int | None, waited: float
@@ -389,11 +373,11 @@ class Semaphore:
         pause = min(interval / 10, CONFIRM_PAUSE)
         await anyio.sleep(pause * random.uniform(0.0, 1.0) * interval / (interval + waited))
         if reserved is not None:
-            await clear_reservation(self._slot_lease(reserved))
+            await self._slots.withdraw(reserved)
         for slot in sorted(busy):
-            if slot in self._family.claimed or slot >= self._limit:
+            if slot in self._slots.local.claimed or slot >= self._limit:
                 continue  # held in this process: its release wakes us anyway
-            if await reserve(self._slot_lease(slot)):
+            if await self._slots.reserve(slot):
                 return slot
         return None
 
@@ -403,7 +387,7 @@ class Semaphore:
         """Wait for a slot's change that may let us in, a local release, a silent holder's
         expiry, a new limit or ``wait_interval`` (jittered), whichever comes first."""
         settings = self.settings
-        clock = lease_clock(self._leases[0])
+        clock = anyio.current_time
         delay = settings.wait_interval
         soonest = min((exc.expires_in for exc in busy.values()), default=math.inf)
         jitter = delay * random.uniform(0.0, 0.2)
@@ -413,16 +397,16 @@ class Semaphore:
             delay = min(delay, 0.1)
         delay = min(delay + jitter + 1e-3, max(deadline - clock(), 0.0))
         limit = self._limit
-        known: list[LeaseRecord | None] = [self._slot_lease(i).last_record for i in range(limit)]
+        known = [self._slots.lease(i).last_record for i in range(limit)]
         woken = anyio.Event()
 
         # A slot held in this process wakes us by the local release, not by its records.
-        local_slots = set(self._family.claimed)
+        local_slots = set(self._slots.local.claimed)
 
         def receive(slot: int, record: LeaseRecord | None) -> None:
             if slot in local_slots:
                 return
-            if slot < len(known) and _may_end_the_wait(known[slot], record):
+            if slot < len(known) and may_end_the_wait(known[slot], record):
                 woken.set()
             if slot < len(known):
                 known[slot] = record
@@ -430,7 +414,7 @@ class Semaphore:
         if self._limit_changed is None:
             self._limit_changed = anyio.Event()
         limit_changed = self._limit_changed
-        local = self._family.changed()
+        local = self._slots.local.changed()
 
         async def on(event: anyio.Event) -> None:
             await event.wait()
@@ -446,11 +430,8 @@ class Semaphore:
 
     async def _follow(self, limit: int, receive: SlotChange) -> None:
         """Follow the slots' records (a watch failure only logs: the waiter also polls)."""
-        names = [slot_name(self._name, i) for i in range(limit)]
         try:
-            await follow_slots(
-                self.backend, names, receive, timeout=self.settings.lease_operation_timeout
-            )
+            await self._slots.follow(range(limit), receive)
         except Exception as exc:
             logger.info("semaphore %r: following the slots failed: %s", self._name, exc)
 

@@ -1,57 +1,52 @@
-"""Families of slot leases: ``<name>.0``, ``<name>.1``, ... as ordinary lease records.
+"""A family of slot leases: the records a Semaphore or a Group makes for itself.
 
-:class:`~trio_lease.Semaphore` and :class:`~trio_lease.Group` are built from plain
-:class:`~trio_lease.Lease` objects, one per slot, so every backend, the shared watch, fencing
-tokens and cancel-on-loss serve them unchanged. What they add is kept here:
+:class:`~trio_lease.Semaphore` and :class:`~trio_lease.Group` (and through a group
+:func:`~trio_lease.run_partitioned`) are built from plain :class:`~trio_lease.Lease` objects,
+one per slot, so every backend, the shared watch, fencing tokens and cancel-on-loss serve them
+unchanged. A :class:`SlotFamily` owns those leases and everything the features do with them:
 
-- :class:`Family`: what one process knows of a family of slots on one store: which slots its
-  own tasks hold or are trying (a lease is reentrant per identity, so two tasks of one process
-  must never try the same slot: they would share one grant), and the process's waiters in
-  arrival order (only the first one contends, so a process serves its waiters first come, first
-  served);
-- :func:`hold_slot`: one attempt at one slot, holding it as ``try_held()`` does;
-- :func:`follow_slots`: the one place where these features consume the watch of slot records;
-- :func:`read_slot`, :func:`reserve` and :func:`clear_reservation`: a fresh read of a slot,
-  asking its holder to hand it over (never replacing another's request), and withdrawing that.
+- their names, ``<name>~<role>~<slot>`` (:mod:`._namespace`: out of reach of every user name);
+- holding one slot as ``try_held()`` does (:meth:`SlotFamily.hold`), never two tasks of one
+  process on one slot (a lease is reentrant per identity: they would share one grant);
+- a fresh read of a slot, asking its holder to hand it over without replacing another's
+  request, and withdrawing that: the lease's own reads and writes (``Lease.read()``,
+  ``request_handover(replace=False)``, ``withdraw_handover()``), with their echo checks, typed
+  errors and paced retries;
+- following the slots' records: the one place these features consume the watch.
+
+What one process knows of a family on one store is a :class:`LocalSlots`, shared by every family
+object of that name and role on that store in the running event loop: which slots its tasks
+hold or try, and its waiters in arrival order (only the first one contends, so a process serves
+its waiters first come, first served).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import weakref
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from contextlib import asynccontextmanager
 
 import anyio
+from anyio.lowlevel import RunVar
 
 from ._abc import LeaseBackend, LeaseRecord
-from ._exceptions import ConflictError, LeaseError
+from ._exceptions import BackendError, LeaseConfigError
 from ._grant import Grant
-from ._lease import Lease, read_record
+from ._lease import Lease
+from ._namespace import Role, record_name
+from ._settings import LeaseSettings
 from ._shared_watch import FeedFailure, shared_watch
 
-__all__ = [
-    "Family",
-    "SlotChange",
-    "clear_reservation",
-    "family_of",
-    "follow_slots",
-    "hold_slot",
-    "read_slot",
-    "reserve",
-    "slot_name",
-]
+__all__ = ["LocalSlots", "SlotChange", "SlotFamily", "follow_records", "withdraw_request"]
 
 logger = logging.getLogger("trio_lease")
 
-
-def slot_name(name: str, slot: int) -> str:
-    """The lease name of slot ``slot`` of the family ``name``."""
-    return f"{name}.{slot}"
+#: What :meth:`SlotFamily.follow` hands its callback: the slot's index and its new state.
+SlotChange = Callable[[int, LeaseRecord | None], None]
 
 
-class Family:
+class LocalSlots:
     """One process's view of a family of slots on one store: its claims and its waiters."""
 
     __slots__ = ("__weakref__", "_changed", "claimed", "queue")
@@ -85,118 +80,176 @@ class Family:
             self.queue[0].set()
 
 
-_families: weakref.WeakValueDictionary[tuple[Hashable, str], Family] = weakref.WeakValueDictionary()
+#: Per event loop (its events belong to one loop): by store, role and name, while used.
+_local: RunVar[weakref.WeakValueDictionary[tuple[Hashable, str, str], LocalSlots]] = RunVar(
+    "trio_lease_local_slots"
+)
 
 
-def family_of(backend: LeaseBackend, name: str) -> Family:
-    """The process's :class:`Family` for ``name`` on ``backend``'s store (shared while used)."""
-    key = (backend.store_key, name)
-    family = _families.get(key)
-    if family is None:
-        family = Family()
-        _families[key] = family
-    return family
-
-
-@asynccontextmanager
-async def hold_slot(lease: Lease, family: Family, slot: int) -> AsyncIterator[Grant]:
-    """Claim ``slot`` in this process and try its lease once (``try_held``), holding it here.
-
-    Raises :class:`LeaseBusy` (or a backend error) at once if it cannot be taken. The claim is
-    let go only after the lease was released, so no other task of this process tries the slot
-    while this one still holds it (it would share the grant).
-    """
-    if slot in family.claimed:
-        raise RuntimeError(f"slot {slot} of {lease.name!r} is already claimed in this process")
-    family.claimed[slot] = lease.identity
-    held = False
+def _local_slots(backend: LeaseBackend, role: str, name: str) -> LocalSlots:
+    """The running loop's :class:`LocalSlots` for ``name``/``role`` on ``backend``'s store."""
     try:
-        async with lease.try_held() as grant:
-            held = True
-            yield grant
-    finally:
-        family.let_go(slot, released=held)
+        families = _local.get()
+    except LookupError:
+        families = weakref.WeakValueDictionary()
+        _local.set(families)
+    key = (backend.store_key, role, name)
+    local = families.get(key)
+    if local is None:
+        local = families[key] = LocalSlots()
+    return local
 
 
-async def read_slot(lease: Lease) -> LeaseRecord | None:
-    """A fresh read of a slot's record (bounded by T), noted by the lease as its own reads are."""
-    return await read_record(lease)
+class SlotFamily:
+    """The slot leases ``<name>~<role>~0``, ``~1``, ... of one feature object, held as ``owner``
+    through ``backend`` with ``settings``; made on first use (slot numbers are not bounded)."""
+
+    __slots__ = ("_leases", "_local", "name", "role")
+
+    def __init__(
+        self,
+        name: str,
+        role: Role,
+        owner: str,
+        backend: LeaseBackend,
+        settings: LeaseSettings | None,
+    ) -> None:
+        #: The feature's name (checked by the feature: no reserved separator).
+        self.name: str = name
+        #: What the slots are for (:data:`._namespace.ROLES`).
+        self.role: Role = role
+        self._leases: list[Lease] = [Lease(record_name(name, role, 0), owner, backend, settings)]
+        self._local: LocalSlots | None = None
+
+    @property
+    def owner(self) -> str:
+        return self._leases[0].owner
+
+    @property
+    def identity(self) -> str:
+        return self._leases[0].identity
+
+    @property
+    def backend(self) -> LeaseBackend:
+        return self._leases[0].backend
+
+    @property
+    def settings(self) -> LeaseSettings:
+        return self._leases[0].settings
+
+    @property
+    def local(self) -> LocalSlots:
+        """What this process knows of the family (see :class:`LocalSlots`), in this loop."""
+        if self._local is None:
+            self._local = _local_slots(self.backend, self.role, self.name)
+        return self._local
+
+    def lease(self, slot: int) -> Lease:
+        """The lease of slot ``slot`` (made on first use, with the leases below it)."""
+        while len(self._leases) <= slot:
+            first = self._leases[0]
+            name = record_name(self.name, self.role, len(self._leases))
+            self._leases.append(Lease(name, first.owner, first.backend, first.settings))
+        return self._leases[slot]
+
+    def checked_lease(self, slot: object) -> Lease:
+        """:meth:`lease` for a caller's ``slot``, refused unless an int from 0."""
+        if not isinstance(slot, int) or isinstance(slot, bool) or slot < 0:
+            raise LeaseConfigError(f"a slot is an int from 0, got {slot!r}")
+        return self.lease(slot)
+
+    def record_name(self, slot: int) -> str:
+        """The name of slot ``slot``'s record."""
+        return record_name(self.name, self.role, slot)
+
+    @asynccontextmanager
+    async def hold(self, slot: int) -> AsyncIterator[Grant]:
+        """Claim ``slot`` in this process and try its lease once (``try_held``), holding it here.
+
+        Raises :class:`LeaseBusy` (or a backend error) at once if it cannot be taken. The claim
+        is let go only after the lease was released, so no other task of this process tries the
+        slot while this one still holds it (it would share the grant).
+        """
+        local = self.local
+        if slot in local.claimed:
+            raise RuntimeError(f"slot {slot} of {self.name!r} is already claimed in this process")
+        lease = self.lease(slot)
+        local.claimed[slot] = lease.identity
+        held = False
+        try:
+            async with lease.try_held() as grant:
+                held = True
+                yield grant
+        finally:
+            local.let_go(slot, released=held)
+
+    async def read(self, slot: int) -> LeaseRecord | None:
+        """A fresh read of slot ``slot``'s record (``Lease.read()``: bounded, typed errors)."""
+        return await self.lease(slot).read()
+
+    async def reserve(self, slot: int) -> bool:
+        """Ask the holder of ``slot`` to hand it over to this identity, unless another contender
+        already asked (``request_handover(replace=False)``): True if the request is in the
+        record. A store failure counts as not reserved (logged)."""
+        try:
+            return await self.lease(slot).request_handover(replace=False)
+        except BackendError as exc:
+            logger.info("%s: asking for a handover failed: %s", self.record_name(slot), exc)
+            return False
+
+    async def withdraw(self, slot: int) -> None:
+        """Withdraw this identity's handover request on ``slot`` (:func:`withdraw_request`)."""
+        await withdraw_request(self.lease(slot))
+
+    async def follow(self, slots: Iterable[int], receive: SlotChange) -> None:
+        """Call ``receive(slot, record)`` for each change of the records of ``slots`` (their
+        current state first), until cancelled; see :func:`follow_records`."""
+        numbers = list(slots)
+        names = [self.record_name(slot) for slot in numbers]
+
+        def deliver(index: int, record: LeaseRecord | None) -> None:
+            receive(numbers[index], record)
+
+        await follow_records(
+            self.backend, names, deliver, timeout=self.settings.lease_operation_timeout
+        )
 
 
-async def reserve(lease: Lease) -> bool:
-    """Ask the holder of ``lease`` to hand it over to this identity, unless someone already
-    asked: True if the request is now in the record (compare-and-swap on a fresh read).
+async def withdraw_request(lease: Lease) -> None:
+    """Withdraw ``lease``'s handover request, if the record still has it.
 
-    Unlike ``Lease.request_handover()``, this never replaces another contender's request, so
-    a waiter in line keeps its place. Bounded by T; a failure counts as not reserved.
-    """
-    try:
-        with anyio.fail_after(lease.settings.lease_operation_timeout):
-            record = await lease.backend.get(lease.name)
-            if (
-                record is None
-                or record.unreadable
-                or record.is_free
-                or record.holder == lease.identity
-                or record.handover_to
-            ):
-                return record is not None and record.handover_to == lease.identity
-            asked = dataclasses.replace(record, handover_to=lease.identity)
-            stored = await lease.backend.update(asked, record.version)
-    except ConflictError:
-        return False
-    except (TimeoutError, LeaseError, Exception) as exc:
-        logger.info("lease %r: asking for a handover failed: %s", lease.name, exc)
-        return False
-    return isinstance(stored, LeaseRecord) and stored.handover_to == lease.identity
-
-
-async def clear_reservation(lease: Lease) -> None:
-    """Withdraw this identity's handover request on ``lease``'s record, if it is still there.
-
-    Used by a waiter that gives up: a released record reserved for it would otherwise stay
-    closed to every other contender for L. Shielded and bounded by T; failures only log (the
-    reservation then lapses after L).
+    Used by a waiter that gives up or moves on: a released record reserved for it would
+    otherwise stay closed to every other contender for L. Shielded and bounded by T; a failure
+    only logs (the reservation then lapses after L).
     """
     with (
         anyio.CancelScope(shield=True),  # noqa: ASYNC912  a shield for cleanup
         anyio.move_on_after(lease.settings.lease_operation_timeout),  # noqa: ASYNC912  its bound
     ):
         try:
-            record = await lease.backend.get(lease.name)
-            if record is None or record.unreadable or record.handover_to != lease.identity:
-                return
-            await lease.backend.update(dataclasses.replace(record, handover_to=""), record.version)
-        except ConflictError:
-            pass  # it moved on: a grant clears the request, a renewal keeps it (lapses after L)
-        except (LeaseError, Exception) as exc:
-            logger.info("lease %r: withdrawing a handover request failed: %s", lease.name, exc)
+            await lease.withdraw_handover()
+        except BackendError as exc:
+            logger.info("%s: withdrawing a handover request failed: %s", lease.name, exc)
 
 
-#: What :func:`follow_slots` hands its callback: the slot's index and its new state.
-SlotChange = Callable[[int, LeaseRecord | None], None]
-
-
-async def follow_slots(
-    backend: LeaseBackend, names: Sequence[str], receive: SlotChange, *, timeout: float
+async def follow_records(
+    backend: LeaseBackend, names: list[str], receive: SlotChange, *, timeout: float
 ) -> None:
     """Call ``receive(index, record)`` for each change of the records ``names``, until cancelled.
 
-    The one place the slot features consume the backend's watch (through the process's shared
-    watch: one stream per backend object, whatever the number of slots). Each name's current
-    state is delivered first, so a change between the caller's last read and the subscription
-    is not missed (that read is bounded by ``timeout``). Returns at once for a backend without
-    a watch (the callers also poll). A feed failure is not passed on: the callers' next read
-    meets the error itself.
+    Through the process's shared watch (one stream per backend object, whatever the number of
+    records). Each name's current state is delivered first, so a change between the caller's
+    last read and the subscription is not missed (that read is bounded by ``timeout``). Returns
+    at once for a backend without a watch (the callers also poll). A feed failure is not passed
+    on: the callers' next read meets the error itself.
     """
-    settings_timeout = timeout
     hub = shared_watch(backend) if backend.supports_watch else None
     if hub is None:
         return
 
     async def follow(index: int, name: str) -> None:
         async def first() -> LeaseRecord | None:
-            with anyio.fail_after(settings_timeout):
+            with anyio.fail_after(timeout):
                 return await backend.get(name)
 
         async def deliver(  # noqa: ASYNC124  the hub awaits its callbacks

@@ -33,7 +33,7 @@ from ._shared_watch import FeedFailure, shared_watch
 from ._state import LeaseState
 from ._writing import GrantWriter
 
-__all__ = ["EXPIRY_JITTER", "WAITING_LOG", "WARN_AFTER", "WARN_EVERY", "Waiter"]
+__all__ = ["EXPIRY_JITTER", "WAITING_LOG", "WARN_AFTER", "WARN_EVERY", "Waiter", "may_end_the_wait"]
 
 logger = logging.getLogger("trio_lease")
 
@@ -255,13 +255,13 @@ class Waiter:
                 wakeup.set()
                 return
             self._state.observe(state)
-            if _may_end_the_wait(known[0], state):
+            if may_end_the_wait(known[0], state):
                 wakeup.set()
             known[0] = state
 
         await hub.follow(self._state.name, receive, first=self._reader.read)
 
-def _may_end_the_wait(before: LeaseRecord | None, after: LeaseRecord | None) -> bool:
+def may_end_the_wait(before: LeaseRecord | None, after: LeaseRecord | None) -> bool:
     """Whether a change from ``before`` to ``after`` can let a waiting contender in now.
 
     Not a renewal: the same readable holder with the same token and handover request, at a

@@ -15,8 +15,9 @@ Both are compare-and-swap writes decided by :mod:`._algorithm` from a fresh read
 
 :class:`GrantWriter` is the part of a :class:`~trio_lease.Lease` that writes; it reads through
 the lease's :class:`~._reading.RecordReader` and notes what it writes in the lease's
-:class:`~._state.LeaseState`. ``request_handover()`` is here too: a compare-and-swap write of
-the handover request.
+:class:`~._state.LeaseState`. ``request_handover()`` and ``withdraw_handover()`` are here too:
+compare-and-swap writes of the handover request, with the same echo check, typed errors and
+paced retries on conflict.
 """
 
 from __future__ import annotations
@@ -103,9 +104,14 @@ class GrantWriter:
                 )
             await _after_conflicts(conflicts)
 
-    async def request_handover(self) -> bool:
+    async def request_handover(self, *, replace: bool = True) -> bool:
         """The handover request (:meth:`trio_lease.Lease.request_handover` says what it does):
-        a compare-and-swap of this identity into the record, holder and token unchanged."""
+        a compare-and-swap of this identity into the record, holder and token unchanged.
+
+        With ``replace=False`` a request of another contender already in the record is kept
+        (False): a waiter in line keeps its place.
+        """
+        identity = self._state.identity
         for conflicts in range(MAX_CONFLICTS):
             if conflicts:
                 await _after_conflicts(conflicts)
@@ -115,35 +121,16 @@ class GrantWriter:
                     f"lease {self._state.name!r}: cannot ask for a handover, the record is "
                     f"unreadable ({record.unreadable})"
                 )
-            if record is None or record.is_free or record.holder == self._state.identity:
+            if record is None or record.is_free or record.holder == identity:
                 return False
-            if record.handover_to == self._state.identity:
+            if record.handover_to == identity:
                 return True
-            asked = dataclasses.replace(record, handover_to=self._state.identity)
-            try:
-                with anyio.fail_after(self._state.settings.lease_operation_timeout):
-                    stored = await self._state.backend.update(asked, record.version)
-            except ConflictError:
+            if record.handover_to and not replace:
+                return False
+            stored = await self._write_request(record, identity)
+            if stored is None:
                 continue  # a renewal moved the version: read again
-            except TimeoutError:
-                raise BackendUnavailable(
-                    f"asking for a handover of lease {self._state.name!r} timed out"
-                ) from None
-            except LeaseError:
-                raise
-            except Exception as exc:  # the SPI boundary: a backend bug, made typed and chained
-                raise untyped(
-                    exc, self._state.backend, f"writing lease {self._state.name!r}"
-                ) from exc
-            problem = algo.echo_problem(stored, asked, record.version)
-            if problem:
-                raise BackendUnavailable(
-                    f"asking for a handover of lease {self._state.name!r}: {problem}; the outcome "
-                    "is unknown, ask again"
-                )
-            assert isinstance(stored, LeaseRecord)
-            self._state.observe(stored)
-            if stored.handover_to != self._state.identity:
+            if stored.handover_to != identity:
                 raise LeaseConfigError(
                     f"{self._state.backend!r} does not store handover requests (the record it "
                     "returned has no handover_to): it cannot hand leases over"
@@ -152,6 +139,49 @@ class GrantWriter:
         raise BackendUnavailable(
             f"lease {self._state.name!r}: {MAX_CONFLICTS} handover requests in a row conflicted"
         )
+
+    async def withdraw_handover(self) -> bool:
+        """Take this identity's handover request out of the record (compare-and-swap, holder
+        and token unchanged): True if it was there and is now gone, False if it was not there
+        (granted, replaced, or never made)."""
+        for conflicts in range(MAX_CONFLICTS):
+            if conflicts:
+                await _after_conflicts(conflicts)
+            record = await self._reader.read()
+            if record is None or record.unreadable or record.handover_to != self._state.identity:
+                return False
+            if await self._write_request(record, "") is not None:
+                return True
+        raise BackendUnavailable(
+            f"lease {self._state.name!r}: {MAX_CONFLICTS} withdrawals of a handover request in "
+            "a row conflicted"
+        )
+
+    async def _write_request(self, record: LeaseRecord, handover_to: str) -> LeaseRecord | None:
+        """Write ``handover_to`` into ``record`` by compare-and-swap on its version, bounded by
+        T, its answer checked (echo): the stored record, or None on a conflict."""
+        asked = dataclasses.replace(record, handover_to=handover_to)
+        what = "asking for a handover" if handover_to else "withdrawing a handover request"
+        try:
+            with anyio.fail_after(self._state.settings.lease_operation_timeout):
+                stored = await self._state.backend.update(asked, record.version)
+        except ConflictError:
+            return None
+        except TimeoutError:
+            raise BackendUnavailable(f"{what} on lease {self._state.name!r} timed out") from None
+        except LeaseError:
+            raise
+        except Exception as exc:  # the SPI boundary: a backend bug, made typed and chained
+            raise untyped(exc, self._state.backend, f"writing lease {self._state.name!r}") from exc
+        problem = algo.echo_problem(stored, asked, record.version)
+        if problem:
+            raise BackendUnavailable(
+                f"{what} on lease {self._state.name!r}: {problem}; the outcome is unknown, "
+                "try again"
+            )
+        assert isinstance(stored, LeaseRecord)
+        self._state.observe(stored)
+        return stored
 
     async def _write_grant(self, decision: algo.Write) -> Holding | None:
         """Write a new grant; None if we lost the race. Cleans up if the outcome is unknown."""

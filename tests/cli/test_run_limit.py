@@ -22,7 +22,7 @@ def test_at_most_limit_runs_at_once_each_with_its_slot(cli: Cli) -> None:
     events = []
     for log, _ in runs:
         start, end = wait_for_event(log, "start"), wait_for_event(log, "end")
-        assert start["name"] == f"job.{start['slot']}"
+        assert start["name"] == f"job~slot~{start['slot']}"
         events += [(start["t"], 1, start), (end["t"], -1, end)]
     inside = most = 0
     for _, step, _ in sorted(events, key=lambda event: (event[0], event[1])):

@@ -25,6 +25,7 @@ from trio_lease import (
     run_partitioned,
     run_singleton,
 )
+from trio_lease._namespace import record_name
 from trio_lease.health import HealthObserver, HealthServer
 from trio_lease.testing import FaultyBackend
 
@@ -190,7 +191,7 @@ def _semaphore_probe(
 
 
 def _key_probe(ctx: Ctx, owner: str, backend: LeaseBackend) -> AbstractAsyncContextManager[Any]:
-    return Lease(f"{ctx.name}.k", owner, backend, ctx.world.settings).held()
+    return Lease(record_name(ctx.name, "key", "k"), owner, backend, ctx.world.settings).held()
 
 
 ENTRIES = [

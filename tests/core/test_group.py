@@ -6,6 +6,7 @@ etcd on real time), on asyncio and trio; durations derive from ``world.settings`
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Coroutine, Hashable
 from typing import Any
 
@@ -171,15 +172,30 @@ async def test_a_member_that_joins_again_keeps_what_it_saw(world: World) -> None
     assert gone <= s.heartbeat_timeout + s.heartbeat_interval + world.tolerance
 
 
-async def test_a_view_is_kept_for_its_own_clock_only() -> None:
-    """The view a membership leaves behind is what it saw, on the clock it saw it by; a join
-    whose times are on another clock starts from nothing."""
+async def test_a_view_is_kept_for_the_next_join_in_its_event_loop() -> None:
+    """The view a membership leaves behind is what it saw, for the next join in this loop."""
     group = Group("workers", "a", MemoryBackend(MemoryStore()), SETTINGS)
     async with group.joined() as membership:
         await anyio.sleep(SETTINGS.heartbeat_interval)
-    seen, clock = membership._seen, membership._clock
-    assert seen and group._kept_view(clock) == seen
-    assert group._kept_view(lambda: 0.0) == []
+    seen = membership._seen
+    assert seen and group._kept_view() == seen
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # about two loops, not one of them
+def test_another_event_loop_starts_from_no_view(anyio_backend: str) -> None:
+    """A view kept in one event loop is not used in another (its times are that loop's)."""
+    group = Group("workers", "a", MemoryBackend(MemoryStore()), SETTINGS)
+    kept: list[int] = []
+
+    async def join() -> None:
+        kept.append(len(group._kept_view()))
+        async with group.joined():
+            await anyio.sleep(0.01)
+        kept.append(len(group._kept_view()))
+
+    anyio.run(join, backend=anyio_backend)
+    anyio.run(join, backend=anyio_backend)
+    assert kept == [0, 2, 0, 2]
 
 
 async def test_a_new_member_takes_the_lowest_free_slot(world: World) -> None:
@@ -193,6 +209,44 @@ async def test_a_new_member_takes_the_lowest_free_slot(world: World) -> None:
         freed = held_first.slot
         async with third.joined() as held_third:
             assert held_third.slot == freed
+
+
+async def test_a_dead_members_slot_is_taken_back_and_reused(world: World) -> None:
+    """Six members crash in a row (each replaced at once) beside a long-lived member: their slots
+    are taken back, the records stay at most members + 2, and the seventh newcomer reuses a slot
+    and its first view lists the live members only."""
+    s = world.settings
+    life = 1.25 * s.heartbeat_timeout
+    stayer, _ = _group(world, "stayer")
+    slots: list[int] = []
+
+    async def crasher(group: Group, backend: _OwnProcess, joined: anyio.Event) -> None:
+        with contextlib.suppress(LeaseLost):
+            async with group.joined() as membership:
+                slots.append(membership.slot)
+                joined.set()
+                await anyio.sleep(life)
+                backend.pause()  # killed: it renews no more and never releases
+                await anyio.sleep_forever()
+
+    async with stayer.joined() as staying, anyio.create_task_group() as tg:
+        for i in range(6):
+            group, backend = _group(world, f"c{i}")
+            joined = anyio.Event()
+            tg.start_soon(crasher, group, backend, joined)
+            await joined.wait()
+            await anyio.sleep(life)  # it is dead now: its replacement joins at once
+        newcomer, _ = _group(world, "newcomer")
+        async with newcomer.joined() as membership:
+            first_view = membership.members()
+            slot = membership.slot
+            records = 0
+            while await newcomer.slot_lease(records).read() is not None:
+                records += 1
+        tg.cancel_scope.cancel()
+    assert first_view == tuple(sorted([staying.identity, membership.identity]))
+    assert slot in slots  # a slot a dead member had
+    assert records <= 2 + 2
 
 
 async def test_the_change_stream_ends_when_the_member_leaves(world: World) -> None:
@@ -220,7 +274,7 @@ async def test_a_lost_membership_cancels_the_body_with_lease_lost(world: World) 
         async with group.joined():
             backend.pause()
             await anyio.sleep_forever()
-    assert lost.value.lease_name == "workers.0"
+    assert lost.value.lease_name == "workers~member~0"
     backend.resume()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 
@@ -15,8 +16,10 @@ import anyio
 import pytest
 
 from tests.conftest import World
-from trio_lease import Grant, Group, Lease, LeaseConfigError, LeaseLost, run_partitioned
+from trio_lease import Grant, Lease, LeaseConfigError, LeaseLost, run_partitioned
+from trio_lease._group import partition_group
 from trio_lease._identity import incarnation
+from trio_lease._namespace import record_name
 from trio_lease._partitioned import assign
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
 from trio_lease.testing import FaultyBackend
@@ -263,6 +266,66 @@ async def test_time_to_balance_after_a_join_and_after_a_crash() -> None:
     assert crash <= s.heartbeat_timeout + s.wait_interval
 
 
+async def test_a_crash_replaced_at_once_fails_over_within_l() -> None:
+    """Measured on virtual time, 12 keys on three members: one crashes and its replacement joins
+    0.5 s later; every key runs again, balanced over the live members, within L + R + T +
+    wait_interval of the crash (the replacement never counts the dead member alive)."""
+    store = MemoryStore()
+    s = SETTINGS
+    keys = [f"k{i:02}" for i in range(12)]
+    where: dict[str, str] = {}
+    def ident(owner: str) -> str:
+        return f"{owner}_{incarnation()}"
+
+    def asked_in_vain(c: str, d: str) -> set[str]:
+        """The keys of ``c`` (dead) that ``d``, counting ``c`` alive, would ask it for and that
+        then go to a or b: a request writes the record, so they would wait L more."""
+        dead = set(assign(keys, [ident(o) for o in ("a", "b", c)])[ident(c)])
+        wrongly = set(assign(keys, [ident(o) for o in ("a", "b", c, d)])[ident(d)])
+        after = assign(keys, [ident(o) for o in ("a", "b", d)])
+        return dead & wrongly & set(after[ident("a")] + after[ident("b")])
+
+    # Identities hash differently in every process (their incarnation id): pick names for the
+    # dead member and its replacement that make the case to pin.
+    names = itertools.product((f"c{i}" for i in range(30)), (f"d{i}" for i in range(30)))
+    c, d = next(pair for pair in names if asked_in_vain(*pair))
+    backends = {owner: _OwnProcess(MemoryBackend(store)) for owner in ("a", "b", c, d)}
+
+    def work(member: str) -> Callable[[str, Grant], Awaitable[None]]:
+        async def fn(key: str, grant: Grant) -> None:
+            where[key] = member
+            await anyio.sleep_forever()
+
+        return fn
+
+    async def member(owner: str) -> None:
+        with contextlib.suppress(LeaseLost):
+            await run_partitioned(
+                keys, work(owner), name="jobs", owner=owner, backend=backends[owner], settings=s
+            )
+
+    async def balanced(shares: list[int], excluded: str = "") -> float:
+        began = anyio.current_time()
+        while sorted(Counter(where.values()).values()) != shares or excluded in where.values():
+            await anyio.sleep(0.01)
+        return anyio.current_time() - began
+
+    async with anyio.create_task_group() as tg:
+        for owner in ("a", "b", c):
+            tg.start_soon(member, owner)
+        await balanced([4, 4, 4])
+        await anyio.sleep(s.heartbeat_timeout)  # settled: c's keys renewed many times
+        backends[c].pause()  # c is killed: it renews no more
+        crashed = anyio.current_time()
+        await anyio.sleep(0.5)
+        tg.start_soon(member, d)  # its replacement
+        await balanced([4, 4, 4], excluded=c)
+        failover = anyio.current_time() - crashed
+        tg.cancel_scope.cancel()
+    bound = s.heartbeat_timeout + s.heartbeat_interval + s.lease_operation_timeout
+    assert failover <= bound + s.wait_interval
+
+
 async def test_a_key_its_live_holder_renews_no_more_is_taken_at_once_when_it_moves() -> None:
     """A key whose record names a live member that has not renewed it for L (it lost the key) is
     taken at once when a leave gives it to another member, not L after a handover request."""
@@ -285,14 +348,14 @@ async def test_a_key_its_live_holder_renews_no_more_is_taken_at_once_when_it_mov
 
     async def member(owner: str, *, task_status: anyio.abc.TaskStatus[anyio.CancelScope]) -> None:
         with anyio.CancelScope() as scope:
-            group = Group("jobs.members", owner, _OwnProcess(MemoryBackend(store)), s)
+            group = partition_group("jobs", owner, _OwnProcess(MemoryBackend(store)), s)
             async with group.joined():
                 task_status.started(scope)
                 await anyio.sleep_forever()
 
     async def a_holds(key: str, count: list[int]) -> None:
         with contextlib.suppress(LeaseLost):
-            async with Lease(f"jobs.{key}", "a", a_keys, s).held():
+            async with Lease(record_name("jobs", "key", key), "a", a_keys, s).held():
                 count.append(1)
                 if len(count) == len(keys):
                     held.set()

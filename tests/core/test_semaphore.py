@@ -76,7 +76,7 @@ async def test_at_most_limit_grants_at_once_each_with_its_slot(world: World) -> 
 
 
 async def test_each_slot_is_its_own_lease_with_increasing_tokens(world: World) -> None:
-    """A grant holds the lease ``<name>.<slot>``; each slot's fencing token strictly increases."""
+    """A grant holds the lease ``<name>~slot~<slot>``; each slot's fencing token increases."""
     tokens: dict[int, list[int]] = {0: [], 1: []}
     for round_ in range(3):
         async with anyio.create_task_group() as tg:
@@ -84,7 +84,7 @@ async def test_each_slot_is_its_own_lease_with_increasing_tokens(world: World) -
 
                 async def take(owner: str) -> None:
                     async with _semaphore(world, owner, 2).held() as grant:
-                        assert grant.lease_name == f"pool.{grant.slot}"
+                        assert grant.lease_name == f"pool~slot~{grant.slot}"
                         tokens[grant.slot].append(grant.fencing_token)
                         await anyio.sleep(world.settings.heartbeat_interval)
 
@@ -224,7 +224,7 @@ async def test_a_lost_slot_cancels_the_body_with_lease_lost(world: World) -> Non
         async with cut_off.held() as grant:
             hanging.pause()
             await anyio.sleep_forever()
-    assert lost.value.lease_name == "pool.0"
+    assert lost.value.lease_name == "pool~slot~0"
     hanging.resume()
     async with _semaphore(world, "b", 1).held() as taken:
         assert taken.fencing_token > grant.fencing_token
@@ -351,3 +351,62 @@ async def test_without_a_watch_a_waiter_polls() -> None:
         async with waiter.held() as grant:
             assert grant.slot == 0
             assert anyio.current_time() - released_at[0] <= SETTINGS.wait_interval * 1.2 + 0.01
+
+
+class _Stopped(_OwnProcess):
+    """A process that can be stopped as by SIGSTOP: while paused its requests hang and none of
+    its timeouts cuts them short (they are shielded), so it resumes where it stopped."""
+
+    async def _gate(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await super()._gate()
+
+
+async def test_a_waiter_paused_past_l_among_looping_holders_is_granted_soon() -> None:
+    """A waiter whose store was out of reach for 2 L while it waited (its reservation lapsed and
+    its slot went to others) asks again once back: granted within the documented bound, among
+    six holders looping held() at limit 3."""
+    store = MemoryStore()
+    hold = 0.3
+    loopers = [
+        Semaphore("pool", f"c{i}", _OwnProcess(MemoryBackend(store)), SETTINGS, limit=3)
+        for i in range(6)
+    ]
+    paused = _Stopped(MemoryBackend(store))
+    waiter = Semaphore("pool", "waiter", paused, SETTINGS, limit=3)
+    waited: list[float] = []
+    resumed_at: list[float] = []
+
+    async def loop(sem: Semaphore) -> None:
+        while True:
+            async with sem.held():
+                await anyio.sleep(hold)
+
+    async def wait() -> None:
+        async with waiter.held():
+            waited.append(anyio.current_time())
+
+    async def pause_while_waiting() -> None:
+        probe = MemoryBackend(store)
+        names = [waiter.slot_lease(slot).name for slot in range(3)]
+        while True:  # until the waiter has a slot reserved for it
+            records = [await probe.get(name) for name in names]
+            if any(r is not None and r.handover_to == waiter.identity for r in records):
+                break
+            await anyio.sleep(0.01)
+        paused.pause()
+        await anyio.sleep(2 * SETTINGS.heartbeat_timeout)
+        paused.resume()
+        resumed_at.append(anyio.current_time())
+
+    with anyio.move_on_after(10 * SETTINGS.heartbeat_timeout):
+        async with anyio.create_task_group() as tg:
+            for sem in loopers:
+                tg.start_soon(loop, sem)
+            await anyio.sleep(1.0)
+            tg.start_soon(pause_while_waiting)
+            await wait()
+            tg.cancel_scope.cancel()
+    assert waited, "the waiter was never granted a slot"
+    # docs/partitioning.md: a waiter back in touch is granted within 2 wait_interval + 2 holds.
+    assert waited[0] - resumed_at[0] <= 2 * SETTINGS.wait_interval + 2 * hold

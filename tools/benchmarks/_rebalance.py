@@ -3,12 +3,14 @@
     python -m tools.benchmarks._rebalance [--smoke] [--backend sqlite|etcd ...] [--out DIR]
 
 Each repetition starts from an empty store (a fresh SQLite file, a fresh etcd prefix) and runs
-K keys on member processes (tools/benchmarks/_partition_member.py) through five steps:
+K keys on member processes (tools/benchmarks/_partition_member.py) through six steps:
 
 - *join* 1→2, 2→3 and 3→4: a new member process starts; timed from its ``ready`` event
   (backend open, about to join: the interpreter's start-up is not counted);
 - *leave* 4→3: SIGTERM to the newest member, which leaves cleanly; timed from the signal;
-- *crash* 3→2: SIGKILL to a member; timed from the kill.
+- *crash* 3→2: SIGKILL to a member; timed from the kill;
+- *replace* 2→2: SIGKILL to a member and, :data:`REPLACE_AFTER` later, a new member process in
+  its place (what a supervisor does); timed from the kill.
 
 A step ends once the keys are *balanced* and stay so for L: every key runs on exactly one
 member, every such member is alive, and each live member runs ⌊K/M⌋ or ⌈K/M⌉ keys. Its *time to
@@ -54,7 +56,12 @@ ROOT = Path(__file__).resolve().parents[2]
 FULL: dict[str, Any] = {"keys": 24, "L": 3.0, "R": 0.5, "repetitions": 8}
 SMOKE: dict[str, Any] = {"keys": 6, "L": 2.0, "R": 0.4, "repetitions": 1}
 #: The steps of one repetition: (kind, members before, members after).
-STEPS = [("join", 1, 2), ("join", 2, 3), ("join", 3, 4), ("leave", 4, 3), ("crash", 3, 2)]
+STEPS = [
+    ("join", 1, 2), ("join", 2, 3), ("join", 3, 4), ("leave", 4, 3), ("crash", 3, 2),
+    ("replace", 2, 2),
+]
+#: Seconds between the kill and the replacement's start in the *replace* step.
+REPLACE_AFTER = 0.5
 
 Event = dict[str, Any]
 
@@ -234,15 +241,21 @@ def repetition(store: dict[str, Any], plan: dict[str, Any], workdir: Path) -> li
                 start = rig.wait_event("ready", member, limit)["t"]
                 minimum = None  # the newcomer's share once balanced
             else:
-                member = f"m{before}" if kind == "leave" else "m2"
+                member = {"leave": f"m{before}", "crash": "m2", "replace": "m3"}[kind]
                 minimum = rig.online.share(member)
-                start = rig.stop(member, crash=kind == "crash")
+                start = rig.stop(member, crash=kind != "leave")
+                if kind == "replace":
+                    time.sleep(REPLACE_AFTER)
+                    rig.spawn("m5")
+                    ready_after = rig.wait_event("ready", "m5", limit)["t"] - start
             timeouts = rig.release_timeouts()
             end = rig.settle(hold, limit)
             sample = rig.measure(start, end)
             sample["release_timeouts"] = rig.release_timeouts() - timeouts
             if minimum is None:
                 minimum = sample["shares"][member]
+            if kind == "replace":
+                sample["replacement_ready_after"] = ready_after
             sample.update(kind=kind, members=[before, after], member=member, minimum=minimum,
                           L=L, in_L=sample["seconds"] / L)
             samples.append(sample)
@@ -308,7 +321,8 @@ def render(results: dict[str, Any]) -> str:
         "# Rebalancing of run_partitioned with real member processes",
         "",
         f"`python -m tools.benchmarks._rebalance`: {plan['keys']} keys, members 1→2→3→4 "
-        f"(joins), 4→3 (a clean leave), 3→2 (a crash, SIGKILL); L = {plan['L']:g} s, "
+        f"(joins), 4→3 (a clean leave), 3→2 (a crash, SIGKILL), 2→2 (a SIGKILL and a new member "
+        f"{REPLACE_AFTER:g} s later); L = {plan['L']:g} s, "
         f"R = {plan['R']:g} s; {plan['repetitions']} repetitions per backend, each on an "
         "empty store. Time to balance in units of L; keys moved against the minimum (the "
         "newcomer's share, or the leaver's).",

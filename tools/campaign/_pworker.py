@@ -79,7 +79,7 @@ async def members(config: dict[str, Any]) -> None:
     async with make_backend(config) as backend:
         owner = f"w{config['slot']}"
         # The identity this process joins the group as (the checker computes the assignment).
-        emit("member", identity=Group(f"{PARTITIONED}.members", owner, backend).identity)
+        emit("member", identity=Group(PARTITIONED, owner, backend).identity)
         while True:
             try:
                 await run_partitioned(

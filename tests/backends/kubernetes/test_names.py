@@ -89,3 +89,24 @@ def test_the_object_cache_remembers_names_and_still_refuses_invalid_keys(
     for _ in range(2):
         with pytest.raises(LeaseConfigError, match="RFC 1123 subdomain"):
             strict.object_name("My_Lock")
+
+
+def test_a_features_record_is_always_mapped_and_must_carry_its_name() -> None:
+    """A record name with the reserved separator (a semaphore's slot) maps to a valid object name
+    also with map_names off, and an object without its name in the key annotation (a lease whose
+    own valid name is that object name) is refused as a collision, never taken for the record."""
+    from trio_lease.backends.kubernetes import KEY_ANNOTATION, _cache
+    from trio_lease.backends.kubernetes._models import COORDINATION
+
+    record = "jobs~slot~0"
+    for map_names in (True, False):
+        cache = _cache.ObjectCache(COORDINATION, map_names=map_names)
+        name = cache.object_name(record)
+        assert name == lease_name_for(record)
+        assert is_valid_name(name)
+        annotated = {"metadata": {"name": name, "annotations": {KEY_ANNOTATION: record}}}
+        cache.check_key(record, annotated)
+        with pytest.raises(LeaseConfigError, match="collision"):
+            cache.check_key(record, {"metadata": {"name": name}})
+        with pytest.raises(LeaseConfigError, match="collision"):
+            cache.check_key(name, annotated)  # a user's lease of that name meets the record

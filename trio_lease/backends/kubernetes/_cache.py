@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ..._abc import LeaseRecord
 from ..._exceptions import LeaseConfigError
+from ..._namespace import SEPARATOR
 from ..._wire import JsonObject
 from ._errors import clean_text
 from ._models import LeaseKind
@@ -55,7 +56,10 @@ class ObjectCache:
         """
         name = self._names.get(key)
         if name is None:
-            name = lease_name_for(key) if self.map_names else validate_lease_name(key)
+            # A feature's own record (a name with the reserved separator) is never a valid
+            # object name: it is mapped whether or not map_names is on.
+            mapped = self.map_names or SEPARATOR in key
+            name = lease_name_for(key) if mapped else validate_lease_name(key)
             if len(self._names) >= NAMES_KEPT:
                 self._names.clear()
             self._names[key] = name
@@ -67,6 +71,13 @@ class ObjectCache:
         annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
         # Not a string, or no object at all: the record reads as unreadable (see _reading).
         stored = annotations.get(KEY_ANNOTATION) if isinstance(annotations, dict) else None
+        if SEPARATOR in key and isinstance(metadata, dict) and stored is None:
+            # A feature's own record always carries its name: an object without it is a lease
+            # whose own (valid) name happens to be the mapped name.
+            raise LeaseConfigError(
+                f"lease name collision: {key!r} maps to the object {self.object_name(key)!r}, "
+                "which stores a lease of that very name; rename that lease"
+            )
         if isinstance(stored, str) and stored != key:
             raise LeaseConfigError(
                 f"lease name collision: {key!r} maps to the object "
