@@ -34,6 +34,7 @@ import anyio.lowlevel
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._abc import LeaseBackend, LeaseRecord
+from ._checks import check_name
 from ._exceptions import BackendUnavailable, LeaseBusy, LeaseConfigError, LeaseError
 from ._grant import Grant
 from ._lease import Lease, lease_clock
@@ -87,8 +88,7 @@ class Group:
         backend: LeaseBackend,
         settings: LeaseSettings | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            raise LeaseConfigError(f"a group name must be a non-empty string, got {name!r}")
+        check_name(name, "group name")
         self._name = name
         self._leases: list[Lease] = [Lease(slot_name(name, 0), owner, backend, settings)]
         self._family: Family = family_of(backend, name)

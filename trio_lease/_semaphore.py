@@ -35,6 +35,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 import anyio
 
 from ._abc import LeaseBackend, LeaseRecord
+from ._checks import check_name, check_semaphore_limit
 from ._exceptions import (
     AcquireTimeout,
     BackendError,
@@ -164,8 +165,10 @@ class Semaphore:
         limit: int,
     ) -> None:
         _check_limit(limit)
-        if not isinstance(name, str) or not name:
-            raise LeaseConfigError(f"a semaphore name must be a non-empty string, got {name!r}")
+        check_name(name, "semaphore name")
+        check_name(owner, "owner")
+        if isinstance(backend, LeaseBackend):  # else Lease refuses it below
+            check_semaphore_limit(self, backend.store_key, name, limit)
         self._name = name
         self._limit = limit
         self._leases: list[Lease] = [Lease(slot_name(name, 0), owner, backend, settings)]
