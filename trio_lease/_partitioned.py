@@ -15,25 +15,38 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import anyio
 from anyio.abc import ObjectReceiveStream, TaskGroup
 
 from ._abc import LeaseBackend, LeaseRecord
+from ._checks import check_async_callable, check_name
 from ._exceptions import LeaseConfigError, LeaseError, LeaseLost
 from ._grant import Grant
 from ._group import Group
 from ._lease import Lease, observe_record, takeover_in
+from ._observer import LeaseInfo, everywhere, notify
 from ._settings import LeaseSettings
 from ._slotted import clear_reservation, follow_slots
 
-__all__ = ["assign", "run_partitioned"]
+__all__ = ["assign", "retry_delay", "run_partitioned"]
 
 logger = logging.getLogger("trio_lease")
+#: The jitter of retry pauses (not for anything secret).
+_jitter = random.Random()
 
-#: Pause between two key starts of one member (seconds).
+#: Longest pause between two key starts of one member (seconds).
 START_PACE = 0.05
+#: Longest time one rebalance spreads its key starts over (seconds): many keys start closer
+#: together than ``START_PACE``, so a leaving member's hundreds of keys run again within it.
+START_SPREAD = 1.0
+#: Key leases a leaving member releases at once.
+RELEASES_AT_ONCE = 16
+#: Pause before a failing key's first retry, and the most it grows to (seconds).
+RETRY_FIRST = 1.0
+RETRY_CAP = 60.0
 #: Longest quiet period a member waits for after a change of the members or the keys before it
 #: moves keys (seconds; at most a quarter of ``wait_interval``), so members starting together
 #: agree on the membership before starting keys instead of each taking them all at first.
@@ -82,6 +95,17 @@ def _weight(key: str, member: str) -> int:
 KeyWork = Callable[[str, Grant], Awaitable[None]]
 
 
+def retry_delay(failures: int, jitter: float) -> float:
+    """The pause before running a key again after its ``failures``-th error in a row.
+
+    Capped exponential backoff: ``RETRY_FIRST`` doubled per failure up to ``RETRY_CAP``, times
+    a jitter factor from 1 down to ½ (``jitter`` in [0, 1)), so members that fail on a shared
+    cause do not retry in step; below the cap a pause is never shorter than the one before.
+    """
+    ceiling = min(RETRY_CAP, RETRY_FIRST * 2.0 ** min(failures - 1, 64))
+    return ceiling * (1.0 - jitter / 2)
+
+
 async def run_partitioned(
     keys: Iterable[str] | ObjectReceiveStream[Iterable[str]],
     fn: KeyWork,
@@ -90,99 +114,219 @@ async def run_partitioned(
     owner: str,
     backend: LeaseBackend,
     settings: LeaseSettings | None = None,
+    stop_on_error: bool = False,
 ) -> None:
     """Join ``<name>.members`` and run ``fn(key, grant)`` for this member's share of ``keys``.
 
     Runs until cancelled. Each key runs on one live member at a time, only while that member
     holds the key's lease ``<name>.<key>`` (``grant`` is that lease's; ``fn`` is cancelled if it
     is lost or the key moves to another member). If ``fn`` returns, the key stays held, idle,
-    until it moves. An exception of ``fn`` ends this member (the keys move to the others) and
-    is raised here; so is :class:`LeaseLost` if the member's own lease in the group is lost.
+    until it moves.
 
-    ``keys`` is the keys, or a receive stream of key sets (an anyio memory object stream, say):
-    the first set received starts the work, each later one replaces the keys while running
-    (a key left out is cancelled and released). Every member must be given the same keys; each
-    process must use its own owner.
+    An exception of ``fn`` harms no other key: it is logged, told to the observers
+    (``key_failed``) and the key is run again on this member, still held, after a capped
+    exponential backoff (:func:`retry_delay`). With ``stop_on_error=True`` the first one ends
+    the member instead (its keys move to the others) and is raised here, bare; errors of
+    several keys at once are raised as one ``ExceptionGroup`` of them. :class:`LeaseLost` is
+    raised if the member's own lease in the group is lost.
+
+    ``keys`` is the keys (at least one), or a receive stream of key sets (an anyio memory
+    object stream, say): the first set received starts the work, each later one replaces the
+    keys while running (a key left out is cancelled and released; a set may be empty). Every
+    member must be given the same keys; each process must use its own owner.
+
+    Leaving (cancelled, or ended by an error): the member first leaves the group, so the others
+    take its keys over at once, then releases its keys at most ``RELEASES_AT_ONCE`` at a time,
+    within ``heartbeat_timeout / 2`` (any left then are released all together).
     """
+    check_name(name, "name")
+    check_name(owner, "owner")
+    check_async_callable(fn, "fn")
+    if not isinstance(stop_on_error, bool):
+        raise TypeError(f"stop_on_error must be a bool, got {stop_on_error!r}")
     stream: ObjectReceiveStream[Iterable[str]] | None = None
     if isinstance(keys, ObjectReceiveStream):
         stream, wanted = keys, []
     else:
         wanted = _checked(keys)
+        if not wanted:
+            raise LeaseConfigError(
+                "keys is empty: give at least one key, or a receive stream of key sets to "
+                "start with none"
+            )
     group = Group(f"{name}.members", owner, backend, settings)
     leases = _KeyLeases(name, owner, backend, settings)
     leases.follow(wanted)
-    failure: list[BaseException] = []
-    async with group.joined() as membership, anyio.create_task_group() as tg:
-        running: dict[str, anyio.CancelScope] = {}
-        ended: dict[str, anyio.Event] = {}
-        starts = anyio.Lock()
-        members = membership.members()
-        changed = _Trigger()
+    errors = _Errors(name, stop_on_error)
+    budget = group.settings.heartbeat_timeout / 2
+    async with anyio.create_task_group() as keys_tg:
+        runs = _Runs(keys_tg, fn, leases, errors)
+        try:
+            with errors.stopping:
+                async with group.joined() as membership, anyio.create_task_group() as tg:
+                    runs.members = membership.members()
+                    changed = _Trigger()
 
-        async def run_key(key: str, scope: anyio.CancelScope, before: anyio.Event | None) -> None:
-            done = ended[key] = anyio.Event()
-            try:
-                with scope:
-                    if before is not None:
-                        await before.wait()  # the key's previous run has released it
-                    async with starts:
-                        await anyio.sleep(START_PACE)
-                    await _hold_key(key, fn, leases.of(key), members, failure, tg)
-            finally:
-                done.set()
+                    async def follow_members() -> None:
+                        async with membership.changes() as lists:
+                            async for listed in lists:
+                                runs.members = listed
+                                changed.poke()
 
-        def rebalance() -> None:
-            mine = set(assign(wanted, members).get(membership.identity, []))
-            for key in sorted(running.keys() - mine):
-                running.pop(key).cancel()
-            for key in sorted(mine - running.keys()):
-                running[key] = anyio.CancelScope()
-                before = ended.get(key)
-                tg.start_soon(run_key, key, running[key], None if before is None else before)
+                    async def follow_keys(updates: ObjectReceiveStream[Iterable[str]]) -> None:
+                        nonlocal wanted
+                        async for update in updates:
+                            wanted = _checked(update)
+                            leases.follow(wanted)
+                            changed.poke()
 
-        async def follow_members() -> None:
-            nonlocal members
-            async with membership.changes() as lists:
-                async for listed in lists:
-                    members = listed
-                    changed.poke()
+                    tg.start_soon(follow_members)
+                    tg.start_soon(leases.observe)
+                    if stream is not None:
+                        tg.start_soon(follow_keys, stream)
+                    settle = min(SETTLE, group.settings.wait_interval / 4)
+                    while True:
+                        await changed.settled(settle)
+                        runs.rebalance(assign(wanted, runs.members).get(membership.identity, []))
+        except Exception as exc:  # the membership lost, a bad key set: raised bare below
+            errors.fail(exc)
+        finally:
+            # joined() has ended: the member's lease is released, so the others see it leave
+            # and ask for its keys while they are released here, a few at a time.
+            with anyio.CancelScope(shield=True):
+                await runs.stop_all(budget)
+    errors.raise_any()
 
-        async def follow_keys(updates: ObjectReceiveStream[Iterable[str]]) -> None:
-            nonlocal wanted
-            async for update in updates:
-                wanted = _checked(update)
-                leases.follow(wanted)
-                changed.poke()
 
-        tg.start_soon(follow_members)
-        tg.start_soon(leases.observe)
-        if stream is not None:
-            tg.start_soon(follow_keys, stream)
-        settle = min(SETTLE, (settings or LeaseSettings()).wait_interval / 4)
-        while True:
-            await changed.settled(settle)
-            rebalance()
-    if failure:
-        raise failure[0]
+class _Runs:
+    """The member's key runs: started and cancelled as the assignment changes, stopped a few
+    at a time when the member leaves.
+
+    Each run's scope is shielded from the member's cancellation, so that leaving releases the
+    keys at a bounded pace (:meth:`stop_all`) instead of all at once: hundreds of releases
+    written together overrun the operation timeout of a loaded store, and a key whose release
+    timed out waits L to move.
+    """
+
+    def __init__(self, tg: TaskGroup, fn: KeyWork, leases: _KeyLeases, errors: _Errors) -> None:
+        self._tg = tg
+        self._fn = fn
+        self._leases = leases
+        self._errors = errors
+        self._running: dict[str, anyio.CancelScope] = {}
+        self._ended: dict[str, anyio.Event] = {}
+        self._starts = anyio.Lock()
+        self._closed = False
+        #: The live members as last seen.
+        self.members: tuple[str, ...] = ()
+
+    def rebalance(self, mine: list[str]) -> None:
+        """Cancel the runs of keys no longer in ``mine``; start those of new ones, paced."""
+        if self._closed:
+            return
+        for key in sorted(self._running.keys() - set(mine)):
+            self._running.pop(key).cancel()
+        new = sorted(set(mine) - self._running.keys())
+        pace = min(START_PACE, START_SPREAD / max(len(new), 1))
+        for key in new:
+            scope = self._running[key] = anyio.CancelScope(shield=True)
+            self._tg.start_soon(self._run, key, scope, self._ended.get(key), pace)
+
+    async def _run(
+        self, key: str, scope: anyio.CancelScope, before: anyio.Event | None, pace: float
+    ) -> None:
+        done = self._ended[key] = anyio.Event()
+        try:
+            with scope:
+                if before is not None:
+                    await before.wait()  # the key's previous run has released it
+                async with self._starts:
+                    await anyio.sleep(pace)
+                await _hold_key(key, self._fn, self._leases.of(key), self.members, self._errors)
+        finally:
+            done.set()
+
+    async def stop_all(self, budget: float) -> None:
+        """Stop every run, ``RELEASES_AT_ONCE`` at a time, within ``budget`` seconds; those
+        still running then are cancelled together."""
+        self._closed = True
+        limiter = anyio.CapacityLimiter(RELEASES_AT_ONCE)
+        with anyio.move_on_after(budget):
+            async with anyio.create_task_group() as tg:
+                for key in sorted(self._running):
+                    tg.start_soon(self._stop, key, limiter)
+        for scope in self._running.values():
+            scope.cancel()
+
+    async def _stop(self, key: str, limiter: anyio.CapacityLimiter) -> None:
+        async with limiter:
+            self._running[key].cancel()
+            await self._ended[key].wait()
+
+
+class _Errors:
+    """What a key's error does: reported and retried, or (``stop_on_error``) kept and the
+    member stopped."""
+
+    def __init__(self, name: str, stop_on_error: bool) -> None:
+        self._name = name
+        self.stop_on_error = stop_on_error
+        self._kept: list[Exception] = []
+        #: Cancelled to end the member on an error.
+        self.stopping = anyio.CancelScope()
+
+    def fail(self, exc: Exception) -> None:
+        """Keep ``exc`` and end the member."""
+        self._kept.append(exc)
+        self.stopping.cancel()
+
+    def report(
+        self, lease: Lease, key: str, exc: Exception, failures: int, retry_in: float | None
+    ) -> None:
+        """Log a key's error and tell the observers."""
+        again = "ending the member" if retry_in is None else f"running it again in {retry_in:.3g} s"
+        logger.warning(
+            "partitioned %r: key %r failed (%d in a row), %s: %s: %s",
+            self._name,
+            key,
+            failures,
+            again,
+            type(exc).__name__,
+            exc,
+            exc_info=(type(exc), exc, exc.__traceback__),
+        )
+        if everywhere():
+            info = LeaseInfo(lease.name, lease.owner, lease.identity)
+            notify(
+                (), "key_failed", info, key=key, error=exc, failures=failures, retry_in=retry_in
+            )
+
+    def raise_any(self) -> None:
+        """Raise the kept error, bare if there is one, else an ExceptionGroup of them."""
+        if len(self._kept) == 1:
+            raise self._kept[0]
+        if self._kept:
+            raise ExceptionGroup(
+                f"partitioned {self._name!r}: {len(self._kept)} keys failed", self._kept
+            )
 
 
 async def _hold_key(
-    key: str,
-    fn: KeyWork,
-    lease: Lease,
-    members: tuple[str, ...],
-    failure: list[BaseException],
-    tg: TaskGroup,
+    key: str, fn: KeyWork, lease: Lease, members: tuple[str, ...], errors: _Errors
 ) -> None:
-    """Ask for the key, hold it and run ``fn`` (again after a loss); an error of ``fn`` ends
-    the member (noted in ``failure``).
+    """Ask for the key, hold it and run ``fn`` (again after a loss, and after an error of
+    ``fn`` unless ``stop_on_error``).
 
     A handover is asked only of a holder still in the group that may still be renewing the key:
     a request writes the record, and a write restarts the expiry countdown. So no request goes
     to a crashed holder, nor to a live member whose record of the key has already stood
     unchanged for L in this member's view (it lost or left the key and renews it no more; the
     key is taken at once instead of L after the request).
+
+    A failing ``fn`` is run again with the key still held, on this member: the assignment is a
+    function of the membership, so a key released for others would come back here (or, handed
+    to another member, fail there too). The count of failures in a row starts again after a
+    run of ``fn`` that returned or lasted ``RETRY_CAP`` or more.
     """
     record = lease.last_record
     asked = False
@@ -197,18 +341,36 @@ async def _hold_key(
         except LeaseError as exc:
             logger.info("key %r: asking for a handover failed: %s", key, exc)
     granted = False
+    failures = 0
     try:
         while True:  # noqa: ASYNC913  every pass awaits held(), which checkpoints
             try:
                 async with lease.held() as grant:
                     granted = True
-                    await fn(key, grant)
-                    await anyio.sleep_forever()
+                    while True:
+                        began = anyio.current_time()
+                        try:
+                            await fn(key, grant)
+                        except LeaseLost:
+                            raise
+                        except Exception as exc:
+                            if anyio.current_time() - began >= RETRY_CAP:
+                                failures = 0
+                            failures += 1
+                            if errors.stop_on_error:
+                                errors.report(lease, key, exc, failures, None)
+                                errors.fail(exc)
+                                return
+                            delay = retry_delay(failures, _jitter.random())
+                            errors.report(lease, key, exc, failures, delay)
+                            await anyio.sleep(delay)
+                        else:
+                            failures = 0
+                            await anyio.sleep_forever()
             except LeaseLost as exc:
                 logger.warning("key %r: lost (%s); asking for it again", key, exc)
-            except Exception as exc:
-                failure.append(exc)
-                tg.cancel_scope.cancel()
+            except Exception as exc:  # held() itself, not fn: the member ends
+                errors.fail(exc)
                 return
     finally:
         if asked and not granted:
@@ -306,6 +468,11 @@ def _checked(keys: Iterable[str]) -> list[str]:
     """The keys, sorted and unique; a key that is not a non-empty string is refused."""
     if isinstance(keys, str):
         raise LeaseConfigError(f"keys must be an iterable of strings, not the string {keys!r}")
+    if not isinstance(keys, Iterable):
+        raise TypeError(
+            "keys must be an iterable of key strings or a receive stream of key sets, "
+            f"got {keys!r}"
+        )
     items = list(keys)
     for key in items:
         if not isinstance(key, str) or not key:
