@@ -7,7 +7,8 @@ fencing token is its own, and losing the key's lease cancels ``fn`` as any ``hel
 that moves to another member is cancelled here and released; its new owner asked for it by
 handover request, so it takes it at once. A member moves keys once the membership has been quiet
 for ``SETTLE`` (so members starting together do not each take every key first), and starts its
-keys one at a time, ``START_PACE`` apart.
+keys one at a time, ``START_PACE`` apart and at most ``STARTS_AT_ONCE`` waiting for the store's
+first answer.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ._exceptions import LeaseConfigError, LeaseError, LeaseLost
 from ._grant import Grant
 from ._group import Group
 from ._lease import Lease, observe_record, takeover_in
-from ._observer import LeaseInfo, everywhere, notify
+from ._observer import LeaseInfo, LeaseObserver, everywhere, notify
 from ._settings import LeaseSettings
 from ._slotted import clear_reservation, follow_slots
 
@@ -37,11 +38,12 @@ logger = logging.getLogger("trio_lease")
 #: The jitter of retry pauses (not for anything secret).
 _jitter = random.Random()
 
-#: Longest pause between two key starts of one member (seconds).
-START_PACE = 0.05
-#: Longest time one rebalance spreads its key starts over (seconds): many keys start closer
-#: together than ``START_PACE``, so a leaving member's hundreds of keys run again within it.
-START_SPREAD = 1.0
+#: Pause between two key starts of one member (seconds): a member's keys, started together,
+#: would renew together too, every R.
+START_PACE = 0.01
+#: Key starts of one member whose first attempt (a read, then a write or a wait) is still in
+#: flight: the starts go no faster than the store answers.
+STARTS_AT_ONCE = 8
 #: Key leases a leaving member releases at once.
 RELEASES_AT_ONCE = 16
 #: Pause before a failing key's first retry, and the most it grows to (seconds).
@@ -216,6 +218,7 @@ class _Runs:
         self._running: dict[str, anyio.CancelScope] = {}
         self._ended: dict[str, anyio.Event] = {}
         self._starts = anyio.Lock()
+        self._attempts = anyio.CapacityLimiter(STARTS_AT_ONCE)
         self._closed = False
         #: The live members as last seen.
         self.members: tuple[str, ...] = ()
@@ -226,24 +229,33 @@ class _Runs:
             return
         for key in sorted(self._running.keys() - set(mine)):
             self._running.pop(key).cancel()
-        new = sorted(set(mine) - self._running.keys())
-        pace = min(START_PACE, START_SPREAD / max(len(new), 1))
-        for key in new:
+        for key in sorted(set(mine) - self._running.keys()):
             scope = self._running[key] = anyio.CancelScope(shield=True)
-            self._tg.start_soon(self._run, key, scope, self._ended.get(key), pace)
+            self._tg.start_soon(self._run, key, scope, self._ended.get(key))
 
-    async def _run(
-        self, key: str, scope: anyio.CancelScope, before: anyio.Event | None, pace: float
-    ) -> None:
+    async def _run(self, key: str, scope: anyio.CancelScope, before: anyio.Event | None) -> None:
         done = self._ended[key] = anyio.Event()
+        token = object()
+        attempting = False
+
+        def attempted() -> None:
+            nonlocal attempting
+            if attempting:
+                attempting = False
+                self._attempts.release_on_behalf_of(token)
+
         try:
             with scope:
                 if before is not None:
                     await before.wait()  # the key's previous run has released it
                 async with self._starts:
-                    await anyio.sleep(pace)
+                    await anyio.sleep(START_PACE)
+                    await self._attempts.acquire_on_behalf_of(token)
+                    attempting = True
+                self._leases.on_first_attempt(key, attempted)
                 await _hold_key(key, self._fn, self._leases.of(key), self.members, self._errors)
         finally:
+            attempted()
             done.set()
 
     async def stop_all(self, budget: float) -> None:
@@ -399,6 +411,7 @@ class _KeyLeases:
         self._leases: dict[str, Lease] = {}
         self._keys: list[str] = []
         self._following = anyio.CancelScope()
+        self._attempts = _FirstAttempts()
 
     def __repr__(self) -> str:
         return f"<keys of {self._name!r}: {len(self._keys)} followed>"
@@ -407,9 +420,20 @@ class _KeyLeases:
         """The lease of ``key`` (made on first use)."""
         lease = self._leases.get(key)
         if lease is None:
-            lease = Lease(f"{self._name}.{key}", self._owner, self._backend, self._settings)
+            lease = Lease(
+                f"{self._name}.{key}",
+                self._owner,
+                self._backend,
+                self._settings,
+                observers=[self._attempts],
+            )
             self._leases[key] = lease
         return lease
+
+    def on_first_attempt(self, key: str, call: Callable[[], None]) -> None:
+        """Call ``call`` once the next attempt on ``key``'s lease has an answer: granted, or
+        found held by another (its wait begins)."""
+        self._attempts.calls[self.of(key).name] = call
 
     def follow(self, keys: list[str]) -> None:
         """Follow the records of ``keys`` from now on (restarting :meth:`observe`)."""
@@ -436,6 +460,26 @@ class _KeyLeases:
                 except Exception as exc:  # a hint only: a failure only logs
                     logger.info("partitioned %r: following the keys failed: %s", self._name, exc)
                 await anyio.sleep_forever()
+
+
+class _FirstAttempts(LeaseObserver):
+    """Tells a key's run that its lease's first attempt was answered (see ``STARTS_AT_ONCE``)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, Callable[[], None]] = {}
+
+    def _answered(self, lease: LeaseInfo) -> None:
+        call = self.calls.pop(lease.name, None)
+        if call is not None:
+            call()
+
+    def waiting(self, lease: LeaseInfo, *, holder: str, expires_in: float) -> None:
+        self._answered(lease)
+
+    def acquired(
+        self, lease: LeaseInfo, *, fencing_token: int, waited: float, valid_for: float
+    ) -> None:
+        self._answered(lease)
 
 
 def _observe(leases: list[Lease], index: int, record: LeaseRecord | None) -> None:
