@@ -27,6 +27,7 @@ from ._checks import check_async_callable, check_name
 from ._exceptions import LeaseConfigError, LeaseError, LeaseLost
 from ._grant import Grant
 from ._group import Group
+from ._host import sole_error
 from ._lease import Lease, observe_record, takeover_in
 from ._observer import LeaseInfo, LeaseObserver, everywhere, notify
 from ._settings import LeaseSettings
@@ -191,7 +192,8 @@ async def run_partitioned(
                         await changed.settled(settle)
                         runs.rebalance(assign(wanted, runs.members).get(membership.identity, []))
         except Exception as exc:  # the membership lost, a bad key set: raised bare below
-            errors.fail(exc)
+            single = sole_error(exc) if isinstance(exc, ExceptionGroup) else exc
+            errors.fail(single if isinstance(single, Exception) else exc)
         finally:
             # joined() has ended: the member's lease is released, so the others see it leave
             # and ask for its keys while they are released here, a few at a time.

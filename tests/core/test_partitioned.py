@@ -24,12 +24,19 @@ from trio_lease import (
     LeaseInfo,
     LeaseLost,
     LeaseObserver,
+    LeaseRecord,
     add_observer,
     remove_observer,
     run_partitioned,
 )
 from trio_lease._identity import incarnation
-from trio_lease._partitioned import RETRY_CAP, RETRY_FIRST, assign, retry_delay
+from trio_lease._partitioned import (
+    RELEASES_AT_ONCE,
+    RETRY_CAP,
+    RETRY_FIRST,
+    assign,
+    retry_delay,
+)
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
 from trio_lease.testing import FaultyBackend
 
@@ -521,3 +528,95 @@ async def test_an_object_with_an_async_call_is_a_valid_fn() -> None:
             backend=MemoryBackend(MemoryStore()), settings=SETTINGS,
         )
     assert ran == ["k1"]
+
+
+class _Releases(_OwnProcess):
+    """A process's client that notes each release it writes and how many are in flight."""
+
+    def __init__(self, inner: MemoryBackend) -> None:
+        super().__init__(inner, latency=0.05)
+        self.released: list[str] = []
+        self.in_flight = 0
+        self.most = 0
+
+    async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
+        if not record.is_free:
+            return await super().update(record, expected_version)
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            return await super().update(record, expected_version)
+        finally:
+            self.in_flight -= 1
+            self.released.append(record.name)
+
+
+async def test_a_member_leaving_with_many_keys_leaves_first_and_releases_a_few_at_a_time() -> None:
+    """A member holding 100 keys that is cancelled releases its group lease first, then its
+    keys at most RELEASES_AT_ONCE at a time, none timing out, and every one of them runs on the
+    other member within wait_interval plus one second of the cancel."""
+    store = MemoryStore()
+    s = SETTINGS
+    keys = [f"k{i:03}" for i in range(200)]
+    where: dict[str, str] = {}
+    started: dict[str, float] = {}
+    leaving = _Releases(MemoryBackend(store))
+
+    def work(member: str) -> Callable[[str, Grant], Awaitable[None]]:
+        async def fn(key: str, grant: Grant) -> None:
+            where[key] = member
+            started[key] = anyio.current_time()
+            await anyio.sleep_forever()
+
+        return fn
+
+    b_scope = anyio.CancelScope()
+
+    async def b() -> None:
+        with b_scope:
+            await run_partitioned(
+                keys, work("b"), name="jobs", owner="b", backend=leaving, settings=s
+            )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(
+            functools.partial(
+                run_partitioned, keys, work("a"), name="jobs", owner="a",
+                backend=_OwnProcess(MemoryBackend(store)), settings=s,
+            )
+        )
+        tg.start_soon(b)
+        with anyio.fail_after(10 * s.heartbeat_timeout):
+            while sorted(Counter(where.values()).values()) != [100, 100]:
+                await anyio.sleep(0.1)
+        theirs = sorted(key for key, member in where.items() if member == "b")
+        cancelled = anyio.current_time()
+        b_scope.cancel()
+        with anyio.fail_after(s.heartbeat_timeout):
+            while any(where[key] == "b" for key in theirs):
+                await anyio.sleep(0.01)
+        took = max(started[key] for key in theirs) - cancelled
+        tg.cancel_scope.cancel()
+    assert leaving.released[0].startswith("jobs.members.")
+    assert sorted(leaving.released[1:]) == [f"jobs.{key}" for key in theirs]
+    assert leaving.most <= RELEASES_AT_ONCE
+    assert took <= s.wait_interval + 1.0
+
+
+async def test_a_bad_key_set_from_the_stream_comes_out_bare() -> None:
+    """A key set received on the stream with an empty key ends the member with a bare
+    LeaseConfigError naming the key, not an ExceptionGroup."""
+    send, receive = anyio.create_memory_object_stream[Iterable[str]](2)
+
+    async def fn(key: str, grant: Grant) -> None:
+        await anyio.sleep_forever()
+
+    async with send:
+        await send.send(["k1"])
+        await send.send(["k1", ""])
+        with pytest.raises(LeaseConfigError, match="non-empty string") as caught:
+            await run_partitioned(
+                receive, fn, name="jobs", owner="a",
+                backend=MemoryBackend(MemoryStore()), settings=SETTINGS,
+            )
+    assert type(caught.value) is LeaseConfigError

@@ -34,10 +34,10 @@ from typing import Any
 
 from ._common import machine, percentile
 from ._one_watch import source
-from ._rebalance import Rig, stores
+from ._rebalance import Rig, Unsettled, stores
 
 ROOT = Path(__file__).resolve().parents[2]
-FULL: dict[str, Any] = {"keys": 2000, "L": 15.0, "R": 1.5, "repetitions": 2, "members": 3}
+FULL: dict[str, Any] = {"keys": 2000, "L": 15.0, "R": 3.0, "repetitions": 2, "members": 3}
 SMOKE: dict[str, Any] = {"keys": 30, "L": 2.0, "R": 0.4, "repetitions": 1, "members": 3}
 
 
@@ -108,6 +108,10 @@ def render(results: dict[str, Any]) -> str:
     ]
     for backend, part in results["results"].items():
         for s in part["samples"]:
+            if "error" in s:
+                lines.append(f"| {backend} | did not settle: {s['error'][:80]} | | | | | | "
+                             f"| {s['loadavg'][0]:.1f} |")
+                continue
             lines.append(
                 f"| {backend} | {s['leaver_keys']} | {s['all_running_again']:.2f} s "
                 f"| {s['p50_key']:.2f} s | {s['leaver_exited']:.2f} s | {s['moved']} "
@@ -136,7 +140,10 @@ def run(plan: dict[str, Any], backends: list[str], out: Path, mode: str) -> dict
             with stores(backend, workdir) as empty:
                 for n in range(plan["repetitions"]):
                     (workdir / f"rep{n}").mkdir()
-                    samples.append(repetition(next(empty), plan, workdir / f"rep{n}"))
+                    try:
+                        samples.append(repetition(next(empty), plan, workdir / f"rep{n}"))
+                    except Unsettled as exc:  # members lost their group leases: say so
+                        samples.append({"error": str(exc)[:300], "loadavg": list(os.getloadavg())})
                     print(backend, json.dumps(samples[-1]), flush=True)
             results["results"][backend] = {"samples": samples}
     results["machine"]["loadavg_end"] = list(os.getloadavg())
@@ -152,6 +159,7 @@ def main() -> None:
     parser.add_argument("--backend", action="append", choices=["sqlite", "etcd"],
                         help="the stores to measure (default: sqlite and etcd)")
     parser.add_argument("--repetitions", type=int, help="repetitions per backend")
+    parser.add_argument("--R", type=float, help="the heartbeat interval (seconds)")
     parser.add_argument("--out", type=Path, help="where to write leave.{json,md} (default: "
                         "tools/benchmarks/results; with --smoke, nowhere)")
     args = parser.parse_args()
@@ -160,6 +168,8 @@ def main() -> None:
     plan = dict(SMOKE if args.smoke else FULL)
     if args.repetitions:
         plan["repetitions"] = args.repetitions
+    if args.R:
+        plan["R"] = args.R
     backends = args.backend or (["sqlite"] if args.smoke else ["sqlite", "etcd"])
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or (Path(tmp) if args.smoke else ROOT / "tools" / "benchmarks" / "results")
