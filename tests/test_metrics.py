@@ -18,7 +18,7 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from trio_lease import Lease, LeaseLost
+from trio_lease import Lease, LeaseInfo, LeaseLost
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
 from trio_lease.health import HealthServer
 from trio_lease.metrics import LOSS_CAUSES, RENEWAL_CAUSES, PrometheusMetrics, cause_category
@@ -245,3 +245,15 @@ async def test_a_scrape_over_http_parses_and_shows_the_held_lease() -> None:
         assert after["trio_lease_acquisitions_total[('name', 'job')]"] == 1
         health = await client.get(f"http://127.0.0.1:{server.port}/healthz")
         assert health.status_code == 404  # metrics only: no health observer given
+
+
+def test_key_failures_are_counted_per_key_lease() -> None:
+    """key_failed (a run_partitioned key's fn raised) counts trio_lease_key_failures_total for
+    the key's lease name."""
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    info = LeaseInfo("jobs.k1", "a", "a_1")
+    for failures in (1, 2):
+        metrics.key_failed(info, key="k1", error=RuntimeError("x"), failures=failures, retry_in=1.0)
+    value = registry.get_sample_value("trio_lease_key_failures_total", {"name": "jobs.k1"})
+    assert value == 2

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GUARANTEES = "tests/core/test_guarantees.py"
 API = "tests/core/test_lease_api.py"
 TRUST = "tests/core/test_trust.py"
+PARTITIONED = "tests/core/test_partitioned.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,6 +272,34 @@ MUTATIONS = [
         "    with outcome.settled():\n",
         "    with anyio.CancelScope():\n",
         f"{TRUST}::test_lease_host_passes_the_body_exception_unchanged",
+    ),
+    Mutation(
+        "7a a failing key's pause grows",
+        "trio_lease/_partitioned.py",
+        "RETRY_FIRST * 2.0 ** min(failures - 1, 64)",
+        "RETRY_FIRST * 2.0 ** min(failures - 1, 0)",
+        f"{PARTITIONED}::test_a_failing_key_backs_off_on_its_member_while_every_other_key_runs_on",
+    ),
+    Mutation(
+        "7a a failing key's pause is capped",
+        "trio_lease/_partitioned.py",
+        "ceiling = min(RETRY_CAP, RETRY_FIRST * 2.0 ** min(failures - 1, 64))",
+        "ceiling = RETRY_FIRST * 2.0 ** min(failures - 1, 64)",
+        f"{PARTITIONED}::test_a_failing_key_backs_off_on_its_member_while_every_other_key_runs_on",
+    ),
+    Mutation(
+        "7a one failing key harms no other key",
+        "trio_lease/_partitioned.py",
+        "                            if errors.stop_on_error:\n",
+        "                            if True:\n",
+        f"{PARTITIONED}::test_a_failing_key_backs_off_on_its_member_while_every_other_key_runs_on",
+    ),
+    Mutation(
+        "7a with stop_on_error one key error comes out bare",
+        "trio_lease/_partitioned.py",
+        "        if len(self._kept) == 1:\n",
+        "        if len(self._kept) == 0:\n",
+        f"{PARTITIONED}::test_stop_on_error_ends_the_member_with_the_key_error_bare",
     ),
 ]
 

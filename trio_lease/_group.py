@@ -38,10 +38,10 @@ import anyio
 from anyio.lowlevel import RunVar
 
 from ._abc import LeaseBackend, LeaseRecord
+from ._checks import check_name
 from ._exceptions import BackendUnavailable, LeaseBusy, LeaseError
 from ._grant import Grant
 from ._lease import Lease
-from ._namespace import check_name
 from ._outcome import Outcome
 from ._settings import LeaseSettings
 from ._slotted import SlotChange, SlotFamily
@@ -88,7 +88,7 @@ class Group:
         backend: LeaseBackend,
         settings: LeaseSettings | None = None,
     ) -> None:
-        check_name("a group name", name)
+        check_name(name, "group name")
         self._name = name
         self._slots = SlotFamily(name, "member", owner, backend, settings)
 

@@ -30,11 +30,11 @@ from anyio.abc import TaskGroup
 from . import _algorithm as algo
 from ._abc import LeaseBackend, LeaseRecord
 from ._akka import AkkaHost, LostCallback
+from ._checks import check_name, check_text
 from ._exceptions import BackendError, LeaseConfigError
 from ._grant import Grant
 from ._held import HeldScopes
 from ._identity import incarnation
-from ._namespace import check_name
 from ._observer import LeaseInfo, LeaseObserver, observers_of
 from ._reading import RecordReader
 from ._settings import LeaseSettings, check_seconds
@@ -80,15 +80,8 @@ class Lease:
         wall_clock: Callable[[], datetime] | None = None,
         observers: Iterable[LeaseObserver] = (),
     ) -> None:
-        check_name("a lease name", name)  # a record name of a feature may hold the separator
-        if not isinstance(owner, str) or not owner:
-            raise LeaseConfigError(f"an owner must be a non-empty string, got {owner!r}")
-        for what, text in (("lease name", name), ("owner", owner)):
-            if not _is_text(text):  # no store could keep it: every one writes UTF-8
-                raise LeaseConfigError(
-                    f"the {what} {text!r} holds a lone UTF-16 surrogate (\\ud800-\\udfff), "
-                    "which is not Unicode text: no store can keep it; fix the name"
-                )
+        check_name(name, "lease name")  # a feature's RecordName may hold the separator
+        check_text(owner, "owner")
         if not isinstance(backend, LeaseBackend):
             raise LeaseConfigError(
                 f"backend must be a trio_lease.abc.LeaseBackend, got {type(backend).__name__}"
@@ -334,15 +327,6 @@ def observe_record(lease: Lease, record: LeaseRecord | None) -> None:
     """Note ``record`` as seen by ``lease`` (a record read or watched on its behalf), as its own
     watch does."""
     lease._state.observe(record)
-
-
-def _is_text(value: str) -> bool:
-    """Whether ``value`` is Unicode text (encodable as UTF-8: no lone surrogate)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _utc_now() -> datetime:

@@ -4,8 +4,8 @@ A :class:`~trio_lease.Semaphore`, a :class:`~trio_lease.Group` and
 :func:`~trio_lease.run_partitioned` keep their state in ordinary lease records. Those records
 are named ``<name>~<role>~<part>``: the feature's name, what the record is for, and which one
 (a slot number, a key). The separator :data:`SEPARATOR` is reserved: no lease name, semaphore,
-group or partitioned name and no key may contain it (:func:`check_name` refuses them with
-:class:`LeaseConfigError`), so
+group or partitioned name and no key may contain it (``trio_lease._checks.check_name`` refuses them
+with :class:`LeaseConfigError`), so
 
 - no user lease name equals a feature's record name (a user name has no separator, a record
   name has two);
@@ -28,9 +28,7 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from ._exceptions import LeaseConfigError
-
-__all__ = ["ROLES", "SEPARATOR", "RecordName", "Role", "check_name", "record_name"]
+__all__ = ["ROLES", "SEPARATOR", "RecordName", "Role", "record_name"]
 
 #: Joins a record name's parts; never part of a user's name or key.
 SEPARATOR: Final = "~"
@@ -56,18 +54,3 @@ def record_name(name: str, role: Role, part: str | int) -> RecordName:
     if SEPARATOR in name or SEPARATOR in text or role not in ROLES:
         raise AssertionError(f"not a record of a checked name: {name!r}, {role!r}, {text!r}")
     return RecordName(f"{name}{SEPARATOR}{role}{SEPARATOR}{text}")
-
-
-def check_name(what: str, value: object) -> str:
-    """``value`` if it is a non-empty string outside the reserved namespace, else
-    :class:`LeaseConfigError` saying why (``what`` names the argument: "a lease name")."""
-    if not isinstance(value, str) or not value:
-        raise LeaseConfigError(f"{what} must be a non-empty string, got {value!r}")
-    if SEPARATOR in value and not isinstance(value, RecordName):
-        raise LeaseConfigError(
-            f"{what} {value!r} contains {SEPARATOR!r}, which is reserved: semaphores, groups "
-            f"and run_partitioned name their own records <name>{SEPARATOR}<role>{SEPARATOR}"
-            f"<part>, and a name with {SEPARATOR!r} could be one of them; choose a name "
-            f"without {SEPARATOR!r}"
-        )
-    return value

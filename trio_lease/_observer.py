@@ -12,6 +12,9 @@ call                when                                        with
 ``renewal_failed``  a renewal attempt confirmed nothing         cause, ``time_left``
 ``lost``            the grant was lost                          cause
 ``released``        the last hold ended without a loss          ``held``, whether it was written
+``key_failed``      a key's ``fn`` of run_partitioned raised    key, error, ``failures`` in a
+                    (told with the key's lease)                 row, ``retry_in`` (None: the
+                                                                member ends)
 ==================  ==========================================  ==============================
 
 Durations are seconds on the lease's monotonic clock; ``valid_for`` and ``time_left`` count to
@@ -86,6 +89,19 @@ class LeaseObserver:
     def released(self, lease: LeaseInfo, *, fencing_token: int, held: float, written: bool) -> None:
         """The grant ended without a loss after ``held`` seconds; ``written``: the release
         was written (else it expires after the heartbeat timeout)."""
+
+    def key_failed(
+        self,
+        lease: LeaseInfo,
+        *,
+        key: str,
+        error: Exception,
+        failures: int,
+        retry_in: float | None,
+    ) -> None:
+        """``fn`` of :func:`~trio_lease.run_partitioned` raised ``error`` for ``key`` (whose
+        lease is ``lease``), its ``failures``-th error in a row; the key runs again in
+        ``retry_in`` seconds on this member, or (None, ``stop_on_error``) the member ends."""
 
 
 def add_observer(observer: LeaseObserver) -> None:

@@ -8,7 +8,8 @@ fencing token is its own, and losing the key's lease cancels ``fn`` as any ``hel
 that moves to another member is cancelled here and released; its new owner asked for it by
 handover request, so it takes it at once. A member moves keys once the membership has been quiet
 for ``SETTLE`` (so members starting together do not each take every key first), and starts its
-keys one at a time, ``START_PACE`` apart.
+keys one at a time, ``START_PACE`` apart and at most ``STARTS_AT_ONCE`` waiting for the store's
+first answer.
 """
 
 from __future__ import annotations
@@ -16,27 +17,41 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import anyio
 from anyio.abc import ObjectReceiveStream, TaskGroup
 
 from ._abc import LeaseBackend, LeaseRecord
+from ._checks import check_async_callable, check_name, check_text
 from ._exceptions import LeaseConfigError, LeaseError, LeaseLost
 from ._grant import Grant
 from ._group import partition_group
 from ._lease import Lease, observe_record, takeover_in
-from ._namespace import check_name, record_name
-from ._outcome import FirstError
+from ._namespace import record_name
+from ._observer import LeaseInfo, LeaseObserver, everywhere, notify
+from ._outcome import Outcome, sole_error
 from ._settings import LeaseSettings
 from ._slotted import follow_records, withdraw_request
 
-__all__ = ["assign", "run_partitioned"]
+__all__ = ["assign", "retry_delay", "run_partitioned"]
 
 logger = logging.getLogger("trio_lease")
+#: The jitter of retry pauses (not for anything secret).
+_jitter = random.Random()
 
-#: Pause between two key starts of one member (seconds).
-START_PACE = 0.05
+#: Pause between two key starts of one member (seconds): a member's keys, started together,
+#: would renew together too, every R.
+START_PACE = 0.01
+#: Key starts of one member whose first attempt (a read, then a write or a wait) is still in
+#: flight: the starts go no faster than the store answers.
+STARTS_AT_ONCE = 8
+#: Key leases a leaving member releases at once.
+RELEASES_AT_ONCE = 16
+#: Pause before a failing key's first retry, and the most it grows to (seconds).
+RETRY_FIRST = 1.0
+RETRY_CAP = 60.0
 #: Longest quiet period a member waits for after a change of the members or the keys before it
 #: moves keys (seconds; at most a quarter of ``wait_interval``), so members starting together
 #: agree on the membership before starting keys instead of each taking them all at first.
@@ -85,6 +100,17 @@ def _weight(key: str, member: str) -> int:
 KeyWork = Callable[[str, Grant], Awaitable[None]]
 
 
+def retry_delay(failures: int, jitter: float) -> float:
+    """The pause before running a key again after its ``failures``-th error in a row.
+
+    Capped exponential backoff: ``RETRY_FIRST`` doubled per failure up to ``RETRY_CAP``, times
+    a jitter factor from 1 down to ½ (``jitter`` in [0, 1)), so members that fail on a shared
+    cause do not retry in step; below the cap a pause is never shorter than the one before.
+    """
+    ceiling = min(RETRY_CAP, RETRY_FIRST * 2.0 ** min(failures - 1, 64))
+    return ceiling * (1.0 - jitter / 2)
+
+
 async def run_partitioned(
     keys: Iterable[str] | ObjectReceiveStream[Iterable[str]],
     fn: KeyWork,
@@ -93,98 +119,253 @@ async def run_partitioned(
     owner: str,
     backend: LeaseBackend,
     settings: LeaseSettings | None = None,
+    stop_on_error: bool = False,
 ) -> None:
     """Join the members of ``name`` and run ``fn(key, grant)`` for this member's share of ``keys``.
 
     Runs until cancelled. Each key runs on one live member at a time, only while that member
     holds the key's lease ``<name>~key~<key>`` (``grant`` is that lease's; ``fn`` is cancelled if it
     is lost or the key moves to another member). If ``fn`` returns, the key stays held, idle,
-    until it moves. An exception of ``fn`` ends this member (the keys move to the others) and
-    is raised here; so is :class:`LeaseLost` if the member's own lease in the group is lost.
+    until it moves.
 
-    ``keys`` is the keys, or a receive stream of key sets (an anyio memory object stream, say):
-    the first set received starts the work, each later one replaces the keys while running
-    (a key left out is cancelled and released). Every member must be given the same keys; each
-    process must use its own owner.
+    An exception of ``fn`` harms no other key: it is logged, told to the observers
+    (``key_failed``) and the key is run again on this member, still held, after a capped
+    exponential backoff (:func:`retry_delay`). With ``stop_on_error=True`` the first one ends
+    the member instead (its keys move to the others) and is raised here, bare; errors of
+    several keys at once are raised as one ``ExceptionGroup`` of them. :class:`LeaseLost` is
+    raised if the member's own lease in the group is lost.
+
+    ``keys`` is the keys (at least one), or a receive stream of key sets (an anyio memory
+    object stream, say): the first set received starts the work, each later one replaces the
+    keys while running (a key left out is cancelled and released; a set may be empty). Every
+    member must be given the same keys; each process must use its own owner.
+
+    Leaving (cancelled, or ended by an error): the member first leaves the group, so the others
+    take its keys over at once, then releases its keys at most ``RELEASES_AT_ONCE`` at a time,
+    within ``heartbeat_timeout / 2`` (any left then are released all together).
     """
+    check_name(name, "name")
+    check_text(owner, "owner")
+    check_async_callable(fn, "fn")
+    if not isinstance(stop_on_error, bool):
+        raise TypeError(f"stop_on_error must be a bool, got {stop_on_error!r}")
     stream: ObjectReceiveStream[Iterable[str]] | None = None
     if isinstance(keys, ObjectReceiveStream):
         stream, wanted = keys, []
     else:
         wanted = _checked(keys)
-    group = partition_group(check_name("a run_partitioned name", name), owner, backend, settings)
+        if not wanted:
+            raise LeaseConfigError(
+                "keys is empty: give at least one key, or a receive stream of key sets to "
+                "start with none"
+            )
+    group = partition_group(name, owner, backend, settings)
     leases = _KeyLeases(name, owner, backend, settings)
     leases.follow(wanted)
-    failure: list[BaseException] = []
-    # fn's error (in `failure`) leaves bare, also when the caller's scope was cancelled.
-    async with FirstError(failure), group.joined() as membership, anyio.create_task_group() as tg:
-        running: dict[str, anyio.CancelScope] = {}
-        ended: dict[str, anyio.Event] = {}
-        starts = anyio.Lock()
-        members = membership.members()
-        changed = _Trigger()
-
-        async def run_key(key: str, scope: anyio.CancelScope, before: anyio.Event | None) -> None:
-            done = ended[key] = anyio.Event()
+    errors = _Errors(name, stop_on_error)
+    budget = group.settings.heartbeat_timeout / 2
+    # The kept error leaves bare, also when the caller's scope was cancelled meanwhile (the
+    # task groups' exit then raises that cancellation): the rule of every scope (_outcome).
+    try:
+        async with anyio.create_task_group() as keys_tg:
+            runs = _Runs(keys_tg, fn, leases, errors)
             try:
-                with scope:
-                    if before is not None:
-                        await before.wait()  # the key's previous run has released it
-                    async with starts:
-                        await anyio.sleep(START_PACE)
-                    await _hold_key(key, fn, leases.of(key), members, failure, tg)
+                with errors.stopping:
+                    async with group.joined() as membership, anyio.create_task_group() as tg:
+                        runs.members = membership.members()
+                        changed = _Trigger()
+
+                        async def follow_members() -> None:
+                            async with membership.changes() as lists:
+                                async for listed in lists:
+                                    runs.members = listed
+                                    changed.poke()
+
+                        async def follow_keys(updates: ObjectReceiveStream[Iterable[str]]) -> None:
+                            nonlocal wanted
+                            async for update in updates:
+                                wanted = _checked(update)
+                                leases.follow(wanted)
+                                changed.poke()
+
+                        tg.start_soon(follow_members)
+                        tg.start_soon(leases.observe)
+                        if stream is not None:
+                            tg.start_soon(follow_keys, stream)
+                        settle = min(SETTLE, group.settings.wait_interval / 4)
+                        while True:
+                            await changed.settled(settle)
+                            runs.rebalance(
+                                assign(wanted, runs.members).get(membership.identity, [])
+                            )
+            except Exception as exc:  # the membership lost, a bad key set: raised bare below
+                single = sole_error(exc) if isinstance(exc, ExceptionGroup) else exc
+                errors.fail_library(single if isinstance(single, Exception) else exc)
             finally:
-                done.set()
+                # joined() has ended: the member's lease is released, so the others see it leave
+                # and ask for its keys while they are released here, a few at a time.
+                with anyio.CancelScope(shield=True):
+                    await runs.stop_all(budget)
+    except BaseException as exc:
+        errors.outcome().settle(exc)
+        raise
+    errors.outcome().settle(None)
 
-        def rebalance() -> None:
-            mine = set(assign(wanted, members).get(membership.identity, []))
-            for key in sorted(running.keys() - mine):
-                running.pop(key).cancel()
-            for key in sorted(mine - running.keys()):
-                running[key] = anyio.CancelScope()
-                before = ended.get(key)
-                tg.start_soon(run_key, key, running[key], None if before is None else before)
 
-        async def follow_members() -> None:
-            nonlocal members
-            async with membership.changes() as lists:
-                async for listed in lists:
-                    members = listed
-                    changed.poke()
+class _Runs:
+    """The member's key runs: started and cancelled as the assignment changes, stopped a few
+    at a time when the member leaves.
 
-        async def follow_keys(updates: ObjectReceiveStream[Iterable[str]]) -> None:
-            nonlocal wanted
-            async for update in updates:
-                wanted = _checked(update)
-                leases.follow(wanted)
-                changed.poke()
+    Each run's scope is shielded from the member's cancellation, so that leaving releases the
+    keys at a bounded pace (:meth:`stop_all`) instead of all at once: hundreds of releases
+    written together overrun the operation timeout of a loaded store, and a key whose release
+    timed out waits L to move.
+    """
 
-        tg.start_soon(follow_members)
-        tg.start_soon(leases.observe)
-        if stream is not None:
-            tg.start_soon(follow_keys, stream)
-        settle = min(SETTLE, (settings or LeaseSettings()).wait_interval / 4)
-        while True:
-            await changed.settled(settle)
-            rebalance()
+    def __init__(self, tg: TaskGroup, fn: KeyWork, leases: _KeyLeases, errors: _Errors) -> None:
+        self._tg = tg
+        self._fn = fn
+        self._leases = leases
+        self._errors = errors
+        self._running: dict[str, anyio.CancelScope] = {}
+        self._ended: dict[str, anyio.Event] = {}
+        self._starts = anyio.Lock()
+        self._attempts = anyio.CapacityLimiter(STARTS_AT_ONCE)
+        self._closed = False
+        #: The live members as last seen.
+        self.members: tuple[str, ...] = ()
+
+    def rebalance(self, mine: list[str]) -> None:
+        """Cancel the runs of keys no longer in ``mine``; start those of new ones, paced."""
+        if self._closed:
+            return
+        for key in sorted(self._running.keys() - set(mine)):
+            self._running.pop(key).cancel()
+        for key in sorted(set(mine) - self._running.keys()):
+            scope = self._running[key] = anyio.CancelScope(shield=True)
+            self._tg.start_soon(self._run, key, scope, self._ended.get(key))
+
+    async def _run(self, key: str, scope: anyio.CancelScope, before: anyio.Event | None) -> None:
+        done = self._ended[key] = anyio.Event()
+        token = object()
+        attempting = False
+
+        def attempted() -> None:
+            nonlocal attempting
+            if attempting:
+                attempting = False
+                self._attempts.release_on_behalf_of(token)
+
+        try:
+            with scope:
+                if before is not None:
+                    await before.wait()  # the key's previous run has released it
+                async with self._starts:
+                    await anyio.sleep(START_PACE)
+                    await self._attempts.acquire_on_behalf_of(token)
+                    attempting = True
+                self._leases.on_first_attempt(key, attempted)
+                await _hold_key(key, self._fn, self._leases.of(key), self.members, self._errors)
+        finally:
+            attempted()
+            done.set()
+
+    async def stop_all(self, budget: float) -> None:
+        """Stop every run, ``RELEASES_AT_ONCE`` at a time, within ``budget`` seconds; those
+        still running then are cancelled together."""
+        self._closed = True
+        limiter = anyio.CapacityLimiter(RELEASES_AT_ONCE)
+        with anyio.move_on_after(budget):
+            async with anyio.create_task_group() as tg:
+                for key in sorted(self._running):
+                    tg.start_soon(self._stop, key, limiter)
+        for scope in self._running.values():
+            scope.cancel()
+
+    async def _stop(self, key: str, limiter: anyio.CapacityLimiter) -> None:
+        async with limiter:
+            self._running[key].cancel()
+            await self._ended[key].wait()
+
+
+class _Errors:
+    """What a key's error does: reported and retried, or (``stop_on_error``) kept and the
+    member stopped."""
+
+    def __init__(self, name: str, stop_on_error: bool) -> None:
+        self._name = name
+        self.stop_on_error = stop_on_error
+        self._kept: list[Exception] = []
+        self._library: list[Exception] = []
+        #: Cancelled to end the member on an error.
+        self.stopping = anyio.CancelScope()
+
+    def fail(self, exc: Exception) -> None:
+        """Keep ``exc``, an error of ``fn``, and end the member."""
+        self._kept.append(exc)
+        self.stopping.cancel()
+
+    def fail_library(self, exc: Exception) -> None:
+        """Keep ``exc``, the library's (the membership or a key's lease failed), and end the
+        member."""
+        self._library.append(exc)
+        self.stopping.cancel()
+
+    def outcome(self) -> Outcome:
+        """What leaves ``run_partitioned`` (the rule of :class:`~._outcome.Outcome`): the errors
+        of ``fn`` as its body's error, the library's noted on it; without an error of ``fn``,
+        the library's error as that error."""
+        outcome = Outcome()
+        outcome.given(self._error(self._kept or self._library))
+        if self._kept:
+            for error in self._library:
+                outcome.note(error)
+        return outcome
+
+    def report(
+        self, lease: Lease, key: str, exc: Exception, failures: int, retry_in: float | None
+    ) -> None:
+        """Log a key's error and tell the observers."""
+        again = "ending the member" if retry_in is None else f"running it again in {retry_in:.3g} s"
+        logger.warning(
+            "partitioned %r: key %r failed (%d in a row), %s: %s: %s",
+            self._name,
+            key,
+            failures,
+            again,
+            type(exc).__name__,
+            exc,
+            exc_info=(type(exc), exc, exc.__traceback__),
+        )
+        if everywhere():
+            info = LeaseInfo(lease.name, lease.owner, lease.identity)
+            notify((), "key_failed", info, key=key, error=exc, failures=failures, retry_in=retry_in)
+
+    def _error(self, kept: list[Exception]) -> Exception | None:
+        """One kept error bare, several as an ExceptionGroup of them (None if none)."""
+        if len(kept) == 1:
+            return kept[0]
+        if kept:
+            return ExceptionGroup(f"partitioned {self._name!r}: {len(kept)} keys failed", kept)
+        return None
 
 
 async def _hold_key(
-    key: str,
-    fn: KeyWork,
-    lease: Lease,
-    members: tuple[str, ...],
-    failure: list[BaseException],
-    tg: TaskGroup,
+    key: str, fn: KeyWork, lease: Lease, members: tuple[str, ...], errors: _Errors
 ) -> None:
-    """Ask for the key, hold it and run ``fn`` (again after a loss); an error of ``fn`` ends
-    the member (noted in ``failure``).
+    """Ask for the key, hold it and run ``fn`` (again after a loss, and after an error of
+    ``fn`` unless ``stop_on_error``).
 
     A handover is asked only of a holder still in the group that may still be renewing the key:
     a request writes the record, and a write restarts the expiry countdown. So no request goes
     to a crashed holder, nor to a live member whose record of the key has already stood
     unchanged for L in this member's view (it lost or left the key and renews it no more; the
     key is taken at once instead of L after the request).
+
+    A failing ``fn`` is run again with the key still held, on this member: the assignment is a
+    function of the membership, so a key released for others would come back here (or, handed
+    to another member, fail there too). The count of failures in a row starts again after a
+    run of ``fn`` that returned or lasted ``RETRY_CAP`` or more.
     """
     record = lease.last_record
     asked = False
@@ -199,18 +380,36 @@ async def _hold_key(
         except LeaseError as exc:
             logger.info("key %r: asking for a handover failed: %s", key, exc)
     granted = False
+    failures = 0
     try:
         while True:  # noqa: ASYNC913  every pass awaits held(), which checkpoints
             try:
                 async with lease.held() as grant:
                     granted = True
-                    await fn(key, grant)
-                    await anyio.sleep_forever()
+                    while True:
+                        began = anyio.current_time()
+                        try:
+                            await fn(key, grant)
+                        except LeaseLost:
+                            raise
+                        except Exception as exc:
+                            if anyio.current_time() - began >= RETRY_CAP:
+                                failures = 0
+                            failures += 1
+                            if errors.stop_on_error:
+                                errors.report(lease, key, exc, failures, None)
+                                errors.fail(exc)
+                                return
+                            delay = retry_delay(failures, _jitter.random())
+                            errors.report(lease, key, exc, failures, delay)
+                            await anyio.sleep(delay)
+                        else:
+                            failures = 0
+                            await anyio.sleep_forever()
             except LeaseLost as exc:
                 logger.warning("key %r: lost (%s); asking for it again", key, exc)
-            except Exception as exc:
-                failure.append(exc)
-                tg.cancel_scope.cancel()
+            except Exception as exc:  # held() itself, not fn: the member ends
+                errors.fail_library(exc)
                 return
     finally:
         if asked and not granted:
@@ -239,6 +438,7 @@ class _KeyLeases:
         self._leases: dict[str, Lease] = {}
         self._keys: list[str] = []
         self._following = anyio.CancelScope()
+        self._attempts = _FirstAttempts()
 
     def __repr__(self) -> str:
         return f"<keys of {self._name!r}: {len(self._keys)} followed>"
@@ -247,10 +447,20 @@ class _KeyLeases:
         """The lease of ``key`` (made on first use)."""
         lease = self._leases.get(key)
         if lease is None:
-            name = record_name(self._name, "key", check_name("a key", key))
-            lease = Lease(name, self._owner, self._backend, self._settings)
+            lease = Lease(
+                record_name(self._name, "key", check_name(key, "key")),
+                self._owner,
+                self._backend,
+                self._settings,
+                observers=[self._attempts],
+            )
             self._leases[key] = lease
         return lease
+
+    def on_first_attempt(self, key: str, call: Callable[[], None]) -> None:
+        """Call ``call`` once the next attempt on ``key``'s lease has an answer: granted, or
+        found held by another (its wait begins)."""
+        self._attempts.calls[self.of(key).name] = call
 
     def follow(self, keys: list[str]) -> None:
         """Follow the records of ``keys`` from now on (restarting :meth:`observe`)."""
@@ -277,6 +487,26 @@ class _KeyLeases:
                 except Exception as exc:  # a hint only: a failure only logs
                     logger.info("partitioned %r: following the keys failed: %s", self._name, exc)
                 await anyio.sleep_forever()
+
+
+class _FirstAttempts(LeaseObserver):
+    """Tells a key's run that its lease's first attempt was answered (see ``STARTS_AT_ONCE``)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, Callable[[], None]] = {}
+
+    def _answered(self, lease: LeaseInfo) -> None:
+        call = self.calls.pop(lease.name, None)
+        if call is not None:
+            call()
+
+    def waiting(self, lease: LeaseInfo, *, holder: str, expires_in: float) -> None:
+        self._answered(lease)
+
+    def acquired(
+        self, lease: LeaseInfo, *, fencing_token: int, waited: float, valid_for: float
+    ) -> None:
+        self._answered(lease)
 
 
 def _observe(leases: list[Lease], index: int, record: LeaseRecord | None) -> None:
@@ -309,6 +539,10 @@ def _checked(keys: Iterable[str]) -> list[str]:
     """The keys, sorted and unique; a key that is not a non-empty string is refused."""
     if isinstance(keys, str):
         raise LeaseConfigError(f"keys must be an iterable of strings, not the string {keys!r}")
+    if not isinstance(keys, Iterable):
+        raise TypeError(
+            f"keys must be an iterable of key strings or a receive stream of key sets, got {keys!r}"
+        )
     items = list(keys)
     for key in items:
         if not isinstance(key, str) or not key:

@@ -37,6 +37,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 import anyio
 
 from ._abc import LeaseBackend, LeaseRecord
+from ._checks import check_name, check_semaphore_limit, check_text
 from ._exceptions import (
     AcquireTimeout,
     BackendError,
@@ -48,7 +49,6 @@ from ._exceptions import (
 from ._grant import Grant
 from ._heartbeat import CONFIRM_PAUSE
 from ._lease import Lease
-from ._namespace import check_name
 from ._settings import LeaseSettings, check_seconds
 from ._slotted import SlotChange, SlotFamily
 from ._waiting import EXPIRY_JITTER, may_end_the_wait
@@ -157,7 +157,10 @@ class Semaphore:
         limit: int,
     ) -> None:
         _check_limit(limit)
-        check_name("a semaphore name", name)
+        check_name(name, "semaphore name")
+        check_text(owner, "owner")
+        if isinstance(backend, LeaseBackend):  # else Lease refuses it below
+            check_semaphore_limit(self, backend.store_key, name, limit)
         self._name = name
         self._limit = limit
         self._slots = SlotFamily(name, "slot", owner, backend, settings)

@@ -25,6 +25,8 @@ metric                                                type       what
 ``trio_lease_losses_total{name,cause}``               counter    grants lost, by :data:`LOSS_CAUSES`
 ``trio_lease_releases_total{name,written}``           counter    grants ended without a loss;
                                                                  ``written="false"``: left to expire
+``trio_lease_key_failures_total{name}``               counter    errors of run_partitioned's ``fn``
+                                                                 for the key whose lease is ``name``
 ====================================================  =========  ==================================
 
 A :class:`~trio_lease.health.HealthServer` given the registry adds its own
@@ -171,6 +173,13 @@ class PrometheusMetrics(LeaseObserver):
             namespace=namespace,
             registry=into,
         )
+        self.key_failures: prometheus_client.Counter = prometheus_client.Counter(
+            "key_failures",
+            "Errors of run_partitioned's fn, by the key's lease name",
+            ["name"],
+            namespace=namespace,
+            registry=into,
+        )
         #: The identities holding each name in this process (two Lease objects may share one).
         self._holders: dict[str, set[str]] = {}
 
@@ -211,6 +220,18 @@ class PrometheusMetrics(LeaseObserver):
     def released(self, lease: LeaseInfo, *, fencing_token: int, held: float, written: bool) -> None:
         self._set_held(lease, False)
         self.releases.labels(lease.name, "true" if written else "false").inc()
+
+
+    def key_failed(
+        self,
+        lease: LeaseInfo,
+        *,
+        key: str,
+        error: Exception,
+        failures: int,
+        retry_in: float | None,
+    ) -> None:
+        self.key_failures.labels(lease.name).inc()
 
 
 _public.publish(globals())

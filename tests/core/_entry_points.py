@@ -38,7 +38,7 @@ def host(lease: Lease) -> AbstractAsyncContextManager[Any]:
 
 
 #: Options of every run_partitioned call (a fn's error ends the member).
-PARTITIONED: dict[str, Any] = {}
+PARTITIONED: dict[str, Any] = {"stop_on_error": True}
 
 
 @dataclasses.dataclass

@@ -16,11 +16,28 @@ import anyio
 import pytest
 
 from tests.conftest import World
-from trio_lease import Grant, Lease, LeaseConfigError, LeaseLost, run_partitioned
+from trio_lease import (
+    Grant,
+    Lease,
+    LeaseConfigError,
+    LeaseInfo,
+    LeaseLost,
+    LeaseObserver,
+    LeaseRecord,
+    add_observer,
+    remove_observer,
+    run_partitioned,
+)
 from trio_lease._group import partition_group
 from trio_lease._identity import incarnation
 from trio_lease._namespace import record_name
-from trio_lease._partitioned import assign
+from trio_lease._partitioned import (
+    RELEASES_AT_ONCE,
+    RETRY_CAP,
+    RETRY_FIRST,
+    assign,
+    retry_delay,
+)
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
 from trio_lease.testing import FaultyBackend
 
@@ -384,3 +401,283 @@ async def test_a_key_its_live_holder_renews_no_more_is_taken_at_once_when_it_mov
                 await anyio.sleep(0.01)
         tg.cancel_scope.cancel()
     assert max(started[key] for key in moved) - left <= s.wait_interval
+
+
+class _KeyFailures(LeaseObserver):
+    """Every key_failed call: (lease name, key, failures, retry_in)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, int, float | None]] = []
+
+    def key_failed(
+        self,
+        lease: LeaseInfo,
+        *,
+        key: str,
+        error: Exception,
+        failures: int,
+        retry_in: float | None,
+    ) -> None:
+        self.calls.append((lease.name, key, failures, retry_in))
+
+
+async def test_a_failing_key_backs_off_on_its_member_while_every_other_key_runs_on() -> None:
+    """A key whose fn always raises is run again on the member holding it after pauses that
+    double from RETRY_FIRST up to RETRY_CAP (each within its jitter band), every failure is
+    told to the observers, and the other keys run once each, never interrupted."""
+    store = MemoryStore()
+    s = SETTINGS
+    keys = [f"k{i}" for i in range(6)]
+    failed_at: list[float] = []
+    failed_on: set[str] = set()
+    runs: Counter[str] = Counter()
+    cancelled: Counter[str] = Counter()
+
+    def work(member: str) -> Callable[[str, Grant], Awaitable[None]]:
+        async def fn(key: str, grant: Grant) -> None:
+            if key == "k0":
+                failed_at.append(anyio.current_time())
+                failed_on.add(member)
+                raise RuntimeError("poison")
+            runs[key] += 1
+            try:
+                await anyio.sleep_forever()
+            finally:
+                cancelled[key] += 1
+
+        return fn
+
+    observer = _KeyFailures()
+    add_observer(observer)
+    try:
+        async with anyio.create_task_group() as tg:
+            for owner in ("a", "b"):
+                tg.start_soon(
+                    functools.partial(
+                        run_partitioned, keys, work(owner), name="jobs", owner=owner,
+                        backend=_OwnProcess(MemoryBackend(store)), settings=s,
+                    )
+                )
+            await anyio.sleep(20 * RETRY_CAP)
+            assert not cancelled  # nothing else was cancelled while k0 kept failing
+            tg.cancel_scope.cancel()
+    finally:
+        remove_observer(observer)
+    assert len(failed_on) == 1  # retried where it is held, not moved
+    assert runs == dict.fromkeys(keys[1:], 1)
+    gaps = [later - earlier for earlier, later in itertools.pairwise(failed_at)]
+    assert len(gaps) >= 20
+    for failures, gap in enumerate(gaps, start=1):
+        ceiling = min(RETRY_CAP, RETRY_FIRST * 2 ** (failures - 1))
+        assert ceiling / 2 <= gap <= ceiling
+    assert max(gaps) <= RETRY_CAP
+    assert min(gaps[-5:]) >= RETRY_CAP / 2  # capped, still retried
+    told = [call for call in observer.calls if call[1] == "k0"]
+    assert len(told) == len(failed_at)
+    assert [call[2] for call in told] == list(range(1, len(told) + 1))
+    assert [call[3] for call in told[:-1]] == pytest.approx(gaps)
+    assert {call[0] for call in told} == {record_name("jobs", "key", "k0")}
+
+
+async def test_stop_on_error_ends_the_member_with_the_key_error_bare() -> None:
+    """With stop_on_error, a key's error ends the member and comes out of run_partitioned as
+    itself, not inside an ExceptionGroup, with the key's other runs cancelled."""
+    store = MemoryStore()
+    stopped: list[str] = []
+
+    async def fn(key: str, grant: Grant) -> None:
+        if key == "k2":
+            await anyio.sleep(5)
+            raise KeyError("bad tenant")
+        try:
+            await anyio.sleep_forever()
+        finally:
+            stopped.append(key)
+
+    with pytest.raises(KeyError) as caught:
+        await run_partitioned(
+            ["k1", "k2", "k3"], fn, name="jobs", owner="a",
+            backend=MemoryBackend(store), settings=SETTINGS, stop_on_error=True,
+        )
+    assert type(caught.value) is KeyError
+    assert caught.value.args == ("bad tenant",)
+    assert sorted(stopped) == ["k1", "k3"]
+    # Its keys were released: another member takes them at once.
+    async with Lease(record_name("jobs", "key", "k1"), "b", MemoryBackend(store), SETTINGS).try_held():
+        pass
+
+
+async def test_stop_on_error_keeps_every_error_of_keys_failing_together() -> None:
+    """Two keys failing at the same moment with stop_on_error: both errors come out, as one
+    ExceptionGroup of the two."""
+
+    async def fn(key: str, grant: Grant) -> None:
+        await anyio.sleep(10 - anyio.current_time() % 10)  # both wake on the same tick
+        raise ValueError(key)
+
+    with pytest.raises(ExceptionGroup) as caught:
+        await run_partitioned(
+            ["k1", "k2"], fn, name="jobs", owner="a",
+            backend=MemoryBackend(MemoryStore()), settings=SETTINGS, stop_on_error=True,
+        )
+    assert sorted(str(exc) for exc in caught.value.exceptions) == ["k1", "k2"]
+    assert all(type(exc) is ValueError for exc in caught.value.exceptions)
+
+
+def test_retry_delay_doubles_then_caps_within_its_jitter() -> None:
+    """retry_delay: RETRY_FIRST doubled per failure up to RETRY_CAP, scaled by 1 down to ½
+    by the jitter; below the cap never shorter than the previous pause; no overflow."""
+    for failures in range(1, 40):
+        ceiling = min(RETRY_CAP, RETRY_FIRST * 2 ** (failures - 1))
+        assert retry_delay(failures, 0.0) == ceiling
+        assert retry_delay(failures, 0.999) == pytest.approx(ceiling / 2, rel=1e-3)
+        if 2 * ceiling <= RETRY_CAP:  # below the cap, a pause never shortens
+            assert retry_delay(failures + 1, 0.999) >= retry_delay(failures, 0.0) * 0.999
+    assert retry_delay(10**6, 0.5) == RETRY_CAP * 0.75
+
+
+async def test_inputs_are_refused_up_front_naming_the_argument() -> None:
+    """A bad name, owner, keys, fn or stop_on_error raises LeaseConfigError or TypeError naming
+    the argument before anything is written to the store."""
+
+    async def fn(key: str, grant: Grant) -> None:
+        pass
+
+    def plain(key: str, grant: Grant) -> None:
+        pass
+
+    class SyncCall:
+        def __call__(self, key: str, grant: Grant) -> None:
+            pass
+
+    backend = FaultyBackend(MemoryBackend(MemoryStore()))
+    good: dict[str, object] = {
+        "keys": ["k1"], "fn": fn, "name": "jobs", "owner": "a", "backend": backend,
+    }
+    cases: list[tuple[dict[str, object], type[Exception], str]] = [
+        ({"name": ""}, LeaseConfigError, "name"),
+        ({"name": None}, LeaseConfigError, "name"),
+        ({"owner": ""}, LeaseConfigError, "owner"),
+        ({"keys": []}, LeaseConfigError, "keys"),
+        ({"keys": None}, TypeError, "keys"),
+        ({"keys": 7}, TypeError, "keys"),
+        ({"fn": plain}, TypeError, "fn"),
+        ({"fn": SyncCall()}, TypeError, "fn"),
+        ({"fn": None}, TypeError, "fn"),
+        ({"stop_on_error": "yes"}, TypeError, "stop_on_error"),
+        ({"backend": object()}, LeaseConfigError, "backend"),
+    ]
+    for change, error, argument in cases:
+        arguments = {**good, **change}
+        keys, work = arguments.pop("keys"), arguments.pop("fn")
+        with pytest.raises(error, match=argument):
+            await run_partitioned(keys, work, **arguments)  # type: ignore[arg-type]
+    assert not backend.calls
+
+
+async def test_an_object_with_an_async_call_is_a_valid_fn() -> None:
+    """fn may be any object whose __call__ is an async function: it runs the keys."""
+    ran: list[str] = []
+
+    class Consumer:
+        async def __call__(self, key: str, grant: Grant) -> None:
+            ran.append(key)
+
+    with anyio.move_on_after(5):
+        await run_partitioned(
+            ["k1"], Consumer(), name="jobs", owner="a",
+            backend=MemoryBackend(MemoryStore()), settings=SETTINGS,
+        )
+    assert ran == ["k1"]
+
+
+class _Releases(_OwnProcess):
+    """A process's client that notes each release it writes and how many are in flight."""
+
+    def __init__(self, inner: MemoryBackend) -> None:
+        super().__init__(inner, latency=0.05)
+        self.released: list[str] = []
+        self.in_flight = 0
+        self.most = 0
+
+    async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
+        if not record.is_free:
+            return await super().update(record, expected_version)
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            return await super().update(record, expected_version)
+        finally:
+            self.in_flight -= 1
+            self.released.append(record.name)
+
+
+async def test_a_member_leaving_with_many_keys_leaves_first_and_releases_a_few_at_a_time() -> None:
+    """A member holding 100 keys that is cancelled releases its group lease first, then its
+    keys at most RELEASES_AT_ONCE at a time, none timing out, and every one of them runs on the
+    other member within wait_interval plus one second of the cancel."""
+    store = MemoryStore()
+    s = SETTINGS
+    keys = [f"k{i:03}" for i in range(200)]
+    where: dict[str, str] = {}
+    started: dict[str, float] = {}
+    leaving = _Releases(MemoryBackend(store))
+
+    def work(member: str) -> Callable[[str, Grant], Awaitable[None]]:
+        async def fn(key: str, grant: Grant) -> None:
+            where[key] = member
+            started[key] = anyio.current_time()
+            await anyio.sleep_forever()
+
+        return fn
+
+    b_scope = anyio.CancelScope()
+
+    async def b() -> None:
+        with b_scope:
+            await run_partitioned(
+                keys, work("b"), name="jobs", owner="b", backend=leaving, settings=s
+            )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(
+            functools.partial(
+                run_partitioned, keys, work("a"), name="jobs", owner="a",
+                backend=_OwnProcess(MemoryBackend(store)), settings=s,
+            )
+        )
+        tg.start_soon(b)
+        with anyio.fail_after(10 * s.heartbeat_timeout):
+            while sorted(Counter(where.values()).values()) != [100, 100]:
+                await anyio.sleep(0.1)
+        theirs = sorted(key for key, member in where.items() if member == "b")
+        cancelled = anyio.current_time()
+        b_scope.cancel()
+        with anyio.fail_after(s.heartbeat_timeout):
+            while any(where[key] == "b" for key in theirs):
+                await anyio.sleep(0.01)
+        took = max(started[key] for key in theirs) - cancelled
+        tg.cancel_scope.cancel()
+    assert leaving.released[0].startswith(record_name("jobs", "partition-member", ""))
+    assert sorted(leaving.released[1:]) == sorted(record_name("jobs", "key", key) for key in theirs)
+    assert leaving.most <= RELEASES_AT_ONCE
+    assert took <= s.wait_interval + 1.0
+
+
+async def test_a_bad_key_set_from_the_stream_comes_out_bare() -> None:
+    """A key set received on the stream with an empty key ends the member with a bare
+    LeaseConfigError naming the key, not an ExceptionGroup."""
+    send, receive = anyio.create_memory_object_stream[Iterable[str]](2)
+
+    async def fn(key: str, grant: Grant) -> None:
+        await anyio.sleep_forever()
+
+    async with send:
+        await send.send(["k1"])
+        await send.send(["k1", ""])
+        with pytest.raises(LeaseConfigError, match="non-empty string") as caught:
+            await run_partitioned(
+                receive, fn, name="jobs", owner="a",
+                backend=MemoryBackend(MemoryStore()), settings=SETTINGS,
+            )
+    assert type(caught.value) is LeaseConfigError

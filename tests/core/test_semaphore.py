@@ -8,6 +8,7 @@ time, SQLite and etcd on real time), on asyncio and trio; durations derive from
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Hashable
 
 import anyio
@@ -16,6 +17,8 @@ import pytest
 from tests.conftest import World
 from trio_lease import (
     AcquireTimeout,
+    Group,
+    Lease,
     LeaseBusy,
     LeaseConfigError,
     LeaseLost,
@@ -410,3 +413,37 @@ async def test_a_waiter_paused_past_l_among_looping_holders_is_granted_soon() ->
     assert waited, "the waiter was never granted a slot"
     # docs/partitioning.md: a waiter back in touch is granted within 2 wait_interval + 2 holds.
     assert waited[0] - resumed_at[0] <= 2 * SETTINGS.wait_interval + 2 * hold
+
+
+async def test_semaphores_with_other_limits_on_one_name_warn_once() -> None:
+    """A second live Semaphore of the process on the same store and name with another limit
+    warns once (RuntimeWarning and a log line); the same limit, another name or a later
+    mismatch on that name does not warn again."""
+    backend = MemoryBackend(MemoryStore())
+    first = Semaphore("warned-pool", "a", backend, SETTINGS, limit=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        same = Semaphore("warned-pool", "b", backend, SETTINGS, limit=2)
+        Semaphore("other-pool", "c", backend, SETTINGS, limit=4)
+    assert not caught
+    with pytest.warns(RuntimeWarning, match=r"'warned-pool'.*limit 4.*limit 2"):
+        larger = Semaphore("warned-pool", "d", backend, SETTINGS, limit=4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Semaphore("warned-pool", "e", backend, SETTINGS, limit=3)
+    assert not caught
+    assert (first.limit, same.limit, larger.limit) == (2, 2, 4)
+
+
+def test_every_feature_refuses_an_empty_name_naming_it() -> None:
+    """Lease, Group, Semaphore and run_partitioned check a name with one rule and one kind of
+    message: an empty or non-text name is a LeaseConfigError naming the argument."""
+    backend = MemoryBackend(MemoryStore())
+    for make, what in (
+        (lambda name: Lease(name, "a", backend), "lease name"),
+        (lambda name: Group(name, "a", backend), "group name"),
+        (lambda name: Semaphore(name, "a", backend, limit=1), "semaphore name"),
+    ):
+        for bad in ("", None, "x\ud800"):
+            with pytest.raises(LeaseConfigError, match=what):
+                make(bad)
