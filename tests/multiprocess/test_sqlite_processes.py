@@ -175,3 +175,46 @@ def test_sqlite_survives_writers_killed_mid_write(tmp_path: Path) -> None:
     )
     starts = [json.loads(line) for line in result.stdout.splitlines() if '"start"' in line]
     assert starts[0]["token"] == last_token + 1
+
+
+def test_processes_first_opening_one_new_file_at_once_all_succeed(tmp_path: Path) -> None:
+    """Eight processes (trio and asyncio) that first open one missing file at the same instant,
+    twenty times, each with a first get() and a first acquire: the schema is made once and no
+    call fails."""
+    rounds, count = 20, 8
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.multiprocess.first_open_worker",
+                str(tmp_path),
+                str(rounds),
+                f"p{i}",
+                ("trio", "asyncio")[i % 2],
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(count)
+    ]
+    streams = [events(worker) for worker in workers]
+    failures = []
+    try:
+        for index in range(rounds):
+            assert all(next(stream)["event"] == "ready" for stream in streams)
+            assert not (tmp_path / f"db-{index}.sqlite3").exists()
+            (tmp_path / f"go-{index}").touch()  # every process is polling for it: all start
+            results = [next(stream) for stream in streams]
+            failures += [(index, error) for result in results for error in result["errors"]]
+            tokens = [token for result in results for token in result["tokens"]]
+            assert tokens and len(set(tokens)) == len(tokens), tokens
+        assert failures == []
+        for worker in workers:
+            assert worker.wait(timeout=30) == 0
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
