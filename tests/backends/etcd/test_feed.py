@@ -225,10 +225,6 @@ async def test_own_held_writes_are_skipped_undecoded_and_a_takeover_is_still_see
     assert published[1:] == [("job", released), ("job", taken)]
 
 
-# A stream cut through httpx's real transport leaves httpx's and httpcore's nested body
-# generators unfinished (closing the outer one cannot close those it iterates); the backend's own
-# readers are iterator objects it closes (tests/backends/kubernetes/test_watch_closing.py).
-@pytest.mark.filterwarnings("ignore:Async generator 'http(x|core)\\.:ResourceWarning")
 async def test_a_cut_stream_resumes_without_losing_a_change(
     etcd_server: EtcdCluster, etcd_backend_factory: Callable[[], EtcdBackend], etcd_prefix: str
 ) -> None:
