@@ -349,6 +349,22 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{layer}: {what} (slow)")
 
 
+#: Directories whose tests fail on a ResourceWarning (an unclosed socket, file or async
+#: generator), like on an unraisable exception everywhere (pyproject.toml filterwarnings).
+RESOURCE_CHECKED = (
+    "tests/backends/",
+    "tests/kube_emulator/",
+    "tests/cli/",
+    "tests/multiprocess/",
+    "tests/test_http_wire_text.py",
+    "tests/test_example_fastapi.py",
+)
+
+
+#: httpx's and httpcore's own nested body generators, which no caller can close (pyproject.toml).
+HTTPX_GENERATORS = "ignore:Async generator 'http(x|core)\\.:ResourceWarning"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with its layer (:data:`LAYERS`); bound every test on a real-time store by
     the store's limit (and run it again when its holder lost the lease by its deadline,
@@ -358,6 +374,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     first: dict[str, int] = {}
     for index, item in enumerate(items):
         first.setdefault(item.nodeid.partition("[")[0], index)
+        if item.nodeid.startswith(RESOURCE_CHECKED):
+            item.add_marker(pytest.mark.filterwarnings("error::ResourceWarning", HTTPX_GENERATORS))
         layer = layer_of(item)
         if layer is not None:
             item.add_marker(layer)

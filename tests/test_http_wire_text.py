@@ -11,6 +11,7 @@ token nowhere, in str, repr, args, causes or contexts.
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import aclosing
 from typing import Any
 
@@ -24,7 +25,7 @@ from tests.test_http import SEAMS, scripted, seam
 from trio_lease import BackendError
 from trio_lease.backends.etcd import EtcdBackend
 from trio_lease.backends.kubernetes import ClusterConfig, KubernetesBackend
-from trio_lease.backends.kubernetes._watch import _lines
+from trio_lease.backends.kubernetes._watch import _Lines
 
 pytestmark = pytest.mark.anyio
 
@@ -98,6 +99,7 @@ async def test_kubernetes_watch_on_an_httpx_transport_raises_no_reply_bytes(repl
                 ctx = api.ctx("watch")
                 async with api.stream(api.collection_path(), params, ctx) as response:
                     assert isinstance(response, httpx.Response)
-                    async for _ in _lines(response, ctx):  # every watch reads through it
-                        pass
+                    async with contextlib.aclosing(_Lines(response, ctx)) as lines:
+                        async for _ in lines:  # every watch reads through it
+                            pass
     assert _clean(info.value)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
@@ -314,18 +314,39 @@ class HttpxUnary:
         """Nothing to release: the httpx client is its owner's to close."""
 
 
+def body_pieces(response: httpx.Response) -> AsyncIterator[bytes]:
+    """A streamed httpx reply's body, as ``aiter_bytes()`` gives it, in a form its reader can
+    close whole (``aclose`` when it stops early).
+
+    httpx's ``aiter_bytes()`` is an async generator iterating another (``aiter_raw()``):
+    closing the first leaves the second unfinished for the garbage collector to finalize (on
+    trio with a ResourceWarning). A body without a content encoding is read from the reply's
+    stream directly: one generator, which closes cleanly over a transport whose stream is an
+    iterator object (the in-process emulator). An encoded body goes through httpx's decoders.
+    """
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    stream = response.stream
+    if encoding in ("", "identity") and isinstance(stream, httpx.AsyncByteStream):
+        return aiter(stream)
+    return response.aiter_bytes()
+
+
 async def read_capped(response: httpx.Response, body: CappedBody) -> Reply:
     """Read a streamed httpx ``response`` into ``body`` (its cap applies) and close it.
 
     A body httpx cannot parse raises its error through :func:`without_wire_text`.
     """
     try:
+        chunks = body_pieces(response)
         try:
-            async for chunk in response.aiter_bytes():
+            async for chunk in chunks:
                 body.add(chunk)
         finally:
             # Not shielded (this runs for every request on the httpx path): httpcore shields
             # its own release of the connection, and closing a reply never waits on the peer.
+            # The body's iterator (an async generator) first, so the GC never finalizes it.
+            if isinstance(chunks, AsyncGenerator):
+                await chunks.aclose()
             await response.aclose()
     except QUOTES_THE_WIRE as exc:
         error = without_wire_text(exc)

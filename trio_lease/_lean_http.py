@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import anyio
 import anyio.abc
@@ -254,6 +254,38 @@ class LeanClient:
             await conn.close()
 
 
+class BodyPieces:
+    """The pieces of a streamed reply's body as they arrive (:meth:`LeanStream.aiter_bytes`).
+
+    An iterator object, not an async generator: one left unfinished (its reader cancelled or
+    done early) holds nothing a finalizer must run, so it is never "garbage collected before it
+    had been exhausted". :meth:`aclose` is there for owners that close what they iterate.
+    """
+
+    __slots__ = ("_conn", "_ended", "_reader")
+
+    def __init__(self, conn: AnyConnection, reader: ReplyReader) -> None:
+        self._conn = conn
+        self._reader = reader
+        self._ended = False
+
+    def __aiter__(self) -> BodyPieces:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while not self._ended:
+            event = await next_piece(self._conn, self._reader)
+            if type(event) is bytes:
+                return event
+            if event is END:
+                self._ended = True
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        """Nothing to release: the stream's :meth:`LeanStream.aclose` closes the connection."""
+        self._ended = True
+
+
 class LeanStream:
     """A streamed reply (:meth:`LeanClient.open_stream`): the head read, the body to come.
 
@@ -301,15 +333,9 @@ class LeanStream:
         conn.reader.screen = screen
         return True
 
-    async def aiter_bytes(self) -> AsyncIterator[bytes]:  # noqa: ASYNC900  a body's bytes (httpx's form); no scope at yield
-        """The body's pieces as they arrive, until the reply's end."""
-        conn, reader = self._conn, self._reader
-        while True:
-            event = await next_piece(conn, reader)
-            if type(event) is bytes:
-                yield event
-            elif event is END:
-                return
+    def aiter_bytes(self) -> BodyPieces:
+        """The body's pieces as they arrive, until the reply's end (httpx's form)."""
+        return BodyPieces(self._conn, self._reader)
 
     async def read(self, cap: int) -> Reply:
         """The whole reply (a failure's Status body), then close; over ``cap`` bytes raises

@@ -503,7 +503,8 @@ async def test_stop_on_error_ends_the_member_with_the_key_error_bare() -> None:
     assert caught.value.args == ("bad tenant",)
     assert sorted(stopped) == ["k1", "k3"]
     # Its keys were released: another member takes them at once.
-    async with Lease(record_name("jobs", "key", "k1"), "b", MemoryBackend(store), SETTINGS).try_held():
+    k1 = Lease(record_name("jobs", "key", "k1"), "b", MemoryBackend(store), SETTINGS)
+    async with k1.try_held():
         pass
 
 

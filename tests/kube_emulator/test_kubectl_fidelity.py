@@ -85,6 +85,7 @@ def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kubectl]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        process.stdout.close()
 
 
 def test_apply_lease_yml(kubectl: Kubectl) -> None:

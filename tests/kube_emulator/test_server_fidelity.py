@@ -389,6 +389,7 @@ def test_kubectl_waits_for_established(tmp_path: Path) -> None:
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=10)
+        process.stdout.close()
     assert early.returncode != 0 and "(NotFound)" in early.stderr  # kubectl words a bare 404
     assert waited.returncode == 0, waited.stderr
     assert "condition met" in waited.stdout

@@ -4,7 +4,8 @@
 
 Holds lease "job" ROUNDS times for WORK seconds each (ROUNDS 0 = hold forever) and prints one
 JSON line per event with time.monotonic() stamps (CLOCK_MONOTONIC is system-wide on Linux, so
-stamps from different processes compare).
+stamps from different processes compare) and wall-clock ones (``wall``: they compare with the
+UTC times the holder writes into its record, ``renewed_at``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ SETTINGS = LeaseSettings(
 
 
 def emit(event: str, **fields: object) -> None:
-    print(json.dumps({"event": event, "t": time.monotonic(), **fields}), flush=True)
+    stamps = {"t": time.monotonic(), "wall": time.time()}
+    print(json.dumps({"event": event, **stamps, **fields}), flush=True)
 
 
 async def main(path: str, owner: str, rounds: int, work: float) -> None:

@@ -23,6 +23,7 @@ import anyio.abc
 import httpx
 import pytest
 
+from tests.backends.etcd._mock import MockTransport
 from trio_lease import (
     BackendError,
     BackendProtocolError,
@@ -99,7 +100,7 @@ def respond(body: object, status: int = 200) -> httpx.Response:
 
 def backend(handler: Handler, **kwargs: Any) -> EtcdBackend:
     kwargs.setdefault("endpoints", [A])
-    return EtcdBackend(transport=httpx.MockTransport(handler), **kwargs)
+    return EtcdBackend(transport=MockTransport(handler), **kwargs)
 
 
 # -- txn answers ---------------------------------------------------------------------------
@@ -653,11 +654,12 @@ async def scripted(script: Script, paths: list[str]) -> AsyncIterator[str]:
 
     async def handle(stream: anyio.abc.SocketStream) -> None:
         buffer = bytearray()
-        with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
-            while True:
-                path, body = await _read_request(stream, buffer)
-                paths.append(path)
-                await stream.send(script(path, body))
+        async with stream:  # closed when the client leaves (else left to the GC)
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                while True:
+                    path, body = await _read_request(stream, buffer)
+                    paths.append(path)
+                    await stream.send(script(path, body))
 
     async with listener, anyio.create_task_group() as tg:
         tg.start_soon(listener.serve, handle)

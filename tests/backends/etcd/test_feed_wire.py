@@ -17,6 +17,7 @@ import anyio
 import httpx
 import pytest
 
+from tests.backends.etcd._mock import MockTransport
 from trio_lease import BackendAuthError, BackendProtocolError, LeaseRecord
 from trio_lease._abc import Watched
 from trio_lease.backends.etcd import EtcdBackend
@@ -86,7 +87,7 @@ class Gateway:
 
     def feed(self) -> EtcdFeed:
         backend = EtcdBackend(
-            ["http://etcd.invalid:2379"], prefix=PREFIX, transport=httpx.MockTransport(self)
+            ["http://etcd.invalid:2379"], prefix=PREFIX, transport=MockTransport(self)
         )
         return backend.watch_feed()
 
@@ -208,7 +209,7 @@ async def test_the_backend_remembers_its_held_writes_but_not_a_release() -> None
                                          "succeeded": True})
 
     backend = EtcdBackend(["http://etcd.invalid:2379"], prefix=PREFIX,
-                          transport=httpx.MockTransport(gateway))
+                          transport=MockTransport(gateway))
     async with backend:
         feed = backend.watch_feed()
         held = await backend.update(LeaseRecord(name="job", holder="me"), "20")
@@ -270,7 +271,7 @@ async def test_a_repeated_range_page_is_asked_again_only_after_a_pause() -> None
         return httpx.Response(200, json=range_page(b"leases/a", more=True))
 
     backend = EtcdBackend(
-        ["http://etcd.invalid:2379"], prefix=PREFIX, transport=httpx.MockTransport(gateway)
+        ["http://etcd.invalid:2379"], prefix=PREFIX, transport=MockTransport(gateway)
     )
     async with backend:
         feed = backend.watch_feed()

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests._chained import chained_texts
+from tests.backends.etcd._mock import MockTransport
 from trio_lease import BackendAuthError, BackendError, LeaseRecord
 from trio_lease._abc import Watched
 from trio_lease.backends.etcd import EtcdBackend
@@ -65,7 +66,7 @@ def _error(status: int, code: int, message: str) -> httpx.Response:
 
 def _authenticated(
     refuse: httpx.Response | None, *, authenticate: httpx.Response | None = None
-) -> httpx.MockTransport:
+) -> MockTransport:
     """A gateway that hands out TOKEN, answers authenticate with ``authenticate`` if given, and
     every other call with ``refuse``."""
 
@@ -79,10 +80,10 @@ def _authenticated(
         assert refuse is not None
         return refuse
 
-    return httpx.MockTransport(handler)
+    return MockTransport(handler)
 
 
-def _backend(transport: httpx.MockTransport) -> EtcdBackend:
+def _backend(transport: MockTransport) -> EtcdBackend:
     return EtcdBackend([A, B], username="u", password=PASSWORD, transport=transport)
 
 
@@ -136,7 +137,7 @@ async def test_a_watch_error_quoting_the_token_is_logged_and_raised_without_it(
         prefix="leases/",
         username="u",
         password=PASSWORD,
-        transport=httpx.MockTransport(handler),
+        transport=MockTransport(handler),
     )
     async with backend:
         watched = Watched()

@@ -15,6 +15,7 @@ import anyio
 import httpx
 import pytest
 
+from tests.backends.etcd._mock import MockTransport
 from trio_lease import (
     BackendAuthError,
     BackendUnavailable,
@@ -36,7 +37,7 @@ Handler = Callable[[httpx.Request], httpx.Response]
 
 def backend(handler: Handler, **kwargs: Any) -> EtcdBackend:
     kwargs.setdefault("endpoints", [A, B])
-    return EtcdBackend(transport=httpx.MockTransport(handler), **kwargs)
+    return EtcdBackend(transport=MockTransport(handler), **kwargs)
 
 
 KEY = base64.b64encode(b"trio_lease/x").decode()  # the default prefix + the lease name

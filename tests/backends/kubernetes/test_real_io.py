@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import sys
@@ -247,7 +248,7 @@ async def test_a_watch_on_the_lean_path_reads_the_token_again_after_a_401(tmp_pa
     refused with a 401, runs the exec plugin again and reopens once (as httpx's auth flow did).
     """
     from trio_lease._lean_http import LeanStream
-    from trio_lease.backends.kubernetes._watch import _lines
+    from trio_lease.backends.kubernetes._watch import _Lines
 
     script = tmp_path / "plugin.py"
     script.write_text(PLUGIN)
@@ -269,9 +270,10 @@ async def test_a_watch_on_the_lean_path_reads_the_token_again_after_a_401(tmp_pa
                 async with api.stream(api.collection_path(), params, ctx) as response:
                     assert isinstance(response, LeanStream)
                     assert response.status_code == 200
-                    async for line in _lines(response, ctx):
-                        event = json.loads(line)
-                        break
+                    async with contextlib.aclosing(_Lines(response, ctx)) as lines:
+                        async for line in lines:
+                            event = json.loads(line)
+                            break
     assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "x")
     assert count.read_text() == "2"
     watches = [r.status for r in emulator.requests if r.query.get("watch") == "1"]

@@ -59,7 +59,7 @@ from ._failures import (
     untrusted_error,
 )
 from ._replies import read_answer, read_token
-from ._stream import MAX_WATCH_LINE, lines, read_capped
+from ._stream import MAX_WATCH_LINE, Lines, read_capped
 
 __all__ = ["MAX_WATCH_LINE", "EtcdClient"]
 
@@ -383,12 +383,13 @@ class EtcdClient:
                         prefix=self._prefix,
                         content=raw,
                     )
-                async for line in lines(response, where):
-                    skipped = None if skip is None else skip(line)
-                    if skipped is not None:
-                        yield skipped  # noqa: ASYNC119  an HTTP stream, no cancel scope
-                    elif line.strip():
-                        yield read_answer(line, where, read_line, write=False)  # noqa: ASYNC119  an HTTP stream, no cancel scope
+                async with contextlib.aclosing(Lines(response, where)) as lines:
+                    async for line in lines:
+                        skipped = None if skip is None else skip(line)
+                        if skipped is not None:
+                            yield skipped  # noqa: ASYNC119  an HTTP stream, no cancel scope
+                        elif line.strip():
+                            yield read_answer(line, where, read_line, write=False)  # noqa: ASYNC119  an HTTP stream, no cancel scope
         except SEND_FAILURES as exc:
             self._move_on_from(endpoint)
             rejected = untrusted_certificate(exc)

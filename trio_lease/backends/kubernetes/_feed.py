@@ -42,6 +42,7 @@ a foreign one with a read, which does refresh the cache.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable
 from typing import Final
@@ -66,7 +67,7 @@ from ._watch import (
     _control,
     _event,
     _Forbidden,
-    _lines,
+    _Lines,
     _Resync,
     list_page,
     watch_lease,
@@ -246,29 +247,30 @@ class KubernetesFeed(WatchFeed):
             if self.forbidden:  # allowed again: the label stream covers its leases
                 self.forbidden = False
                 self._poke()
-            partial = bytearray()  # the start of a line _lines has not finished
+            partial = bytearray()  # the start of a line _Lines has not finished
 
             def screen(data: bytes) -> bool:
                 return not partial and self._screen(data)
 
             if isinstance(r, LeanStream):
                 r.screen(screen)
-            async for line in _lines(r, ctx, partial):
-                if self._own_write(line):
-                    continue
-                if self.api.objects.writing:
-                    # A write's event can be read before its reply (both arrived at once): let
-                    # the writers read theirs first, then look again (one pass of the loop).
-                    await anyio.lowlevel.checkpoint()
+            async with contextlib.aclosing(_Lines(r, ctx, partial)) as lines:
+                async for line in lines:
                     if self._own_write(line):
                         continue
-                kind, obj = _event(line, ctx)
-                if kind in ("ERROR", "BOOKMARK"):
-                    _control(kind, obj, cursor, ctx)
-                    continue
-                name = _name_of(obj, ctx)
-                obj = api.read_object(obj, name, ctx, listed=True)
-                self._apply(kind, name, obj, watched, publish)
+                    if self.api.objects.writing:
+                        # A write's event can be read before its reply (both arrived at once):
+                        # let the writers read theirs first, then look again (one pass).
+                        await anyio.lowlevel.checkpoint()
+                        if self._own_write(line):
+                            continue
+                    kind, obj = _event(line, ctx)
+                    if kind in ("ERROR", "BOOKMARK"):
+                        _control(kind, obj, cursor, ctx)
+                        continue
+                    name = _name_of(obj, ctx)
+                    obj = api.read_object(obj, name, ctx, listed=True)
+                    self._apply(kind, name, obj, watched, publish)
 
     def _own_write(self, line: bytes) -> bool:
         """Skip, undecoded, the event of a write this process made to a covered object.

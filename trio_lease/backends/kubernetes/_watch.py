@@ -46,9 +46,10 @@ HTTP stream, its timer and its task group never wrap the caller's loop body.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import AsyncIterator
-from typing import Final, NoReturn
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Final, NoReturn, Self
 
 import anyio
 import httpx
@@ -60,8 +61,8 @@ from ..._exceptions import (
     BackendProtocolError,
     BackendUnavailable,
     LeaseConfigError,
-    LeaseError,
 )
+from ..._http import body_pieces
 from ..._wire import JsonObject
 from ...abc import Emit
 from ._api import KubeApi, Streamed
@@ -187,14 +188,15 @@ class _Watched:
         path = api.collection_path()
         async with api.stream(path, params, ctx, limits=_STREAM_TIMEOUT) as response:
             await _check_opened(api, response, ctx)
-            async for line in _lines(response, ctx):
-                kind, obj = _event(line, ctx)
-                if kind in ("ERROR", "BOOKMARK"):
-                    _control(kind, obj, cursor, ctx)
-                    continue
-                obj = api.read_object(obj, object_name, ctx, listed=True)
-                cursor.moved_to(resource_version(obj))
-                await self.emit(self.state(None if kind == "DELETED" else obj))
+            async with contextlib.aclosing(_Lines(response, ctx)) as lines:
+                async for line in lines:
+                    kind, obj = _event(line, ctx)
+                    if kind in ("ERROR", "BOOKMARK"):
+                        _control(kind, obj, cursor, ctx)
+                        continue
+                    obj = api.read_object(obj, object_name, ctx, listed=True)
+                    cursor.moved_to(resource_version(obj))
+                    await self.emit(self.state(None if kind == "DELETED" else obj))
 
 
 async def _list(api: KubeApi, object_name: str) -> tuple[JsonObject | None, str]:
@@ -271,43 +273,75 @@ async def _check_opened(api: KubeApi, response: Streamed, ctx: RequestContext) -
     raise BackendUnavailable(f"watch of {ctx.target} failed with {status.code}")
 
 
-async def _lines(  # noqa: ASYNC900  internal; no scope at its yields
-    response: Streamed, ctx: RequestContext, buffer: bytearray | None = None
-) -> AsyncIterator[bytes]:
+class _Lines:
     """The non-empty lines of a watch stream; a line over MAX_LINE_BYTES is a protocol error.
 
+    An iterator object, not an async generator: one abandoned mid-stream (its reader cancelled,
+    an error in the loop) holds nothing a finalizer must run. Its owner closes it
+    (``contextlib.aclosing``), which closes the body's iterator (httpx's is an async generator).
     ``buffer`` holds the start of a line not yet complete (the caller's, to see it is empty).
     """
-    buffer = bytearray() if buffer is None else buffer
-    chunks = response.aiter_bytes()
-    while True:
-        failure: LeaseError | None = None
+
+    __slots__ = ("_buffer", "_chunks", "_ctx", "_ended", "_searched")
+
+    def __init__(
+        self, response: Streamed, ctx: RequestContext, buffer: bytearray | None = None
+    ) -> None:
+        self._buffer = bytearray() if buffer is None else buffer
+        self._chunks: AsyncIterator[bytes]
+        if isinstance(response, httpx.Response):
+            self._chunks = body_pieces(response)
+        else:
+            self._chunks = response.aiter_bytes()
+        self._ctx = ctx
+        self._searched = 0  # the buffer before this holds no newline
+        self._ended = False
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> bytes:
+        buffer = self._buffer
+        while True:
+            while 0 <= (end := buffer.find(b"\n", self._searched)) <= MAX_LINE_BYTES:
+                line = bytes(buffer[:end])
+                del buffer[: end + 1]
+                self._searched = 0
+                if line.strip():
+                    return line
+            self._searched = len(buffer)
+            if len(buffer) > MAX_LINE_BYTES:
+                raise BackendProtocolError(
+                    f"watch of {self._ctx.target} sent an event line over {MAX_LINE_BYTES:,} bytes"
+                )
+            if self._ended:
+                line = bytes(buffer)
+                buffer.clear()
+                if line.strip():
+                    return line
+                raise StopAsyncIteration
+            chunk = await self._next_chunk()
+            if chunk is None:
+                self._ended = True
+            else:
+                buffer += chunk
+
+    async def _next_chunk(self) -> bytes | None:
+        """The body's next piece, None at its end; a transport error mapped to ours."""
         try:
-            chunk = await anext(chunks)
+            return await anext(self._chunks)
         except StopAsyncIteration:
-            break
+            return None
         except httpx.HTTPError as exc:
-            failure = map_transport_error(exc, ctx)
-        if failure is not None:
-            # Raised outside the handler: httpx's error (through h11's, the raw bytes of a
-            # malformed chunk, which may quote our token) must not stay as its __context__.
-            raise failure from None
-        start = len(buffer)
-        buffer += chunk
-        while (end := buffer.find(b"\n", start)) >= 0:
-            if end > MAX_LINE_BYTES:
-                break
-            line = bytes(buffer[:end])
-            del buffer[: end + 1]
-            start = 0
-            if line.strip():
-                yield line
-        if len(buffer) > MAX_LINE_BYTES:
-            raise BackendProtocolError(
-                f"watch of {ctx.target} sent an event line over {MAX_LINE_BYTES:,} bytes"
-            )
-    if buffer.strip():
-        yield bytes(buffer)
+            failure = map_transport_error(exc, self._ctx)
+        # Raised outside the handler: httpx's error (through h11's, the raw bytes of a
+        # malformed chunk, which may quote our token) must not stay as its __context__.
+        raise failure from None
+
+    async def aclose(self) -> None:
+        """Close the body's iterator (an async generator on httpx's path)."""
+        if isinstance(self._chunks, AsyncGenerator):
+            await self._chunks.aclose()
 
 
 _CHUNK_HEAD: Final = re.compile(rb"([0-9a-fA-F]{1,7})\r\n")

@@ -215,8 +215,8 @@ class SqliteBackend(LeaseBackend):
 
     # -- connection handling (worker threads) ---------------------------------------------------
 
-    def _translate(self, exc: sqlite3.Error) -> LeaseError:
-        return translate(exc, self.path, self.busy_timeout)
+    def _translate(self, exc: sqlite3.Error, *, write: bool = False) -> LeaseError:
+        return translate(exc, self.path, self.busy_timeout, write=write)
 
     def _connect(self) -> sqlite3.Connection:
         return self._file.open()
@@ -227,7 +227,9 @@ class SqliteBackend(LeaseBackend):
                 self._conn.close()
             self._conn = None
 
-    def _with_conn(self, action: Callable[[sqlite3.Connection], T]) -> T:
+    def _with_conn(self, action: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
+        """Run ``action`` on the connection (opened first if need be), errors translated;
+        ``write``: the action writes (its error then says the outcome is unknown)."""
         with self._lock:
             if self._closed:
                 raise BackendUnavailable(f"the SQLite backend for {self.path} is closed")
@@ -238,7 +240,7 @@ class SqliteBackend(LeaseBackend):
                     self._conn = self._connect()
                 return action(self._conn)
             except sqlite3.Error as exc:
-                error = self._translate(exc)
+                error = self._translate(exc, write=write)
                 if isinstance(error, LeaseConfigError):
                     self._drop()  # reopen next time: the fix (new permissions) then shows
                 raise error from exc
@@ -250,8 +252,10 @@ class SqliteBackend(LeaseBackend):
         except sqlite3.Error as exc:
             raise self._translate(exc) from exc
 
-    async def _run(self, action: Callable[[sqlite3.Connection], T]) -> T:
-        return await anyio.to_thread.run_sync(self._with_conn, action, abandon_on_cancel=True)
+    async def _run(self, action: Callable[[sqlite3.Connection], T], write: bool = False) -> T:
+        return await anyio.to_thread.run_sync(
+            self._with_conn, action, write, abandon_on_cancel=True
+        )
 
     # -- the SPI --------------------------------------------------------------------------------
 
@@ -290,7 +294,7 @@ class SqliteBackend(LeaseBackend):
 
     async def create(self, record: LeaseRecord) -> LeaseRecord:
         values = storable(record, self.path)
-        return await self._run(lambda conn: self._write(conn, values, None))
+        return await self._run(lambda conn: self._write(conn, values, None), write=True)
 
     async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
         """Compare-and-write one row, in the batch of the updates that arrive in this tick.
@@ -392,7 +396,9 @@ class SqliteBackend(LeaseBackend):
                 return
             batch.claimed = True
         try:
-            batch.results = self._with_conn(lambda conn: self._write_batch(conn, batch.items))
+            batch.results = self._with_conn(
+                lambda conn: self._write_batch(conn, batch.items), write=True
+            )
         except LeaseError as exc:
             batch.error = exc
         except Exception as exc:  # not a sqlite3.Error (those are translated): still typed

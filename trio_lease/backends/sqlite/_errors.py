@@ -5,7 +5,7 @@ read-only or damaged file, denied access, our tables changed under us) are
 :class:`LeaseConfigError` naming the path and the fix: they end a wait at once. Everything else
 (a lock held past ``busy_timeout``, an I/O error, a full disk) is :class:`BackendUnavailable`:
 it may pass, and a write it interrupted has an unknown outcome, which the core resolves by
-reading again.
+reading again (a read's error says the read wrote nothing).
 """
 
 from __future__ import annotations
@@ -45,8 +45,15 @@ _NEEDS_A_FIX: Final = {
 }
 
 
-def translate(exc: sqlite3.Error, path: Path, busy_timeout: float) -> LeaseError:
-    """The one place an ``sqlite3`` error becomes ours; see ``_NEEDS_A_FIX`` for the codes."""
+def translate(
+    exc: sqlite3.Error, path: Path, busy_timeout: float, *, write: bool = False
+) -> LeaseError:
+    """The one place an ``sqlite3`` error becomes ours; see ``_NEEDS_A_FIX`` for the codes.
+
+    ``write``: the failed call was a write, whose outcome is then unknown; a read's error says
+    it wrote nothing.
+    """
+    unknown = "the outcome of a write is unknown" if write else "this read wrote nothing"
     code = getattr(exc, "sqlite_errorcode", None)
     primary = code & 0xFF if isinstance(code, int) else None
     said = f"SQLite at {path}: {exc}"  # SQLite's own fixed texts, never file content
@@ -61,10 +68,10 @@ def translate(exc: sqlite3.Error, path: Path, busy_timeout: float) -> LeaseError
         # busy_timeout; it ends when that transaction does, so this is worth retrying.
         return BackendUnavailable(
             f"{said} (for longer than busy_timeout, {busy_timeout:g} s): another "
-            "connection holds a long write transaction; the outcome of a write is unknown"
+            f"connection holds a long write transaction; {unknown}"
         )
     # "disk I/O error" (SQLITE_IOERR), "database or disk is full" and the rest: a read,
     # write or fsync failed in a way that can pass (a device hiccup, a file-size limit or a
     # quota, space freed), and a write whose commit failed may or may not be on disk, which
     # is exactly an unknown outcome: the core re-reads, waits retry with backoff.
-    return BackendUnavailable(f"{said}; the outcome of a write is unknown")
+    return BackendUnavailable(f"{said}; {unknown}")

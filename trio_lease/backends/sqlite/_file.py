@@ -3,10 +3,12 @@
 A connection is opened on a file (never an in-memory database) in WAL mode with
 ``synchronous=FULL``. A file that has tables but not ours, or a trigger on our tables that is
 not ours (:func:`_refuse_foreign_triggers`), is refused with :class:`LeaseConfigError` before
-anything, even the journal mode, is written to it; a file without tables gets ours, created
-under SQLite's write lock so that racing creators agree, but only when :func:`connect` is told
-it may create (a backend object's first open: which file a backend object uses, and when it
-stops, is :mod:`._identity`'s decision). A missing version counter restarts above every
+anything, even the journal mode, is written to it; a file without tables gets ours and their
+triggers, in one transaction under SQLite's write lock (checked again under it), so of any
+number of connections and processes opening a new file at once one creates the schema and the
+others find it whole, but only when :func:`connect` is told it may create (a backend
+object's first open: which file a backend object uses, and when it stops, is
+:mod:`._identity`'s decision). A missing version counter restarts above every
 version in use, so no version is issued twice. A file made by an earlier version gets the
 columns added since (``handover_to``) on open.
 
@@ -43,7 +45,7 @@ __all__ = ["TRIGGERS", "check_folder", "connect", "default_path", "rollback"]
 logger = logging.getLogger("trio_lease")
 
 _CREATE_TABLES: Final = (
-    """CREATE TABLE leases (
+    """CREATE TABLE IF NOT EXISTS leases (
         name TEXT PRIMARY KEY,
         holder TEXT NOT NULL,
         lease_duration REAL NOT NULL,
@@ -53,13 +55,16 @@ _CREATE_TABLES: Final = (
         version INTEGER NOT NULL,
         handover_to TEXT NOT NULL DEFAULT ''
     )""",
-    "CREATE TABLE version_counter (id INTEGER PRIMARY KEY CHECK (id = 1), value INTEGER)",
+    "CREATE TABLE IF NOT EXISTS version_counter "
+    "(id INTEGER PRIMARY KEY CHECK (id = 1), value INTEGER)",
 )
 # A missing counter row restarts above every version in use, so no version is issued twice.
-# (Inserted only where there is no row, so it never fires trio_lease_counter_replaced.)
+# Inserted only where there is no row (so it never fires trio_lease_counter_replaced): the
+# highest version is a scalar subquery, because an aggregate over the rows would make one row
+# even where the WHERE clause is false, and insert a second counter row.
 _RESTORE_COUNTER: Final = (
-    "INSERT INTO version_counter (id, value) SELECT 1, "
-    "coalesce(max(CASE WHEN typeof(version) = 'integer' THEN version END), 0) FROM leases "
+    "INSERT INTO version_counter (id, value) SELECT 1, (SELECT "
+    "coalesce(max(CASE WHEN typeof(version) = 'integer' THEN version END), 0) FROM leases) "
     "WHERE NOT EXISTS (SELECT 1 FROM version_counter WHERE id = 1)"
 )
 _HAS_COUNTER: Final = "SELECT 1 FROM version_counter WHERE id = 1"
@@ -241,8 +246,8 @@ def connect(
                         rollback(conn)
                         conn.close()
                         return None
-                    for statement in _CREATE_TABLES:
-                        conn.execute(statement)
+                    for statement in (*_CREATE_TABLES, *TRIGGERS.values()):
+                        conn.execute(statement)  # the whole schema in one transaction
                 conn.execute(_RESTORE_COUNTER)
                 conn.execute("COMMIT")
             except BaseException:

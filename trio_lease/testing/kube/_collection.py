@@ -304,6 +304,21 @@ def start_watch(
         current_revision=lambda: store.revision,
         selection=selection,
     )
+    try:
+        _fill(emulator, stream, rt, scope, request, force_expired=force_expired)
+    except BaseException:
+        stream.close()  # refused (a bad or expired resourceVersion): never served
+        raise
+    emulator.watches.append(stream)
+    return Response(200, [("Content-Type", "application/json")], stream=stream)
+
+
+def _fill(
+    emulator: Cluster, stream: WatchStream, rt: ResourceType, scope: str | None,
+    request: Request, *, force_expired: bool,
+) -> None:
+    """The events a new watch starts with, from what its request asks (or ApiError)."""
+    store = emulator.store
     rv_text = request.query.get("resourceVersion", "")
     stream.last_rv = rv_text or stream.last_rv
     initial = request.query.get("sendInitialEvents")
@@ -337,6 +352,4 @@ def start_watch(
             # cacheWatcher.process: only events newer than the version asked for, which may
             # not have been reached yet.
             stream.after = rv
-    emulator.watches.append(stream)
-    return Response(200, [("Content-Type", "application/json")], stream=stream)
 

@@ -57,9 +57,16 @@ class _WatchBody(httpx.AsyncByteStream):
                 request=self._request,
             ) from None
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:  # noqa: ASYNC900  httpx.AsyncByteStream's form
-        while (chunk := await self._next()) is not None:
-            yield chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        # An iterator object, not an async generator: httpx leaves it unfinished when its
+        # reader stops early, and an unfinished async generator is the GC's to finalize.
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = await self._next()
+        if chunk is None:
+            raise StopAsyncIteration
+        return chunk
 
     async def aclose(self) -> None:
         await self._stream.aclose()

@@ -201,8 +201,13 @@ class WatchStream:
                 raise WatchCut
         raise StopAsyncIteration
 
-    async def aclose(self) -> None:
-        """Stop the stream and release its buffer."""
+    def close(self) -> None:
+        """Stop the stream and release its buffer (what :meth:`aclose` does, without awaiting:
+        for a stream that is never served)."""
         self.closed = True
         self._send.close()
         self._receive.close()
+
+    async def aclose(self) -> None:
+        """Stop the stream and release its buffer."""
+        self.close()
