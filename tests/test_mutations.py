@@ -240,7 +240,7 @@ MUTATIONS = [
     ),
     Mutation(
         "7a the features' records live in a namespace no user name reaches",
-        "trio_lease/_namespace.py",
+        "trio_lease/_checks.py",
         "    if SEPARATOR in value and not isinstance(value, RecordName):",
         "    if False:",
         "tests/core/test_namespace.py::test_a_name_with_the_separator_is_refused_saying_why",
