@@ -297,8 +297,8 @@ MUTATIONS = [
     Mutation(
         "7a with stop_on_error one key error comes out bare",
         "trio_lease/_partitioned.py",
-        "        if len(self._kept) == 1:\n",
-        "        if len(self._kept) == 0:\n",
+        "        if len(kept) == 1:\n",
+        "        if len(kept) == 0:\n",
         f"{PARTITIONED}::test_stop_on_error_ends_the_member_with_the_key_error_bare",
     ),
 ]
