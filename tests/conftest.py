@@ -403,6 +403,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=position)
 
 
+#: Variables by which coverage.py measures the Python processes a test starts
+#: (pyproject.toml ``patch = ["subprocess"]``).
+COVERAGE_VARIABLES = ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START")
+
+
+@pytest.fixture(autouse=True)
+def _campaign_unmeasured(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Run a campaign-layer test, and the processes it starts, without coverage measurement.
+
+    The campaign repeats, many times over, code the other layers already run once; measured
+    under Python 3.11's line tracer, its randomised runs take up to seven times as long (the
+    stateful test: 10 minutes instead of 1.5), which is most of CI's run. Its setup (a
+    benchmark run) and teardown are left out too, not only the call (pytest-cov's
+    ``no_cover``). Without ``--cov`` this does nothing."""
+    if request.node.get_closest_marker("campaign") is None:
+        yield
+        return
+    plugin = request.config.pluginmanager.getplugin("_cov")
+    controller = getattr(plugin, "cov_controller", None)
+    measuring = controller if controller is not None and controller.started else None
+    saved = {name: os.environ.pop(name) for name in COVERAGE_VARIABLES if name in os.environ}
+    if measuring is not None:
+        measuring.pause()
+    try:
+        yield
+    finally:
+        if measuring is not None:
+            measuring.resume()
+        os.environ.update(saved)
+
+
 # -- etcd -----------------------------------------------------------------------------------------
 
 
