@@ -25,10 +25,6 @@ PARTITIONS = {f"orders-{i}" for i in range(6)}
 
 pytestmark = pytest.mark.processes
 
-#: What a holder's LeaseLost says when no renewal was confirmed before its deadline (the
-#: STARVED rule of tests/conftest.py).
-STARVED_TEXT = "no renewal was confirmed before the holder's deadline"
-
 #: partition -> fencing token, by replica (what each replica's /partitions says)
 Views = dict[str, dict[str, int]]
 
@@ -113,20 +109,6 @@ def balanced_views(running: list[Replica], timeout: float = 60) -> Views:
         time.sleep(0.2)
 
 
-def assert_lost_by_starvation(replica: Replica, partition: str, wait: float = 10) -> None:
-    """``replica`` logged that it lost ``partition`` because no renewal was confirmed before
-    its deadline: the machine starved it, which says nothing about the example (its log line
-    may still be on the way through the reader thread, hence the wait)."""
-    pattern = re.compile(rf"key '{re.escape(partition)}': lost \(.*{re.escape(STARVED_TEXT)}")
-    deadline = time.monotonic() + wait
-    while not any(pattern.search(line) for line in list(replica.log)):
-        assert time.monotonic() < deadline, (
-            f"{partition} got a new grant on {replica.name} without a loss by starvation in "
-            f"its log: {''.join(replica.log)}"
-        )
-        time.sleep(0.1)
-
-
 async def read_holders(database: Path, partitions: list[str]) -> dict[str, str]:
     """The holder identity (``owner_incarnation``, "" when free) of each partition's lease."""
     async with SqliteBackend(database) as backend:
@@ -147,11 +129,11 @@ def test_replicas_share_the_partitions_and_take_over_a_stopped_ones(
     second, third = replicas("api-2"), replicas("api-3")
     three = balanced_views([first, second, third])
     for partition, token in three["api-1"].items():
-        if token != alone["api-1"][partition]:
-            # Stayed, under a new grant: only if api-1 lost it by its deadline (the machine
-            # starved its renewals) and took it again, as its log says.
-            assert token > alone["api-1"][partition]
-            assert_lost_by_starvation(first, partition)
+        # Kept, or kept under a new grant with a larger token: when api-2's join is seen before
+        # api-3's (a loaded machine starts them apart), the two-member assignment may move a
+        # partition away from api-1 and the three-member one give it back; or the machine
+        # starved api-1's renewals past its deadline and it took the partition again.
+        assert token >= alone["api-1"][partition]
     for name in ("api-2", "api-3"):
         for partition, token in three[name].items():
             assert token > alone["api-1"][partition]  # moved: a new grant, a larger token

@@ -21,6 +21,13 @@ from .conftest import Cli
 
 DOC_ENDPOINT = "http://127.0.0.1:2379"
 
+#: What the CLI says when the backend was slower than its operation timeout and then answered:
+#: a report of this run's machine (a loaded one), not of the example, so not in the docs.
+SLOW_BACKEND = re.compile(
+    r"trio-lease: (lease '[^']*': the backend answers again after [0-9.]+ s"
+    r"|waiting for [^:]*: the backend has been failing for .*)"
+)
+
 
 def examples() -> list[tuple[str, list[str]]]:
     """(command, expected output lines) of each ``$`` line in the Examples block."""
@@ -59,7 +66,9 @@ def test_the_examples_print_what_the_docs_show(cli: Cli, etcd_server: EtcdCluste
             ["bash", "-c", f"{shell} 2>&1"], cwd=cli.tmp, env=env, capture_output=True,
             text=True, timeout=60, check=False,
         )
-        actual = [line.rstrip() for line in done.stdout.splitlines()]
+        actual = [
+            line.rstrip() for line in done.stdout.splitlines() if not SLOW_BACKEND.fullmatch(line)
+        ]
         if "..." in expected:
             cut = expected.index("...")
             assert actual[:cut] == [line.rstrip() for line in expected[:cut]], (command, actual)
