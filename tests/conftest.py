@@ -376,12 +376,18 @@ def _resource_checked(item: pytest.Item) -> bool:
     )
 
 
+#: The layers whose tests start first, longest first: on xdist workers a long test started last
+#: would keep one worker busy alone after the others have finished.
+LONG_FIRST = {"campaign": 0, "processes": 1}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with its layer (:data:`LAYERS`); bound every test on a real-time store by
     the store's limit (and run it again when its holder lost the lease by its deadline,
     :data:`REAL_TIME_RERUNS`), and run each test on the stores in :data:`STORES` order (both
     loops of one store, then the next store): the memory store first, so a broken guarantee
-    fails there before any real-time store runs."""
+    fails there before any real-time store runs. The long layers (:data:`LONG_FIRST`) run
+    first."""
     first: dict[str, int] = {}
     for index, item in enumerate(items):
         first.setdefault(item.nodeid.partition("[")[0], index)
@@ -396,9 +402,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.obj = _bounded(item.obj, chosen.limit)
             item.add_marker(pytest.mark.flaky(reruns=REAL_TIME_RERUNS, only_rerun=[STARVED]))
 
-    def position(item: pytest.Item) -> tuple[int, int]:
+    def position(item: pytest.Item) -> tuple[int, int, int]:
         chosen = _store_of(item)
-        return first[item.nodeid.partition("[")[0]], -1 if chosen is None else STORES.index(chosen)
+        return (
+            LONG_FIRST.get(layer_of(item) or "", len(LONG_FIRST)),
+            first[item.nodeid.partition("[")[0]],
+            -1 if chosen is None else STORES.index(chosen),
+        )
 
     items.sort(key=position)
 
