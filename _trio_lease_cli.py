@@ -9,14 +9,17 @@ as shells report it); :func:`trio_lease._cli.main` then handles it itself.
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # C module: `signal` imports enum, slow
+import os
 import sys
 
 __all__ = ["main"]
 
 
 def _interrupted(signum: int, frame: object) -> None:
-    print("trio-lease: interrupted", file=sys.stderr)
-    raise SystemExit(128 + signum)
+    # Nothing has started yet (no lease, no child): end at once. A SystemExit raised here could
+    # be lost: CPython's compile() of a module being imported may swallow it.
+    print("trio-lease: interrupted", file=sys.stderr, flush=True)
+    os._exit(128 + signum)
 
 
 def main() -> int:

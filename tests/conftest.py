@@ -29,6 +29,7 @@ import functools
 import importlib.util
 import os
 import secrets
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
@@ -430,17 +431,18 @@ def _campaign_unmeasured(request: pytest.FixtureRequest) -> Iterator[None]:
     if request.node.get_closest_marker("campaign") is None:
         yield
         return
-    plugin = request.config.pluginmanager.getplugin("_cov")
-    controller = getattr(plugin, "cov_controller", None)
-    measuring = controller if controller is not None and controller.started else None
+    collector = sys.modules.get("coverage.collector")
+    # Every collector pytest-cov and coverage's subprocess patch have started in this process.
+    tracing = list(getattr(getattr(collector, "Collector", None), "_collectors", ()))
     saved = {name: os.environ.pop(name) for name in COVERAGE_VARIABLES if name in os.environ}
-    if measuring is not None:
-        measuring.pause()
+    for each in tracing:
+        each.pause()
+    sys.settrace(None)  # a paused C tracer stops itself only at its next event: gone at once
     try:
         yield
     finally:
-        if measuring is not None:
-            measuring.resume()
+        for each in tracing:
+            each.resume()
         os.environ.update(saved)
 
 
