@@ -46,7 +46,6 @@ HTTP stream, its timer and its task group never wrap the caller's loop body.
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 from typing import Final, NoReturn
 
@@ -62,6 +61,7 @@ from ..._exceptions import (
     LeaseConfigError,
     LeaseError,
 )
+from ..._http_errors import HTTPFailure
 from ..._wire import JsonObject
 from ...abc import Emit
 from ._api import KubeApi, Streamed
@@ -286,7 +286,7 @@ async def _lines(  # noqa: ASYNC900  internal; no scope at its yields
             chunk = await anext(chunks)
         except StopAsyncIteration:
             break
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, HTTPFailure) as exc:
             failure = map_transport_error(exc, ctx)
         if failure is not None:
             # Raised outside the handler: httpx's error (through h11's, the raw bytes of a
@@ -308,30 +308,6 @@ async def _lines(  # noqa: ASYNC900  internal; no scope at its yields
             )
     if buffer.strip():
         yield bytes(buffer)
-
-
-_CHUNK_HEAD: Final = re.compile(rb"([0-9a-fA-F]{1,7})\r\n")
-
-
-def whole_lines(data: bytes) -> list[bytes] | None:
-    """The lines in ``data`` if it is whole chunks of a chunked body, each one whole line (as
-    the API server writes watch events); None for anything else (the reader then takes it)."""
-    lines: list[bytes] = []
-    at, end = 0, len(data)
-    while at < end:
-        head = _CHUNK_HEAD.match(data, at)
-        if head is None:
-            return None
-        size = int(head.group(1), 16)
-        start = head.end()
-        stop = start + size
-        if not 0 < size <= MAX_LINE_BYTES or data[stop : stop + 2] != b"\r\n":
-            return None
-        if data.find(b"\n", start, stop) != stop - 1:
-            return None  # not exactly one line ending the chunk
-        lines.append(data[start : stop - 1])
-        at = stop + 2
-    return lines or None
 
 
 def _event(line: bytes, ctx: RequestContext) -> tuple[str, JsonObject]:
