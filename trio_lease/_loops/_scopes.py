@@ -26,7 +26,8 @@ class ScopeDeadlines:
         self.timers_set = 0
 
     def start(self, deadline: float) -> None:
-        self.moved(deadline)
+        for scope in self._scopes:
+            self.add(scope, deadline)
 
     def add(self, scope: anyio.CancelScope, deadline: float) -> None:
         scope.deadline = deadline
