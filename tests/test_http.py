@@ -343,7 +343,7 @@ async def test_a_refused_connection_is_a_connect_error() -> None:
 
 @pytest.mark.anyio
 async def test_an_invalid_header_value_is_refused_without_quoting_it() -> None:
-    """A CRLF in a header value is LocalProtocolError, nothing sent, the value not quoted."""
+    """A CRLF in a header value is NotEncodable, nothing sent, the value not quoted."""
     async with scripted(echo) as server:
         client = LeanClient(server.url)
         secret = "sekrit-token\r\nX-Injected: 1"
@@ -454,7 +454,7 @@ async def test_every_seam_sends_the_target_below_the_prefix_with_its_headers(kin
 @pytest.mark.anyio
 @SEAMS
 async def test_every_seam_refuses_a_bad_header_value_before_sending(kind: str) -> None:
-    """A header HTTP cannot carry is LocalProtocolError on every seam, unquoted, unsent."""
+    """A header HTTP cannot carry is NotEncodable on every seam, unquoted, unsent."""
     async with scripted(echo) as server, seam(kind, server.url) as unary:
         for secret in ("sekrit\r\nX-Injected: 1", "sekrit-t\u00f8ken"):
             with pytest.raises(NotEncodable) as caught:
@@ -536,9 +536,12 @@ async def test_a_stream_takes_no_idle_connection_and_leaves_the_pool_alone() -> 
         (b"5\r\nqz", MalformedReply),  # cut short, then closed
     ],
 )
-async def test_a_broken_stream_raises_an_httpx_error_that_quotes_no_server_bytes(
+async def test_a_broken_stream_raises_a_seam_error_that_quotes_no_server_bytes(
     tail: bytes, error: type[Exception]
 ) -> None:
+    """A stream's bad or cut chunk is the seam's MalformedReply, quoting none of the server's
+    bytes, raised after the pieces that arrived whole were handed over."""
+
     def script(line: str, connection: int) -> list[bytes | str]:
         return [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", _chunk(b"ok\n"), tail,
                 "close"]

@@ -78,6 +78,7 @@ async def _next_piece(conn: Connection, reader: ReplyReader) -> Head | bytes | o
                 error = translate(exc)
         raise error from None  # the library's own words; nothing of the reply is kept
 
+
 class LeanClient:
     """Unary HTTP/1.1 requests to one server over a few keep-alive connections.
 

@@ -175,9 +175,7 @@ class ReplyReader:
     @property
     def reusable(self) -> bool:
         """The reply is complete, the server keeps the connection, and nothing followed."""
-        return (
-            self._state == "done" and self.keep_alive and not self.trailing and not self._ended
-        )
+        return self._state == "done" and self.keep_alive and not self.trailing and not self._ended
 
     def receive_data(self, data: bytes) -> None:
         """Bytes from the server (parsed here); ``b""`` when it closed the connection."""
@@ -278,8 +276,10 @@ class ReplyReader:
             raise ReplyError("the reply's Transfer-Encoding is not chunked alone")
         # HTTP/1.0 never (llhttp honours its keep-alive header; h11 and this client do not).
         self.keep_alive = parser.should_keep_alive() and parser.get_http_version() == "1.1"
-        framed = self._codings or status in (204, 304) or any(
-            name == b"content-length" for name, _ in self._headers
+        framed = (
+            self._codings
+            or status in (204, 304)
+            or any(name == b"content-length" for name, _ in self._headers)
         )
         if not framed:
             self.keep_alive = False

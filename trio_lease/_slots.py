@@ -132,4 +132,3 @@ class Slots:
             if normal.popleft().hand():
                 return
         self._free += 1
-
