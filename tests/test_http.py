@@ -87,20 +87,21 @@ async def scripted(script: Script) -> AsyncIterator[Server]:
         server.connections += 1
         buffer = bytearray()
         try:
-            while True:
-                line, body = await _read_request(stream, buffer)
-                server.requests.append((number, line))
-                server.bodies.append(body)
-                for step in script(line, number):
-                    if step == "close":
-                        await stream.aclose()
-                        server.closed += 1
-                        return
-                    if step == "wait":
-                        await server.release.wait()
-                    else:
-                        assert isinstance(step, bytes)
-                        await stream.send(step)
+            async with stream:  # closed when the script ends or the server stops
+                while True:
+                    line, body = await _read_request(stream, buffer)
+                    server.requests.append((number, line))
+                    server.bodies.append(body)
+                    for step in script(line, number):
+                        if step == "close":
+                            await stream.aclose()
+                            server.closed += 1
+                            return
+                        if step == "wait":
+                            await server.release.wait()
+                        else:
+                            assert isinstance(step, bytes)
+                            await stream.send(step)
         except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass
 
