@@ -307,7 +307,9 @@ class HttpxUnary:
         else:
             what = CappedBody.describe(method, target, self.url.origin)
             return await read_capped(response, CappedBody(self._max_body, what))
-        raise error from None  # outside the handler: see translate
+        # Outside the handler, with the cause translate kept (a socket's or TLS's error, which
+        # the backends read: a certificate check), none when the error may quote the wire.
+        raise error from error.__cause__
 
     async def aclose(self) -> None:
         """Nothing to release: the httpx client is its owner's to close."""
@@ -351,7 +353,7 @@ async def read_capped(response: httpx.Response, body: CappedBody) -> Reply:
         error = translate(exc)
     else:
         return Reply(response.status_code, Headers(response.headers.raw), body.content)
-    raise error from None  # outside the handler: see translate
+    raise error from error.__cause__  # outside the handler: see translate
 
 
 def unary_for(
