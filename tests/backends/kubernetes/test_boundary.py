@@ -438,7 +438,9 @@ async def test_missing_crd_is_recognised_whatever_the_404_body(
             return httpx.Response(status, content=raw, headers={"content-type": content_type})
 
     async with make_backend(Missing(emulator_with_crd().transport()), kind=kind) as backend:
-        with pytest.raises(LeaseConfigError, match="lease.yml" if kind == AKKA.name else "serve"):
+        with pytest.raises(
+            LeaseConfigError, match="trio-lease manifests" if kind == AKKA.name else "serve"
+        ):
             await backend.get("job")
 
 

@@ -12,12 +12,13 @@ from ._helpers import emulator_with_crd, make_backend
 pytestmark = pytest.mark.anyio
 
 
-async def test_missing_crd_text_plain_404_is_a_config_error_naming_lease_yml() -> None:
+async def test_missing_crd_text_plain_404_is_a_config_error_naming_the_manifests() -> None:
     """No CRD: the emulator answers text/plain '404 page not found' as the real not-found handler
-    does (apiserver/pkg/util/notfoundhandler/not_found_handler.go); the backend says lease.yml."""
+    does (apiserver/pkg/util/notfoundhandler/not_found_handler.go); the backend names the
+    ``trio-lease manifests`` command that prints the CRD."""
     emulator = KubeEmulator()
     async with make_backend(emulator.transport(), kind="akka.io/v1") as backend:
-        with pytest.raises(LeaseConfigError, match=r"lease\.yml"):
+        with pytest.raises(LeaseConfigError, match=r"trio-lease manifests --lease-kind akka"):
             await backend.get("job")
     assert emulator.requests[-1].status == 404
 

@@ -43,13 +43,17 @@ async def test_forbidden_names_the_missing_verb_and_how_to_grant_it() -> None:
     assert "tok" not in text.replace("token", "")
 
 
-async def test_missing_crd_says_to_apply_lease_yml() -> None:
-    """Without the CRD, akka.io/v1 operations raise LeaseConfigError naming lease.yml."""
+async def test_missing_crd_says_to_apply_the_shipped_manifests() -> None:
+    """Without the CRD, akka.io/v1 operations raise LeaseConfigError naming the command that
+    applies the shipped CRD (``trio-lease manifests ... | kubectl apply -f -``)."""
     emulator = KubeEmulator()
     async with make_backend(emulator.transport(), kind="akka.io/v1") as backend:
-        with pytest.raises(LeaseConfigError, match=r"kubectl apply -f lease\.yml"):
+        with pytest.raises(
+            LeaseConfigError,
+            match=r"trio-lease manifests --lease-kind akka\.io/v1 \| kubectl apply -f -",
+        ):
             await backend.get("job")
-        with pytest.raises(LeaseConfigError, match=r"lease\.yml"):
+        with pytest.raises(LeaseConfigError, match=r"trio-lease manifests"):
             await backend.create(LeaseRecord("job", holder="me"))
 
 
