@@ -251,11 +251,12 @@ async def test_kubectl_get_and_apply(tmp_path: Path) -> None:
 
 
 def test_emulate_rejects_a_bad_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`emulate --apply` with a missing or invalid manifest exits 2 before serving."""
+    """`emulate --apply` with a missing or invalid manifest exits 78 (configuration) before
+    serving."""
     from trio_lease.testing.kube.__main__ import main
 
     bad = tmp_path / "bad.yml"
     bad.write_text("apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: Bad_Name\n")
-    assert main(["emulate", "--apply", str(tmp_path / "missing.yml")]) == 2
-    assert main(["emulate", "--apply", str(bad)]) == 2
+    assert main(["emulate", "--apply", str(tmp_path / "missing.yml")]) == 78
+    assert main(["emulate", "--apply", str(bad)]) == 78
     assert "cannot apply manifest" in capsys.readouterr().err
