@@ -398,7 +398,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     def position(item: pytest.Item) -> tuple[int, int]:
         chosen = _store_of(item)
-        return first[item.nodeid.partition("[")[0]], -1 if chosen is None else STORES.index(chosen)
+        if chosen is None:
+            return first[item.nodeid.partition("[")[0]], -1
+        # A store of a module's own (not in STORES) goes after them.
+        order = STORES.index(chosen) if chosen in STORES else len(STORES)
+        return first[item.nodeid.partition("[")[0]], order
 
     items.sort(key=position)
 
