@@ -101,9 +101,13 @@ def test_the_tree_says_what_the_caller_may_conclude() -> None:
     for unknown in (SendFailed, ReceiveFailed, MalformedReply, UndecodableBody):
         assert issubclass(unknown, OutcomeUnknown)
     public = {
-        name for name, obj in inspect.getmembers(_http_errors, inspect.isclass)
+        name
+        for name, obj in inspect.getmembers(_http_errors, inspect.isclass)
         if issubclass(obj, HTTPFailure)
     }
     assert all(name in (_http_errors.__doc__ or "") for name in public)
-    assert not any(issubclass(obj, httpx.HTTPError) for obj in vars(_http_errors).values()
-                   if inspect.isclass(obj) and issubclass(obj, HTTPFailure))
+    assert not any(
+        issubclass(obj, httpx.HTTPError)
+        for obj in vars(_http_errors).values()
+        if inspect.isclass(obj) and issubclass(obj, HTTPFailure)
+    )

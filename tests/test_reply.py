@@ -87,8 +87,10 @@ def theirs(pieces: list[bytes]) -> Read | str:
             elif isinstance(event, h11.EndOfMessage):
                 unasked, closed = conn.trailing_data
                 reusable = (
-                    conn.our_state is h11.DONE and conn.their_state is h11.DONE
-                    and not unasked and not closed
+                    conn.our_state is h11.DONE
+                    and conn.their_state is h11.DONE
+                    and not unasked
+                    and not closed
                 )
                 return Read(status, headers, body, reusable)
             elif isinstance(event, h11.ConnectionClosed):
@@ -102,9 +104,11 @@ def theirs(pieces: list[bytes]) -> Read | str:
 # -- generated replies --------------------------------------------------------------------------
 
 _TCHAR = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-names = st.text(_TCHAR, min_size=1, max_size=12).filter(
-    lambda n: n.lower() not in ("content-length", "transfer-encoding", "connection")
-).map(str.encode)
+names = (
+    st.text(_TCHAR, min_size=1, max_size=12)
+    .filter(lambda n: n.lower() not in ("content-length", "transfer-encoding", "connection"))
+    .map(str.encode)
+)
 values = st.one_of(
     st.just(b""),
     st.binary(min_size=1, max_size=20).map(
@@ -154,7 +158,7 @@ def replies(draw: st.DrawFn) -> tuple[bytes, int, bytes]:
         rest = body
         while rest:
             size = draw(st.integers(1, max(1, len(rest))))
-            ext = draw(st.sampled_from([b"", b";a=b", b";x", b";q=\"1\""]))
+            ext = draw(st.sampled_from([b"", b";a=b", b";x", b';q="1"']))
             hexsize = draw(st.sampled_from([b"%x", b"%X", b"00%x"])) % size
             out += hexsize + ext + b"\r\n" + rest[:size] + b"\r\n"
             rest = rest[size:]
@@ -195,7 +199,9 @@ def agree(pieces: list[bytes]) -> Read | str:
     if isinstance(mine, Read):
         assert isinstance(h11_reading, Read), (mine, h11_reading)
         assert (mine.status, _normal(mine.headers), mine.body) == (
-            h11_reading.status, h11_reading.headers, h11_reading.body
+            h11_reading.status,
+            h11_reading.headers,
+            h11_reading.body,
         )
         assert not mine.reusable or h11_reading.reusable
     return mine
@@ -216,9 +222,13 @@ def test_every_valid_reply_is_read_as_h11_reads_it(
 @given(
     reply=replies(),
     edits=st.lists(
-        st.tuples(st.sampled_from(["flip", "insert", "drop", "cut"]), st.integers(0, 2000),
-                  st.sampled_from(list(b"\r\n\x00 \t:;0aZ\x7f\xff"))),
-        min_size=1, max_size=3,
+        st.tuples(
+            st.sampled_from(["flip", "insert", "drop", "cut"]),
+            st.integers(0, 2000),
+            st.sampled_from(list(b"\r\n\x00 \t:;0aZ\x7f\xff")),
+        ),
+        min_size=1,
+        max_size=3,
     ),
     cuts=st.lists(st.integers(0, 2000), max_size=4),
 )
@@ -248,21 +258,29 @@ def test_a_damaged_reply_is_refused_or_read_as_h11_reads_it(
         (b"HTTP/2.0 200 OK\r\nContent-Length: 0\r\n\r\n", "status line"),
         (b"HTTP/1.1 101 Switching Protocols\r\n\r\n", "101 reply was not asked for"),
         (b"HTTP/1.1 200 OK\x00\r\nContent-Length: 0\r\n\r\n", "status line"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
-         "Duplicate Content-Length"),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+            "Duplicate Content-Length",
+        ),
         (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "Content-Length"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", "chunked alone"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nab", "chunked alone"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
-         "Transfer-Encoding twice"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: chunked\r\n\r\n",
-         "Transfer-Encoding"),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "Transfer-Encoding twice",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "Transfer-Encoding",
+        ),
         (b"HTTP/1.1 200 OK\r\nX: a\r\n b\r\nContent-Length: 0\r\n\r\n", "not valid HTTP"),
         (b"HTTP/1.1 200 OK\r\nX : a\r\nContent-Length: 0\r\n\r\n", "header token"),
         (b"HTTP/1.1 200 OK\r\nX: a\x00b\r\nContent-Length: 0\r\n\r\n", "header value"),
         (b"HTTP/1.1 200 OK\nContent-Length: 0\n\n", "CR"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n",
-         "not valid HTTP"),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n0\r\n\r\n",
+            "not valid HTTP",
+        ),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "not valid HTTP"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab", "before the reply's end"),
         (b"HTTP/1.1 200 OK\r\nContent-", "middle of the reply's head"),
@@ -277,8 +295,10 @@ def test_what_is_refused_and_the_message_names_the_rule(reply: bytes, rule: str)
 
 
 def test_a_body_to_the_connection_end_and_http10_are_never_reused() -> None:
-    for reply in (b"HTTP/1.1 200 OK\r\n\r\nall of it",
-                  b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nhi"):
+    for reply in (
+        b"HTTP/1.1 200 OK\r\n\r\nall of it",
+        b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nhi",
+    ):
         reading = agree([reply])
         assert isinstance(reading, Read) and not reading.reusable
 
@@ -293,8 +313,12 @@ def test_bytes_after_the_reply_are_kept_apart_and_forbid_reuse() -> None:
 
 
 def test_requests_are_encoded_as_h11_encodes_them() -> None:
-    headers = [("Host", "example:8443"), ("Accept", "application/json"), ("X-Empty", ""),
-               ("Content-Length", "2")]
+    headers = [
+        ("Host", "example:8443"),
+        ("Accept", "application/json"),
+        ("X-Empty", ""),
+        ("Content-Length", "2"),
+    ]
     mine = encode_request("PUT", "/a/b?c=d%20e", headers, b"{}")
     conn = h11.Connection(h11.CLIENT)
     expected = conn.send(h11.Request(method="PUT", target="/a/b?c=d%20e", headers=headers))
@@ -304,8 +328,13 @@ def test_requests_are_encoded_as_h11_encodes_them() -> None:
 
 @pytest.mark.parametrize(
     ("target", "header"),
-    [("/ok", ("X-Token", "abc\r\nInjected: 1")), ("/ok", ("X-Token", "caf\u00e9")),
-     ("/a b", ("X", "y")), ("/ok", ("Bad Name", "y")), ("/ok", ("X", "secret-\x00"))],
+    [
+        ("/ok", ("X-Token", "abc\r\nInjected: 1")),
+        ("/ok", ("X-Token", "caf\u00e9")),
+        ("/a b", ("X", "y")),
+        ("/ok", ("Bad Name", "y")),
+        ("/ok", ("X", "secret-\x00")),
+    ],
 )
 def test_requests_http_cannot_carry_are_refused_without_quoting_them(
     target: str, header: tuple[str, str]

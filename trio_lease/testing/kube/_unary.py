@@ -72,9 +72,7 @@ class InProcessUnary:
         try:
             response = await handle(self.cluster, request)
         except DropReply:
-            raise MalformedReply(
-                "the server closed the connection without a reply"
-            ) from None
+            raise MalformedReply("the server closed the connection without a reply") from None
         if response.stream is not None:
             await response.stream.aclose()
             raise RuntimeError("a watch is a stream, not a unary request: send it through httpx")
