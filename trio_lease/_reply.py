@@ -65,6 +65,8 @@ _SECRET_FIELDS: Final = frozenset({"authorization", "proxy-authorization", "cook
 #: through, such as NUL).
 _REASON: Final = re.compile(rb"[\t \x21-\x7e\x80-\xff]*")
 _PLAIN: Final = re.compile(r"[A-Za-z][A-Za-z ,/'-]{0,79}")
+#: CR and LF: llhttp skips them between messages.
+_LINE_END: Final = frozenset(b"\r\n")
 
 
 class ReplyError(Exception):
@@ -205,7 +207,16 @@ class ReplyReader:
         self._seen = True
         before = len(self._events)
         try:
-            self._parser.feed_data(data)
+            if data[-1] in _LINE_END:
+                # llhttp skips line ends after a reply without a callback: the last byte is
+                # fed alone, so one that came after the reply is known to be beyond it.
+                self._parser.feed_data(memoryview(data)[:-1])
+                if self._state == "done":
+                    self.trailing = True
+                else:
+                    self._parser.feed_data(data[-1:])
+            else:
+                self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._error = ReplyError(f"a {self._status} reply was not asked for")
         except httptools.HttpParserError as exc:
