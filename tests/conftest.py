@@ -236,14 +236,20 @@ STORES = (
 )
 
 
-@pytest.fixture(params=STORES, ids=[store.name for store in STORES])
-def world_store(request: pytest.FixtureRequest) -> Store:
-    """Each backend of :data:`STORES` (a test excluded on one is skipped with the reason)."""
+def parametrized_store(request: pytest.FixtureRequest) -> Store:
+    """The store a ``world_store`` fixture was given; a test excluded on it is skipped with the
+    reason."""
     chosen: Store = request.param
     reason = chosen.excluded.get(request.function.__name__)
     if reason is not None:
         pytest.skip(f"excluded on {chosen.name}: {reason}")
     return chosen
+
+
+@pytest.fixture(params=STORES, ids=[store.name for store in STORES])
+def world_store(request: pytest.FixtureRequest) -> Store:
+    """Each backend of :data:`STORES` (a test excluded on one is skipped with the reason)."""
+    return parametrized_store(request)
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from tests.conftest import STORES, Opener, Store, World
+from tests.conftest import STORES, Opener, Store, World, parametrized_store
 from trio_lease import (
     BackendUnavailable,
     ConflictError,
@@ -58,11 +58,7 @@ GUARANTEE_STORES = (*STORES, Store("kubernetes-httpx", _OVER_HTTPX))
 @pytest.fixture(params=GUARANTEE_STORES, ids=[store.name for store in GUARANTEE_STORES])
 def world_store(request: pytest.FixtureRequest) -> Store:
     """Each store of :data:`GUARANTEE_STORES` (one excluded on a store is skipped there)."""
-    chosen: Store = request.param
-    reason = chosen.excluded.get(request.function.__name__)
-    if reason is not None:
-        pytest.skip(f"excluded on {chosen.name}: {reason}")
-    return chosen
+    return parametrized_store(request)
 
 
 @pytest.fixture
