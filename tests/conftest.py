@@ -237,14 +237,20 @@ STORES = (
 )
 
 
-@pytest.fixture(params=STORES, ids=[store.name for store in STORES])
-def world_store(request: pytest.FixtureRequest) -> Store:
-    """Each backend of :data:`STORES` (a test excluded on one is skipped with the reason)."""
+def parametrized_store(request: pytest.FixtureRequest) -> Store:
+    """The store a ``world_store`` fixture was given; a test excluded on it is skipped with the
+    reason."""
     chosen: Store = request.param
     reason = chosen.excluded.get(request.function.__name__)
     if reason is not None:
         pytest.skip(f"excluded on {chosen.name}: {reason}")
     return chosen
+
+
+@pytest.fixture(params=STORES, ids=[store.name for store in STORES])
+def world_store(request: pytest.FixtureRequest) -> Store:
+    """Each backend of :data:`STORES` (a test excluded on one is skipped with the reason)."""
+    return parametrized_store(request)
 
 
 @pytest.fixture
@@ -405,10 +411,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     def position(item: pytest.Item) -> tuple[int, int, int]:
         chosen = _store_of(item)
+        # A store of a module's own (not in STORES) goes after them.
+        order = -1 if chosen is None else STORES.index(chosen) if chosen in STORES else len(STORES)
         return (
             LONG_FIRST.get(layer_of(item) or "", len(LONG_FIRST)),
             first[item.nodeid.partition("[")[0]],
-            -1 if chosen is None else STORES.index(chosen),
+            order,
         )
 
     items.sort(key=position)

@@ -21,9 +21,11 @@ import httpx
 import pytest
 
 from tests.conftest import REAL_LOOPS
-from trio_lease import BackendProtocolError, _lean_io
+from trio_lease import BackendProtocolError
 from trio_lease._http import HttpxUnary, Unary
+from trio_lease._http_errors import ConnectFailed, MalformedReply, NotEncodable
 from trio_lease._lean_http import LeanClient
+from trio_lease._loops import _asyncio as asyncio_seam
 
 
 @pytest.fixture(params=REAL_LOOPS)
@@ -162,22 +164,23 @@ async def test_a_chunked_reply_written_one_byte_at_a_time_is_read_whole() -> Non
 
 
 @pytest.mark.anyio
-async def test_asyncio_uses_its_own_transport_and_trio_an_anyio_stream(
+async def test_asyncio_uses_its_own_transport_and_trio_its_socket_stream(
     anyio_backend: str | tuple[str, dict[str, Any]], anyio_backend_name: str
 ) -> None:
     """On asyncio the connection is asyncio's transport with reading left on (anyio's streams
     switch reading on and off around each receive: two epoll_ctl calls per read); on trio it
-    is an anyio stream. Both kinds run every test in this file, the native one on asyncio's
-    own event loop and on uvloop's (whose transports are not asyncio.Transport subclasses)."""
+    is trio's own socket stream (no anyio wrapper). Both kinds run every test in this file, the
+    native one on asyncio's own event loop and on uvloop's (whose transports are not
+    asyncio.Transport subclasses)."""
     async with scripted(echo) as server:
         client = LeanClient(server.url)
         await client.request("GET", "/")
         kinds = [type(conn).__name__ for conn in client._idle]
-        native = [conn for conn in client._idle if isinstance(conn, _lean_io.NativeConnection)]
+        native = [conn for conn in client._idle if isinstance(conn, asyncio_seam.NativeConnection)]
         transports = [type(conn.transport) for conn in native]
         await client.aclose()
     assert kinds == [
-        "NativeConnection" if anyio_backend_name == "asyncio" else "StreamConnection"
+        "NativeConnection" if anyio_backend_name == "asyncio" else "TrioConnection"
     ]
     if anyio_backend_name == "asyncio":
         # The "uvloop" run really is on uvloop, with a transport that is not asyncio's class
@@ -220,7 +223,7 @@ async def test_a_reply_larger_than_the_read_buffer_is_read_whole_in_one_piece() 
         big = await client.request("GET", "/big")
         after = await client.request("GET", "/after")
         await client.aclose()
-    assert len(body) > 4 * _lean_io._BUFFER_LIMIT
+    assert len(body) > 4 * asyncio_seam._BUFFER_LIMIT
     assert big.content == body
     assert after.json()["line"] == "GET /after HTTP/1.1"
     assert client.connections_opened == 1
@@ -289,7 +292,7 @@ async def test_a_reply_cut_short_raises_a_protocol_error_and_the_connection_is_d
 
     async with scripted(script) as server:
         client = LeanClient(server.url)
-        with pytest.raises(httpx.RemoteProtocolError):
+        with pytest.raises(MalformedReply):
             await client.request("GET", "/a")
         answer = await client.request("GET", "/b")
         await client.aclose()
@@ -304,7 +307,7 @@ async def test_a_reply_that_is_not_http_raises_a_protocol_error() -> None:
 
     async with scripted(script) as server:
         client = LeanClient(server.url)
-        with pytest.raises(httpx.RemoteProtocolError, match="malformed"):
+        with pytest.raises(MalformedReply, match="malformed"):
             await client.request("GET", "/")
         await client.aclose()
 
@@ -330,22 +333,22 @@ async def test_a_cancelled_request_never_hands_its_late_reply_to_the_next_one() 
 
 @pytest.mark.anyio
 async def test_a_refused_connection_is_a_connect_error() -> None:
-    """A refused connection is httpx.ConnectError (nothing was sent)."""
+    """A refused connection is ConnectFailed (nothing was sent)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # bound, never listening: connections are refused
         client = LeanClient(f"http://127.0.0.1:{port}")
-        with pytest.raises(httpx.ConnectError):
+        with pytest.raises(ConnectFailed):
             await client.request("GET", "/")
 
 
 @pytest.mark.anyio
 async def test_an_invalid_header_value_is_refused_without_quoting_it() -> None:
-    """A CRLF in a header value is LocalProtocolError, nothing sent, the value not quoted."""
+    """A CRLF in a header value is NotEncodable, nothing sent, the value not quoted."""
     async with scripted(echo) as server:
         client = LeanClient(server.url)
         secret = "sekrit-token\r\nX-Injected: 1"
-        with pytest.raises(httpx.LocalProtocolError) as caught:
+        with pytest.raises(NotEncodable) as caught:
             await client.request("GET", "/", headers=[("Authorization", f"Bearer {secret}")])
         await client.aclose()
     assert "sekrit" not in str(caught.value)
@@ -354,11 +357,11 @@ async def test_an_invalid_header_value_is_refused_without_quoting_it() -> None:
 
 @pytest.mark.anyio
 async def test_a_non_ascii_header_value_is_refused_without_quoting_it() -> None:
-    """A header h11 cannot encode (non-ASCII) is httpx.LocalProtocolError, not UnicodeError."""
+    """A header h11 cannot encode (non-ASCII) is NotEncodable, not UnicodeError."""
     async with scripted(echo) as server:
         client = LeanClient(server.url)
         secret = "sekrit-t\u00f8ken"
-        with pytest.raises(httpx.LocalProtocolError) as caught:
+        with pytest.raises(NotEncodable) as caught:
             await client.request("GET", "/", headers=[("Authorization", f"Bearer {secret}")])
         await client.aclose()
     assert "sekrit" not in str(caught.value)
@@ -452,10 +455,10 @@ async def test_every_seam_sends_the_target_below_the_prefix_with_its_headers(kin
 @pytest.mark.anyio
 @SEAMS
 async def test_every_seam_refuses_a_bad_header_value_before_sending(kind: str) -> None:
-    """A header HTTP cannot carry is LocalProtocolError on every seam, unquoted, unsent."""
+    """A header HTTP cannot carry is NotEncodable on every seam, unquoted, unsent."""
     async with scripted(echo) as server, seam(kind, server.url) as unary:
         for secret in ("sekrit\r\nX-Injected: 1", "sekrit-t\u00f8ken"):
-            with pytest.raises(httpx.LocalProtocolError) as caught:
+            with pytest.raises(NotEncodable) as caught:
                 await unary.request("GET", "/", headers=[("Authorization", f"Bearer {secret}")])
             assert "sekrit" not in str(caught.value)
     assert server.requests == []
@@ -530,13 +533,16 @@ async def test_a_stream_takes_no_idle_connection_and_leaves_the_pool_alone() -> 
 @pytest.mark.parametrize(
     ("tail", "error"),
     [
-        (b"zz\r\nqzq\r\n", httpx.RemoteProtocolError),  # not a chunk size
-        (b"5\r\nqz", httpx.RemoteProtocolError),  # cut short, then closed
+        (b"zz\r\nqzq\r\n", MalformedReply),  # not a chunk size
+        (b"5\r\nqz", MalformedReply),  # cut short, then closed
     ],
 )
-async def test_a_broken_stream_raises_an_httpx_error_that_quotes_no_server_bytes(
+async def test_a_broken_stream_raises_a_seam_error_that_quotes_no_server_bytes(
     tail: bytes, error: type[Exception]
 ) -> None:
+    """A stream's bad or cut chunk is the seam's MalformedReply, quoting none of the server's
+    bytes, raised after the pieces that arrived whole were handed over."""
+
     def script(line: str, connection: int) -> list[bytes | str]:
         return [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", _chunk(b"ok\n"), tail,
                 "close"]
@@ -575,33 +581,18 @@ async def test_a_streamed_failure_is_read_within_its_cap() -> None:
     assert server.connections == 2
 
 
-def test_the_screen_sees_arrivals_only_while_the_reader_waits_with_nothing_buffered() -> None:
-    """``Reader.screen`` (a watch's own events taken as they arrive): it is offered bytes only
-    while the reading task waits and nothing is buffered; bytes it takes wake no one, bytes it
-    refuses are buffered and wake the reader as usual."""
+def test_asyncio_protocol_callbacks_only_queue_bytes_and_wake_the_reader() -> None:
+    """The asyncio connection's protocol callbacks parse and decide nothing: every arrival is
+    queued in order and wakes the waiting task, which reads (and parses) it."""
     import asyncio
 
-    from trio_lease._lean_io import Reader
-
     async def main() -> None:
-        reader = Reader()
-        offered: list[bytes] = []
-
-        def screen(data: bytes) -> bool:
-            offered.append(data)
-            return data.startswith(b"own")
-
-        reader.screen = screen
-        reader.data_received(b"early")  # no one waits: buffered, not offered
-        assert offered == [] and list(reader.chunks) == [b"early"]
-        reader.chunks.clear()
+        reader = asyncio_seam._Reader()
+        reader.data_received(b"early")  # no one waits: queued
         waiter = reader.waiter = asyncio.get_running_loop().create_future()
-        reader.data_received(b"own 1")  # taken: the waiter is not woken
-        assert offered == [b"own 1"] and not reader.chunks and not waiter.done()
-        reader.data_received(b"foreign")  # refused: buffered, the waiter woken
-        assert list(reader.chunks) == [b"foreign"] and waiter.done()
-        reader.data_received(b"own 2")  # something buffered already: in order, not offered
-        assert offered == [b"own 1", b"foreign"]
-        assert list(reader.chunks) == [b"foreign", b"own 2"]
+        reader.data_received(b"own 1")
+        assert list(reader.chunks) == [b"early", b"own 1"] and waiter.done()
+        reader.eof_received()
+        assert reader.ended and list(reader.chunks) == [b"early", b"own 1"]
 
     asyncio.run(main())

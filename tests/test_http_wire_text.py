@@ -23,6 +23,7 @@ from tests._chained import chained_texts
 from tests.conftest import REAL_LOOPS
 from tests.test_http import SEAMS, scripted, seam
 from trio_lease import BackendError
+from trio_lease._http_errors import MalformedReply
 from trio_lease.backends.etcd import EtcdBackend
 from trio_lease.backends.kubernetes import ClusterConfig, KubernetesBackend
 from trio_lease.backends.kubernetes._watch import _Lines
@@ -61,9 +62,9 @@ def _clean(exc: BaseException) -> bool:
 @SEAMS
 @pytest.mark.parametrize("reply", MALFORMED.values(), ids=MALFORMED.keys())
 async def test_no_seam_error_carries_the_bytes_of_a_malformed_reply(kind: str, reply: str) -> None:
-    """Both seams raise httpx.RemoteProtocolError holding nothing of the reply's bytes."""
+    """Both seams raise MalformedReply holding nothing of the reply's bytes."""
     async with scripted(_answering(reply)) as server, seam(kind, server.url) as unary:
-        with anyio.fail_after(10), pytest.raises(httpx.RemoteProtocolError) as info:
+        with anyio.fail_after(10), pytest.raises(MalformedReply) as info:
             await unary.request("GET", "/x")
     assert _clean(info.value)
 

@@ -28,9 +28,9 @@ BACKEND_MAY_IMPORT = frozenset(
         "_settings",
         "_wire",
         "_http",
-        "_http11",
+        "_http_errors",
+        "_reply",
         "_lean_http",
-        "_lean_io",
         "_client_cert",
         "_connect",
         "_endpoints",
@@ -190,3 +190,67 @@ def test_the_rule_check_finds_each_kind_of_break() -> None:
         ("trio_lease.backends.etcd._backend", "trio_lease.backends.sqlite._rows"),
         ("trio_lease.backends.memory", "trio_lease._heartbeat"),
     }
+
+
+#: What differs per event loop: imported only by the seam (``trio_lease._loops``, one module
+#: per loop) and the testing kit.
+LOOP_SPECIFIC = ("asyncio", "sniffio", "trio.lowlevel", "uvloop")
+MAY_IMPORT_LOOP_SPECIFIC = ("trio_lease._loops", "trio_lease.testing")
+
+
+def _loop_specific_imports(source: str) -> set[str]:
+    """The loop-specific modules ``source`` imports, or reaches as ``trio.lowlevel``."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr == "lowlevel"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "trio"
+        ):
+            names = ["trio.lowlevel"]
+        for name in names:
+            found.update(m for m in LOOP_SPECIFIC if name == m or name.startswith(m + "."))
+    return found
+
+
+def test_only_the_loop_seam_imports_asyncio_sniffio_or_trios_low_level_api() -> None:
+    """Outside ``trio_lease._loops`` (and the testing kit) no module of the package imports
+    asyncio, sniffio, uvloop or trio's low-level API: what must differ per loop is in the seam."""
+    offenders = {
+        (name, imported)
+        for name, path in _modules().items()
+        if _in(name, "trio_lease")
+        and not any(_in(name, allowed) for allowed in MAY_IMPORT_LOOP_SPECIFIC)
+        for imported in _loop_specific_imports(path.read_text())
+    }
+    assert offenders == set()
+    seam = {
+        imported
+        for name, path in _modules().items()
+        if _in(name, "trio_lease._loops")
+        for imported in _loop_specific_imports(path.read_text())
+    }
+    assert {"asyncio", "sniffio"} <= seam  # the check reads the seam's own imports
+
+
+def test_the_loop_import_check_finds_each_form() -> None:
+    """The check itself: plain, dotted, from- and function-local imports, and ``trio.lowlevel``
+    reached through ``import trio``, are found; anyio and trio's public API are not."""
+    source = """
+import asyncio
+from sniffio import current_async_library
+import trio
+import anyio.lowlevel
+
+def f():
+    import uvloop
+    return trio.lowlevel.current_task(), trio.current_time()
+"""
+    assert _loop_specific_imports(source) == {"asyncio", "sniffio", "uvloop", "trio.lowlevel"}
+    assert _loop_specific_imports("import trio\nimport anyio\ntrio.sleep(1)") == set()

@@ -143,7 +143,7 @@ async def test_kubernetes_http_to_a_tls_server_says_use_https(tls_port: int) -> 
 def test_a_tls_alert_where_a_status_line_belongs_is_named() -> None:
     """The HTTP/1.1 reader names a TLS record (an alert) in place of a reply: use https://."""
     from trio_lease._connect import reply_problem
-    from trio_lease._http11 import ReplyError, ReplyReader
+    from trio_lease._reply import ReplyError, ReplyReader
 
     reader = ReplyReader()
     reader.receive_data(b"\x15\x03\x03\x00\x02\x02\x46")  # a TLS alert: protocol_version

@@ -27,19 +27,18 @@ trying, and its deadline ends the grant if the record stays unreadable.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Callable, Hashable
 from datetime import datetime
 
 import anyio
-import sniffio
 
 from . import _algorithm as algo
 from ._abc import LeaseBackend, LeaseRecord
 from ._bodies import BodyScopes
 from ._exceptions import ConflictError
+from ._loops import current
 from ._observer import LeaseInfo, LeaseObserver, everywhere, notify
 from ._per_loop import PerLoop
 from ._settings import LeaseSettings
@@ -411,9 +410,7 @@ class Holding:
 def loop_clock() -> Callable[[], float]:
     """:func:`anyio.current_time` of the running event loop, bound once: a holder reads it
     several times per renewal, and anyio looks the event loop up on every call."""
-    if sniffio.current_async_library() == "asyncio":
-        return asyncio.get_running_loop().time  # what anyio.current_time() returns there
-    return anyio.current_time
+    return current().clock()
 
 
 def infinite_or(value: float | None) -> float:

@@ -5,8 +5,8 @@ stream) goes through one :class:`Unary`. What sits above the seam (the time boun
 credentials and the retry after a 401, the reading and error mapping of the reply) is written
 once, in the backend's client, and runs the same whichever implementation carries the request:
 
-- :class:`~trio_lease._lean_http.LeanClient`: HTTP/1.1 (:mod:`._http11`) on asyncio's
-  transports or anyio's streams, the production path (a fraction of httpx's CPU per request;
+- :class:`~trio_lease._lean_http.LeanClient`: HTTP/1.1 (:mod:`._reply`) on the event loop's
+  own connections (:mod:`._loops`), the production path (a fraction of httpx's CPU per request;
   see its module);
 - :class:`HttpxUnary`: an ``httpx.AsyncClient``, for what the lean client does not do (proxies)
   and for injected httpx transports;
@@ -17,17 +17,18 @@ The contract of :meth:`Unary.request`, kept by all three:
 
 - ``target`` is the path and query below the seam's URL (its path prefix is kept);
 - the headers are sent as given; the implementation adds ``Host`` and ``Content-Length``;
-- a method, target or header value HTTP cannot carry raises :class:`httpx.LocalProtocolError`
-  before anything is sent, without quoting the value (:func:`request_head`: it may be a token);
+- a method, target or header value HTTP cannot carry raises
+  :class:`~trio_lease._http_errors.NotEncodable` before anything is sent, without quoting the
+  value (:func:`request_head`: it may be a token);
 - a body over the cap raises :class:`~trio_lease.BackendProtocolError` while it is read, never
   buffered whole (:class:`CappedBody`: the one body cap);
-- other failures are httpx's exception types: :class:`httpx.ConnectError` and
-  :class:`httpx.ConnectTimeout` mean nothing was sent; :class:`httpx.WriteError`,
-  :class:`httpx.ReadError`, :class:`httpx.RemoteProtocolError` (and any other
-  :class:`httpx.HTTPError` or :class:`OSError` from httpx) mean the outcome is unknown;
+- other failures are the seam's own types (:mod:`trio_lease._http_errors`, translated in one
+  place, :func:`~trio_lease._http_errors.translate`): ``NotSent`` (``ConnectFailed``,
+  ``ConnectTimedOut``) means nothing was sent; ``OutcomeUnknown`` (``SendFailed``,
+  ``ReceiveFailed``, ``MalformedReply``) means the outcome is unknown;
 - no error quotes what the server sent, in its message or anywhere in its chain of causes and
   contexts (a reply that fails to parse may quote our token): the lean client's messages are
-  its own, and on httpx the errors that quote the wire are replaced (:func:`without_wire_text`);
+  its own, and httpx's errors that quote the wire keep only their leading words;
 - the caller's cancel scope bounds the whole exchange (``connect_timeout`` only bounds opening
   a new connection).
 """
@@ -36,18 +37,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
 from ._exceptions import BackendProtocolError
-from ._http11 import EncodeError, encode_request
+from ._http_errors import NotEncodable, translate
+from ._reply import EncodeError, encode_request
 from ._wire import MAX_BODY_BYTES
 
 __all__ = [
-    "QUOTES_THE_WIRE",
     "Answer",
     "CappedBody",
     "CarriesUnary",
@@ -59,7 +59,6 @@ __all__ = [
     "read_capped",
     "request_head",
     "unary_for",
-    "without_wire_text",
 ]
 
 
@@ -201,7 +200,7 @@ def request_head(method: str, target: str, headers: Sequence[tuple[str, str]]) -
     try:
         return encode_request(method, target, headers, None)
     except EncodeError:
-        raise httpx.LocalProtocolError(
+        raise NotEncodable(
             f"the {method} request could not be encoded: a header value or the target has "
             "characters HTTP does not allow"
         ) from None
@@ -303,12 +302,14 @@ class HttpxUnary:
         )
         try:
             response = await self.client.send(request, auth=_NO_AUTH, stream=True)
-        except QUOTES_THE_WIRE as exc:
-            error = without_wire_text(exc)
+        except httpx.HTTPError as exc:
+            error = translate(exc)
         else:
             what = CappedBody.describe(method, target, self.url.origin)
             return await read_capped(response, CappedBody(self._max_body, what))
-        raise error from None  # outside the handler: see without_wire_text
+        # Outside the handler, with the cause translate kept (a socket's or TLS's error, which
+        # the backends read: a certificate check), none when the error may quote the wire.
+        raise error from error.__cause__
 
     async def aclose(self) -> None:
         """Nothing to release: the httpx client is its owner's to close."""
@@ -334,7 +335,7 @@ def body_pieces(response: httpx.Response) -> AsyncIterator[bytes]:
 async def read_capped(response: httpx.Response, body: CappedBody) -> Reply:
     """Read a streamed httpx ``response`` into ``body`` (its cap applies) and close it.
 
-    A body httpx cannot parse raises its error through :func:`without_wire_text`.
+    httpx's errors are raised as the seam's (:func:`~trio_lease._http_errors.translate`).
     """
     try:
         chunks = body_pieces(response)
@@ -348,42 +349,11 @@ async def read_capped(response: httpx.Response, body: CappedBody) -> Reply:
             if isinstance(chunks, AsyncGenerator):
                 await chunks.aclose()
             await response.aclose()
-    except QUOTES_THE_WIRE as exc:
-        error = without_wire_text(exc)
+    except httpx.HTTPError as exc:
+        error = translate(exc)
     else:
         return Reply(response.status_code, Headers(response.headers.raw), body.content)
-    raise error from None  # outside the handler: see without_wire_text
-
-
-#: httpx's errors whose message may quote what came over the wire: h11's parse errors quote the
-#: reply's bytes (``illegal header line: bytearray(b'...')``), a decoder's its input, and a
-#: proxy's refusal its reason phrase. Others (connect, read, timeout) quote the OS or TLS.
-QUOTES_THE_WIRE = (httpx.ProtocolError, httpx.DecodingError, httpx.ProxyError)
-#: The part of such a message kept: its leading words, before any ``:`` or ``(`` (h11's and
-#: httpcore's own text: ``illegal header line``, ``peer closed connection without ...``).
-_OWN_WORDS = re.compile(r"[A-Za-z][A-Za-z ]{0,79}")
-
-
-def without_wire_text(exc: httpx.HTTPError) -> httpx.HTTPError:
-    """``exc`` as a new error of the same type that quotes nothing the server sent.
-
-    The message keeps only the library's leading words (``malformed reply (illegal header
-    line)``); no cause and no request come along. Raise it *outside* the ``except`` clause
-    that caught ``exc``: inside, Python would make ``exc`` (its message, and through its own
-    chain h11's, with the raw bytes of a reply that may quote our token) its ``__context__``,
-    which ``from None`` hides from a traceback but keeps on the object.
-    """
-    words = re.split(r"[:(]", str(exc), maxsplit=1)[0].strip().rstrip(".")
-    said = f" ({words})" if _OWN_WORDS.fullmatch(words) else ""
-    if isinstance(exc, httpx.DecodingError):
-        what = "the reply's body could not be decoded"
-    elif isinstance(exc, httpx.ProxyError):
-        what = "the proxy refused the connection"
-    elif isinstance(exc, httpx.LocalProtocolError):
-        what = "the request is not valid HTTP"
-    else:
-        what = "malformed reply"
-    return type(exc)(f"{what}{said}; the server's text is not quoted")
+    raise error from error.__cause__  # outside the handler: see translate
 
 
 def unary_for(

@@ -5,7 +5,7 @@ Why it exists: a renewal is one small request, and in the benchmarks (tools/benc
 URL parsing and merging, cookie extraction, header models, auth flows, and a connection pool
 that scans every pooled connection with system calls on each request. The renewal CPU is what
 limits how many leases one process can hold, so the hot path speaks HTTP/1.1 itself
-(:mod:`._http11`: the request's bytes, and a strict reader of the reply), and keeps httpx for
+(:mod:`._reply`: the request's bytes checked by h11, the reply read by llhttp), and keeps httpx for
 proxies and injected test transports.
 
 What it does: keep-alive connections (a LIFO stack of idle ones, at most ``max_idle``), TLS
@@ -14,8 +14,9 @@ responses, and streamed replies (:meth:`LeanClient.open_stream`: a watch, read p
 it arrives, on its own connection). What it does not do: proxies, redirects, cookies,
 compression, HTTP/2.
 
-Connections (:mod:`._lean_io`): on asyncio, asyncio's own transport with reading left on; on
-trio, an anyio stream.
+Connections come from the event loop's seam (:func:`trio_lease._loops.current`): asyncio's own
+transport with reading left on, trio's socket stream. Replies are read by
+:class:`~trio_lease._reply.ReplyReader` (llhttp) in the task that awaits them.
 
 Connection reuse: an idle connection whose socket is readable (the server closed it, or sent
 something unasked) is discarded before use, found by one non-blocking ``poll``. A
@@ -23,40 +24,60 @@ connection is reused only after a complete exchange that both sides keep alive; 
 cancellation in the middle of a request closes it, so a late reply can never be read as the
 answer to the next request.
 
-Errors are httpx's exception types, as the seam's contract says (:mod:`trio_lease._http`):
-:class:`httpx.ConnectError` / :class:`httpx.ConnectTimeout` (the connection could not be made:
-nothing was sent), :class:`httpx.WriteError`, :class:`httpx.ReadError` and
-:class:`httpx.RemoteProtocolError` (after sending: the outcome is unknown),
-:class:`httpx.LocalProtocolError` (a header value or the target cannot be encoded: nothing was
-sent, and the message quotes neither). Timeouts other than connecting are the caller's cancel
-scope.
+Errors are the seam's own (:mod:`trio_lease._http_errors`), translated from the loop's, the
+socket's and the parser's by :func:`~trio_lease._http_errors.translate`:
+:class:`~trio_lease._http_errors.ConnectFailed` / ``ConnectTimedOut`` (nothing was sent),
+``SendFailed``, ``ReceiveFailed`` and ``MalformedReply`` (after sending: the outcome is
+unknown), ``NotEncodable`` (a header value or the target cannot be encoded: nothing was sent,
+and the message quotes neither). Timeouts other than connecting are the caller's cancel scope.
 """
 
 from __future__ import annotations
 
-import asyncio
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import anyio
-import anyio.abc
-import httpx
-import sniffio
 
 from ._http import CappedBody, Headers, Reply, ServerURL, request_head
-from ._http11 import END, Head, ReplyReader
-from ._lean_io import (
-    NOT_SENT,
-    AnyConnection,
-    NativeConnection,
-    Reader,
-    StreamConnection,
-    next_piece,
-    send_request,
-)
+from ._http_errors import MalformedReply, translate
+from ._loops import Connection, current
+from ._reply import END, NEED_DATA, Head, ReplyError, ReplyReader
 from ._wire import MAX_BODY_BYTES
 
 __all__ = ["LeanClient", "LeanStream"]
+
+
+async def _send_request(conn: Connection, data: bytes) -> None:
+    """Send a request's bytes; a failure is ``SendFailed`` (the outcome unknown)."""
+    try:
+        await conn.send(data)
+    except current().FAILURES as exc:
+        raise translate(exc, "send") from exc
+
+
+async def _next_piece(conn: Connection, reader: ReplyReader) -> Head | bytes | object:
+    """The reply's next piece (a :class:`Head`, body bytes or ``END``), reading as needed;
+    every byte is parsed here, in the calling task."""
+    while True:
+        try:
+            event = reader.next_event()
+        except ReplyError as exc:
+            error = translate(exc)
+        else:
+            if event is not NEED_DATA:
+                return event
+            try:
+                data = await conn.receive()
+            except current().FAILURES as exc:
+                raise translate(exc, "receive") from exc
+            try:
+                reader.receive_data(data)
+                continue
+            except ReplyError as exc:
+                error = translate(exc)
+        raise error from None  # the library's own words; nothing of the reply is kept
+
 
 class LeanClient:
     """Unary HTTP/1.1 requests to one server over a few keep-alive connections.
@@ -104,7 +125,7 @@ class LeanClient:
         self._connect_timeout = connect_timeout
         self._max_idle = max_idle
         self._max_body = max_body
-        self._idle: list[AnyConnection] = []
+        self._idle: list[Connection] = []
         self._closed = False
         self.connections_opened = 0
 
@@ -130,7 +151,7 @@ class LeanClient:
         conn = await self._connection(connect_timeout or self._connect_timeout)
         reader = ReplyReader()
         try:
-            await send_request(conn, data)
+            await _send_request(conn, data)
             reply = await self._receive(
                 conn, reader, CappedBody.describe(method, target, self.origin)
             )
@@ -167,13 +188,13 @@ class LeanClient:
         reader = ReplyReader()
         what = CappedBody.describe(method, target, self.origin)
         try:
-            await send_request(conn, data)
+            await _send_request(conn, data)
             while True:
-                event = await next_piece(conn, reader)
+                event = await _next_piece(conn, reader)
                 if isinstance(event, Head):
                     return LeanStream(event, conn, reader, what)
                 if event is END:  # pragma: no cover - the reader gives the head first
-                    raise httpx.RemoteProtocolError("malformed response: no head")
+                    raise MalformedReply("malformed response: no head")
         except BaseException:
             await conn.close()  # noqa: ASYNC102  closes at once (abort, no wait)
             raise
@@ -190,54 +211,29 @@ class LeanClient:
         data = request_head(method, self._prefix + target, all_headers)
         return data + body if body else data
 
-    async def _connection(self, connect_timeout: float, *, reuse: bool = True) -> AnyConnection:
+    async def _connection(self, connect_timeout: float, *, reuse: bool = True) -> Connection:
         while reuse and self._idle:
             idle = self._idle.pop()
             if idle.is_alive():
                 return idle
             await idle.close()
-        conn: AnyConnection
+        kit = current()
+        failures: tuple[type[BaseException], ...] = (TimeoutError, *kit.FAILURES)
         try:
             with anyio.fail_after(connect_timeout):
-                if sniffio.current_async_library() == "asyncio":
-                    conn = await self._connect_native()
-                else:
-                    conn = StreamConnection(await self._connect_stream())
-        except TimeoutError as exc:
-            raise httpx.ConnectTimeout("connecting to the server timed out") from exc
-        except NOT_SENT as exc:
-            raise httpx.ConnectError(f"could not connect ({type(exc).__name__}: {exc})") from exc
+                conn = await kit.connect(
+                    self._host, self._port, self._ssl, self._tls_hostname if self._ssl else None
+                )
+        except failures as exc:
+            raise translate(exc, "connect") from exc
         self.connections_opened += 1
         return conn
 
-    async def _connect_stream(self) -> anyio.abc.ByteStream:
-        if self._ssl is None:
-            return await anyio.connect_tcp(self._host, self._port)
-        return await anyio.connect_tcp(
-            self._host,
-            self._port,
-            ssl_context=self._ssl,
-            tls_hostname=self._tls_hostname,
-            tls_standard_compatible=False,
-        )
-
-    async def _connect_native(self) -> NativeConnection:
-        loop = asyncio.get_running_loop()
-        transport, reader = await loop.create_connection(
-            Reader,
-            self._host,
-            self._port,
-            ssl=self._ssl,
-            server_hostname=self._tls_hostname if self._ssl is not None else None,
-        )
-        # No isinstance check on the transport: uvloop's do not derive from asyncio.Transport.
-        return NativeConnection(transport, reader)
-
-    async def _receive(self, conn: AnyConnection, reader: ReplyReader, what: str) -> Reply:
+    async def _receive(self, conn: Connection, reader: ReplyReader, what: str) -> Reply:
         head: Head | None = None
         body = CappedBody(self._max_body, what)
         while True:
-            event = await next_piece(conn, reader)
+            event = await _next_piece(conn, reader)
             if type(event) is bytes:
                 body.add(event)  # over the cap: the caller closes the connection
             elif isinstance(event, Head):
@@ -264,7 +260,7 @@ class BodyPieces:
 
     __slots__ = ("_conn", "_ended", "_reader")
 
-    def __init__(self, conn: AnyConnection, reader: ReplyReader) -> None:
+    def __init__(self, conn: Connection, reader: ReplyReader) -> None:
         self._conn = conn
         self._reader = reader
         self._ended = False
@@ -274,7 +270,7 @@ class BodyPieces:
 
     async def __anext__(self) -> bytes:
         while not self._ended:
-            event = await next_piece(self._conn, self._reader)
+            event = await _next_piece(self._conn, self._reader)
             if type(event) is bytes:
                 return event
             if event is END:
@@ -290,13 +286,13 @@ class LeanStream:
     """A streamed reply (:meth:`LeanClient.open_stream`): the head read, the body to come.
 
     The body is read with :meth:`aiter_bytes`, as strictly as a unary reply
-    (:mod:`trio_lease._http11`); errors are httpx's types (:class:`httpx.ReadError`,
-    :class:`httpx.RemoteProtocolError`). Close it with :meth:`aclose` (it closes the connection).
+    (:mod:`trio_lease._reply`); errors are the seam's (``ReceiveFailed``, ``MalformedReply``).
+    Close it with :meth:`aclose` (it closes the connection).
     """
 
     __slots__ = ("_conn", "_reader", "description", "raw_headers", "status_code")
 
-    def __init__(self, head: Head, conn: AnyConnection, reader: ReplyReader, what: str) -> None:
+    def __init__(self, head: Head, conn: Connection, reader: ReplyReader, what: str) -> None:
         self.status_code: int = head.status_code
         self.raw_headers: list[tuple[bytes, bytes]] = head.headers
         #: The request, for messages (method, target, server; never server text).
@@ -310,28 +306,6 @@ class LeanStream:
     @property
     def headers(self) -> Headers:
         return Headers(self.raw_headers)
-
-    def screen(self, consume: Callable[[bytes], bool] | None) -> bool:
-        """Offer ``consume`` the body's bytes as they arrive, before the reader wakes.
-
-        While the reader waits at a chunk boundary with nothing buffered, each arrival is
-        given to ``consume`` first; when it returns True, it has taken the bytes (whole chunks:
-        the reader's framing is left as it was) and the reader is not woken. None removes it.
-        Only on asyncio's native connection (False elsewhere: nothing is offered).
-        """
-        conn = self._conn
-        if not isinstance(conn, NativeConnection):
-            return False
-        if consume is None:
-            conn.reader.screen = None
-            return True
-        reader = self._reader
-
-        def screen(data: bytes) -> bool:
-            return reader.at_chunk_boundary() and consume(data)
-
-        conn.reader.screen = screen
-        return True
 
     def aiter_bytes(self) -> BodyPieces:
         """The body's pieces as they arrive, until the reply's end (httpx's form)."""

@@ -1,10 +1,9 @@
 """A small, strict HTTP/1.1 server for probes and scrapes: one GET, one answer, then it closes.
 
 It serves :mod:`trio_lease.health` (``/healthz``, ``/readyz``, ``/metrics``) with h11 (httpx's
-parser; the lean client has its own, :mod:`._http11`), on anyio listeners, so it runs on asyncio
-and trio alike and adds no dependency. A probe port can be reached by anything on its network,
-and it runs in the holder's event loop, so every client's work is bounded and no failure leaves
-it:
+parser), on anyio listeners, so it runs on asyncio and trio alike and adds no dependency. A
+probe port can be reached by anything on its network, and it runs in the holder's event loop,
+so every client's work is bounded and no failure leaves it:
 
 - at most :data:`MAX_CONNECTIONS` connections at once. Each new one is accepted; when all are
   taken, the oldest connection still sending its request is closed to make room (*shed*), so a

@@ -22,7 +22,6 @@ without a deadline (a release) goes after those with one, in arrival order.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import heapq
 import itertools
@@ -32,8 +31,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-import anyio
-import sniffio
+from ._loops import Waiter, current
 
 __all__ = ["Slots", "urgent"]
 
@@ -69,8 +67,9 @@ class Slots:
     slot goes straight to the next waiter, so a later arrival cannot overtake it; a waiter
     cancelled after it was handed a slot passes the slot on.
 
-    On asyncio a waiter is a bare future (most renewals wait for a slot when a process holds
-    hundreds of leases: an anyio Event cost twice as much per wait); on trio, an anyio Event.
+    A waiter is the event loop's own (:func:`trio_lease._loops.current`): a bare future on
+    asyncio, a trio Event on trio (most renewals wait for a slot when a process holds hundreds
+    of leases: an anyio Event cost twice as much per wait).
     """
 
     def __init__(self, total: int) -> None:
@@ -83,7 +82,7 @@ class Slots:
         self._urgent: list[list[Any]] = []
         self._urgent_waiting = 0
         self._arrivals = itertools.count()
-        self._normal: collections.deque[_Waiter] = collections.deque()
+        self._normal: collections.deque[Waiter] = collections.deque()
 
     def __repr__(self) -> str:
         return f"<Slots {self._free}/{self.total} free, {self.waiting} waiting>"
@@ -97,11 +96,7 @@ class Slots:
             self._free -= 1
             return
         deadline = _URGENT.get()
-        waiter: _Waiter
-        if sniffio.current_async_library() == "asyncio":
-            waiter = asyncio.get_running_loop().create_future()
-        else:
-            waiter = anyio.Event()
+        waiter = current().waiter()
         entry: list[Any] | None = None
         if deadline is None:
             self._normal.append(waiter)
@@ -110,12 +105,9 @@ class Slots:
             heapq.heappush(self._urgent, entry)
             self._urgent_waiting += 1
         try:
-            if isinstance(waiter, anyio.Event):
-                await waiter.wait()
-            else:
-                await waiter
+            await waiter.wait()
         except BaseException:
-            if _handed(waiter):
+            if waiter.handed():
                 self.release()  # handed a slot just as we were cancelled: pass it on
             elif entry is not None:
                 if entry[2] is not None:
@@ -133,32 +125,10 @@ class Slots:
             if waiter is not None:
                 entry[2] = None  # out of the queue, whether or not it takes the slot
                 self._urgent_waiting -= 1
-                if _hand(waiter):
+                if waiter.hand():
                     return
         normal = self._normal
         while normal:
-            if _hand(normal.popleft()):
+            if normal.popleft().hand():
                 return
         self._free += 1
-
-
-def _hand(waiter: _Waiter) -> bool:
-    """Give ``waiter`` the slot; False for a future cancelled with its task (skipped)."""
-    if isinstance(waiter, anyio.Event):
-        waiter.set()
-        return True
-    if waiter.done():
-        return False
-    waiter.set_result(None)
-    return True
-
-
-def _handed(waiter: _Waiter) -> bool:
-    """Whether ``waiter`` was handed a slot."""
-    if isinstance(waiter, anyio.Event):
-        return waiter.is_set()
-    return waiter.done() and not waiter.cancelled()
-
-
-#: A waiting acquirer: a future on asyncio, an anyio Event elsewhere.
-_Waiter = asyncio.Future[None] | anyio.Event

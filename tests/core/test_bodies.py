@@ -1,7 +1,9 @@
 """The bodies' scopes of a grant are cancelled at its deadline, which renewals move (§4.5).
 
-``trio_lease._bodies`` on its own, on virtual time: on trio each scope carries the deadline; on
-asyncio one timer per grant (the alarm) reads the deadline when it fires. The grant-level tests
+``trio_lease._bodies`` on its own, on virtual time, the same tests on every per-loop keeper of
+the deadline (``trio_lease._loops``): the loop's own (on asyncio one timer per grant, the
+alarm, that reads the deadline when it fires; on trio scope deadlines) and scope deadlines on
+every loop (what a holder with an injected clock gets). The grant-level tests
 are ``test_g5_body_deadline_follows_renewals`` (tests/core/test_guarantees.py) and
 tests/core/test_stall.py.
 """
@@ -23,12 +25,24 @@ from .conftest import World
 pytestmark = pytest.mark.anyio
 
 
+#: Whether the grant uses the loop's own keeper (``alarm=True``) or scope deadlines.
+_LOOPS_OWN = [True]
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["loops-own-keeper", "scope-deadlines"])
+def keeper(request: pytest.FixtureRequest) -> Any:
+    """Every test here runs on the loop's own keeper and on scope deadlines."""
+    _LOOPS_OWN[0] = request.param
+    yield request.param
+    _LOOPS_OWN[0] = True
+
+
 class _Grant:
     """A deadline on the loop's clock, moved by hand."""
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
-        self.bodies = BodyScopes(lambda loop_now: self.deadline)
+        self.bodies = BodyScopes(lambda loop_now: self.deadline, alarm=_LOOPS_OWN[0])
 
 
 async def _run_body(bodies: BodyScopes, times: dict[str, float]) -> anyio.CancelScope:
@@ -62,7 +76,7 @@ async def test_each_move_of_the_deadline_is_honoured(anyio_backend_name: str) ->
             grant.deadline = anyio.current_time() + 5
             grant.bodies.moved()
     assert times["ended"] - start == pytest.approx(9)  # the last move's deadline, not an earlier
-    if anyio_backend_name == "asyncio":
+    if anyio_backend_name == "asyncio" and _LOOPS_OWN[0]:
         # One timer for the first deadline, one more when it fired and found the deadline moved:
         # not one per move.
         assert grant.bodies.alarms_set == 2

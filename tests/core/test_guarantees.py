@@ -6,6 +6,8 @@ Every test takes ``world``, which this module sets to ``every_world`` (tests/con
 memory backend and the Kubernetes backend on the in-process emulator (both lease kinds) on
 virtual time, and SQLite and a real etcd on real time with short settings (L = 1.2 s), each test
 bounded there so that a hang fails. A test excluded on a backend is skipped there with its reason.
+Here the Kubernetes backend also runs with every request through httpx (``kubernetes-httpx``),
+the path a proxy (``HTTPS_PROXY``, kubeconfig ``proxy-url``) takes.
 
 Every duration here is derived from ``world.settings``, so the same tests run on virtual and on
 real time. On virtual time every value and bound is the one written in the comments (L = 15 s,
@@ -17,13 +19,14 @@ takeover before L, the holder cancelled T_stop before any takeover) never get sl
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import anyio
 import anyio.lowlevel
 import pytest
 
-from tests.conftest import World
+from tests.conftest import STORES, Opener, Store, World, parametrized_store
 from trio_lease import (
     BackendUnavailable,
     ConflictError,
@@ -34,9 +37,28 @@ from trio_lease import (
     LeaseRecord,
 )
 from trio_lease._identity import incarnation
+from trio_lease.abc import LeaseBackend
 from trio_lease.testing import FaultyBackend
 
 pytestmark = pytest.mark.anyio
+
+
+def _kubernetes_over_httpx(request: pytest.FixtureRequest) -> Callable[[], LeaseBackend]:
+    from tests.backends.kubernetes._helpers import HttpxOnly, emulator_with_crd, make_backend
+
+    transport = HttpxOnly(emulator_with_crd().transport())
+    return lambda: make_backend(transport)
+
+
+_OVER_HTTPX: Opener = _kubernetes_over_httpx
+#: Every store of ``every_world``, and the Kubernetes backend on the httpx path (proxies).
+GUARANTEE_STORES = (*STORES, Store("kubernetes-httpx", _OVER_HTTPX))
+
+
+@pytest.fixture(params=GUARANTEE_STORES, ids=[store.name for store in GUARANTEE_STORES])
+def world_store(request: pytest.FixtureRequest) -> Store:
+    """Each store of :data:`GUARANTEE_STORES` (one excluded on a store is skipped there)."""
+    return parametrized_store(request)
 
 
 @pytest.fixture

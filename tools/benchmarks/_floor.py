@@ -49,7 +49,7 @@ import anyio
 from trio_lease import LeaseRecord
 from trio_lease._algorithm import RENEWAL_TICKS
 from trio_lease._http import request_head
-from trio_lease._http11 import encode_request
+from trio_lease._reply import encode_request
 from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
 from trio_lease.backends.kubernetes._times import format_micro_time
 

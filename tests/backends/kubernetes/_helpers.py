@@ -14,6 +14,20 @@ LEASE_YML = Path(__file__).parents[3] / "lease.yml"
 SERVER = "https://kube.test"
 
 
+class HttpxOnly(httpx.AsyncBaseTransport):
+    """The emulator's transport without its in-process seam: unary requests go through httpx
+    (``trio_lease._http.HttpxUnary``) and so do streams, the path a proxy's requests take."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 class CountingTransport(httpx.AsyncBaseTransport):
     """Wraps a transport and records (method, path, query) of every request."""
 

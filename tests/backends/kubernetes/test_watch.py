@@ -242,26 +242,3 @@ async def test_idle_lease_after_compaction_is_watched_without_polling() -> None:
             await _wait_for_free(seen, 5)
             tg.cancel_scope.cancel()
 
-
-def test_whole_lines_takes_only_whole_chunks_of_one_line_each() -> None:
-    """The screen of the label stream (``_feed._screen``) consumes bytes only when they are
-    whole chunks each holding exactly one whole line; anything else goes to the reader."""
-    from trio_lease.backends.kubernetes._watch import whole_lines
-
-    one = b'{"type":"MODIFIED"}\n'
-    chunk = b"%x\r\n%s\r\n" % (len(one), one)
-    assert whole_lines(chunk) == [one[:-1]]
-    assert whole_lines(chunk + chunk) == [one[:-1], one[:-1]]
-    refused = [
-        b"",
-        chunk[:-1],  # the chunk's CRLF not all here
-        chunk[:10],  # part of a chunk
-        b"0\r\n\r\n",  # the body's end: the reader's
-        b"%x;ext=1\r\n%s\r\n" % (len(one), one),  # an extension: the reader's
-        b"%x\r\n%s\r\n" % (len(one) * 2, one + one),  # two lines in one chunk
-        b"%x\r\n%s\r\n" % (len(one) - 1, one[:-1]),  # a line not ended in its chunk
-        b"%x\r\n%sXX" % (len(one), one),  # no CRLF after the data
-        b"zz\r\n" + one + b"\r\n",  # not a size
-    ]
-    for data in refused:
-        assert whole_lines(data) is None, data

@@ -45,6 +45,7 @@ import httpx
 from ..._connect import connect_problem
 from ..._exceptions import BackendProtocolError, BackendUnavailable, LeaseError
 from ..._http import Unary, unary_for
+from ..._http_errors import UndecodableBody
 from ..._lean_http import LeanClient, LeanStream
 from ..._secrets import remember_sent
 from ..._slots import Slots
@@ -395,7 +396,7 @@ class EtcdClient:
             rejected = untrusted_certificate(exc)
             if rejected is not None:
                 failure = untrusted_error([endpoint], rejected)
-            elif isinstance(exc, httpx.DecodingError):
+            elif isinstance(exc, httpx.DecodingError | UndecodableBody):
                 failure = after_sending(exc, where, write=False)
             else:
                 failure = BackendUnavailable(f"etcd {where} failed ({type(exc).__name__})")

@@ -16,6 +16,7 @@ import httpx
 
 from ..._connect import reply_problem
 from ..._exceptions import BackendProtocolError, BackendUnavailable, LeaseConfigError
+from ..._http_errors import HTTPFailure, NotSent, UndecodableBody
 
 __all__ = [
     "CONNECT_FAILURES",
@@ -26,18 +27,18 @@ __all__ = [
 ]
 
 #: The connection could not be made: nothing was sent.
-CONNECT_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout)
+CONNECT_FAILURES = (httpx.ConnectError, httpx.ConnectTimeout, NotSent)
 #: After sending: httpx's errors (a DecodingError too: a body that a Content-Encoding garbled),
 #: plus what httpcore lets through unmapped (ssl.SSLError when the server rejects our client
 #: certificate after a TLS 1.3 handshake, other socket errors, TimeoutError).
-SEND_FAILURES = (httpx.HTTPError, OSError)
+SEND_FAILURES = (httpx.HTTPError, HTTPFailure, OSError)
 
 
 def untrusted_certificate(exc: BaseException) -> str | None:
     """Why the server's certificate failed verification, if that is what ``exc`` comes from.
 
     The seams wrap the handshake's :class:`ssl.SSLCertVerificationError` (the lean client in
-    ``httpx.ConnectError``, httpx in two layers), so the chain of causes is searched.
+    ``ConnectFailed``, httpx in two layers), so the chain of causes is searched.
     """
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -64,7 +65,7 @@ def untrusted_error(endpoints: Sequence[str], reason: str) -> LeaseConfigError:
 def after_sending(exc: Exception, where: str, *, write: bool) -> BackendUnavailable:
     """The error for a request that failed once sent: for a write, an unknown outcome."""
     outcome = "; the outcome is unknown" if write else ""
-    if isinstance(exc, httpx.DecodingError):
+    if isinstance(exc, httpx.DecodingError | UndecodableBody):
         return BackendProtocolError(
             f"etcd's answer to {where} could not be decoded (its Content-Encoding){outcome}"
         )

@@ -42,6 +42,7 @@ import httpx
 
 from ..._exceptions import BackendProtocolError, LeaseError
 from ..._http import Answer
+from ..._http_errors import HTTPFailure
 from ..._lean_http import LeanStream
 from ..._wire import JsonObject, Malformed, load_json
 from ._cache import ObjectCache
@@ -69,7 +70,9 @@ DEFAULT_RETRY_WAIT: Final = 1.0
 #: Retries of one request answered 429, as client-go's ``Request.maxRetries`` (rest/request.go;
 #: ``withRetry.IsNextRetry`` in rest/with_retry.go stops after that many): 11 requests at most.
 MAX_RETRIES: Final = 10
-_TRANSPORT_ERRORS = (httpx.HTTPError, TimeoutError, OSError)
+_TRANSPORT_ERRORS = (httpx.HTTPError, HTTPFailure, TimeoutError, OSError)
+#: What a stream's read raises: httpx's on an httpx stream, the seam's on a lean one.
+_STREAM_ERRORS = (httpx.HTTPError, HTTPFailure)
 #: The life of a lean stream opened without a read timeout (httpx's default read timeout).
 DEFAULT_STREAM_READ: Final = 60.0
 #: A streamed reply: httpx's, or the lean client's.
@@ -263,7 +266,7 @@ class KubeApi:
         )
         # Each error is raised after its handler: raised inside, httpx's error (through h11's,
         # the raw bytes of a malformed reply, which may quote our token) would stay on it as
-        # its __context__ (trio_lease._http.without_wire_text).
+        # its __context__ (trio_lease._http_errors.translate).
         error: LeaseError | None = None
         try:
             with anyio.fail_after(self.timeout):
@@ -274,7 +277,7 @@ class KubeApi:
             raise error from None
         try:
             yield response
-        except httpx.HTTPError as exc:
+        except _STREAM_ERRORS as exc:
             error = map_transport_error(exc, ctx)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):
@@ -301,7 +304,7 @@ class KubeApi:
         try:
             with anyio.move_on_after(life) as scope:
                 yield stream
-        except httpx.HTTPError as exc:
+        except _STREAM_ERRORS as exc:
             raise map_transport_error(exc, ctx) from None
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):

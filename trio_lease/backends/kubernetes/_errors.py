@@ -59,6 +59,7 @@ from ..._exceptions import (
     LeaseError,
 )
 from ..._http import Answer
+from ..._http_errors import ConnectFailed, ConnectTimedOut, OutcomeUnknown, UndecodableBody
 from ..._secrets import redact_sent
 from ._models import LeaseKind
 
@@ -361,7 +362,7 @@ def map_transport_error(exc: BaseException, ctx: RequestContext) -> LeaseError:
         return LeaseConfigError(
             f"the API server URL is invalid ({type(exc).__name__}): fix 'server'"
         )
-    if isinstance(exc, httpx.ConnectError) and tls_verification_failed(exc):
+    if isinstance(exc, httpx.ConnectError | ConnectFailed) and tls_verification_failed(exc):
         # Not transient: the next try meets the same certificate (the backend has already
         # re-read a CA file once). A LeaseConfigError ends a waiting contender's wait.
         reason = certificate_problem(exc)
@@ -372,22 +373,22 @@ def map_transport_error(exc: BaseException, ctx: RequestContext) -> LeaseError:
             "cluster, or 'ca-file'), or 'tls-server-name' when the certificate names another "
             "host; retrying cannot fix this"
         )
-    if isinstance(exc, httpx.TimeoutException | TimeoutError):
+    if isinstance(exc, httpx.TimeoutException | TimeoutError | ConnectTimedOut):
         what = "timed out"
-    elif isinstance(exc, httpx.ConnectError):
+    elif isinstance(exc, httpx.ConnectError | ConnectFailed):
         problem = connect_problem(exc, ctx.server) if ctx.server else None
         if problem is not None:  # nothing was sent: the outcome is known
             return BackendUnavailable(
                 f"{ctx.verb} of {ctx.target}: could not connect to the API server: {problem}"
             )
         what = "could not connect to the API server"
-    elif isinstance(exc, httpx.TransportError | OSError):
+    elif isinstance(exc, httpx.DecodingError | UndecodableBody | ValueError):
+        what = "got an answer that is not valid JSON"
+    elif isinstance(exc, httpx.TransportError | OSError | OutcomeUnknown):
         what = f"lost the connection ({type(exc).__name__})"
         problem = reply_problem(exc, ctx.server) if ctx.server else None
         if problem is not None:
             what += f": {problem}"
-    elif isinstance(exc, httpx.DecodingError | ValueError):
-        what = "got an answer that is not valid JSON"
     else:
         what = f"failed ({type(exc).__name__})"
     return BackendUnavailable(f"{ctx.verb} of {ctx.target} {what}; the outcome is unknown")

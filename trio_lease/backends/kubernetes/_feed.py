@@ -54,7 +54,6 @@ import httpx
 from ... import _wire
 from ..._abc import LeaseRecord, Publish, Watched, WatchFeed
 from ..._exceptions import BackendProtocolError, BackendUnavailable, LeaseConfigError
-from ..._lean_http import LeanStream
 from ..._wire import JsonObject
 from ._api import KubeApi
 from ._errors import RequestContext, error_from
@@ -71,7 +70,6 @@ from ._watch import (
     _Resync,
     list_page,
     watch_lease,
-    whole_lines,
 )
 
 __all__ = ["FORBIDDEN_RETRY", "PAGE_SIZE", "KubernetesFeed"]
@@ -107,8 +105,6 @@ class KubernetesFeed(WatchFeed):
         self.streams: int = 0
         #: Events of this process's own writes skipped without decoding (for tests).
         self.own_skipped: int = 0
-        #: Of those, how many were skipped as they arrived, the stream's reader not woken.
-        self.screened: int = 0
         #: The keys that have their own watch now (not shown by the label stream).
         self.individual: set[str] = set()
         self._wake: anyio.Event = anyio.Event()
@@ -247,14 +243,7 @@ class KubernetesFeed(WatchFeed):
             if self.forbidden:  # allowed again: the label stream covers its leases
                 self.forbidden = False
                 self._poke()
-            partial = bytearray()  # the start of a line _Lines has not finished
-
-            def screen(data: bytes) -> bool:
-                return not partial and self._screen(data)
-
-            if isinstance(r, LeanStream):
-                r.screen(screen)
-            async with contextlib.aclosing(_Lines(r, ctx, partial)) as lines:
+            async with contextlib.aclosing(_Lines(r, ctx)) as lines:
                 async for line in lines:
                     if self._own_write(line):
                         continue
@@ -288,27 +277,6 @@ class KubernetesFeed(WatchFeed):
         if own is None:
             return False
         self._skip(*own)
-        return True
-
-    def _screen(self, data: bytes) -> bool:
-        """Skip bytes that arrived on the stream if they are only own-write events (whole
-        chunks of one line each, see :meth:`_own_write`), before the stream's reader wakes."""
-        lines = whole_lines(data)
-        if lines is None:
-            return False
-        picked: list[tuple[str, str]] = []
-        for line in lines:
-            own = self._own(line)
-            if own is None:
-                return False  # anything else: the reader takes all of it, in order
-            if picked and any(own[0] == version for version, _ in picked):
-                # Two lines at one version: our write's event and a BOOKMARK at it, or a
-                # replay. Only one of them is our write: the reader takes them in order.
-                return False
-            picked.append(own)
-        for version, name in picked:
-            self._skip(version, name)
-        self.screened += len(picked)
         return True
 
     def _own(self, line: bytes) -> tuple[str, str] | None:

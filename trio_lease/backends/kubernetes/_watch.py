@@ -47,7 +47,6 @@ HTTP stream, its timer and its task group never wrap the caller's loop body.
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Final, NoReturn, Self
 
@@ -63,6 +62,7 @@ from ..._exceptions import (
     LeaseConfigError,
 )
 from ..._http import body_pieces
+from ..._http_errors import HTTPFailure
 from ..._wire import JsonObject
 from ...abc import Emit
 from ._api import KubeApi, Streamed
@@ -279,15 +279,12 @@ class _Lines:
     An iterator object, not an async generator: one abandoned mid-stream (its reader cancelled,
     an error in the loop) holds nothing a finalizer must run. Its owner closes it
     (``contextlib.aclosing``), which closes the body's iterator (httpx's is an async generator).
-    ``buffer`` holds the start of a line not yet complete (the caller's, to see it is empty).
     """
 
     __slots__ = ("_buffer", "_chunks", "_ctx", "_ended", "_searched")
 
-    def __init__(
-        self, response: Streamed, ctx: RequestContext, buffer: bytearray | None = None
-    ) -> None:
-        self._buffer = bytearray() if buffer is None else buffer
+    def __init__(self, response: Streamed, ctx: RequestContext) -> None:
+        self._buffer = bytearray()
         self._chunks: AsyncIterator[bytes]
         if isinstance(response, httpx.Response):
             self._chunks = body_pieces(response)
@@ -332,7 +329,7 @@ class _Lines:
             return await anext(self._chunks)
         except StopAsyncIteration:
             return None
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, HTTPFailure) as exc:
             failure = map_transport_error(exc, self._ctx)
         # Raised outside the handler: httpx's error (through h11's, the raw bytes of a
         # malformed chunk, which may quote our token) must not stay as its __context__.
@@ -342,30 +339,6 @@ class _Lines:
         """Close the body's iterator (an async generator on httpx's path)."""
         if isinstance(self._chunks, AsyncGenerator):
             await self._chunks.aclose()
-
-
-_CHUNK_HEAD: Final = re.compile(rb"([0-9a-fA-F]{1,7})\r\n")
-
-
-def whole_lines(data: bytes) -> list[bytes] | None:
-    """The lines in ``data`` if it is whole chunks of a chunked body, each one whole line (as
-    the API server writes watch events); None for anything else (the reader then takes it)."""
-    lines: list[bytes] = []
-    at, end = 0, len(data)
-    while at < end:
-        head = _CHUNK_HEAD.match(data, at)
-        if head is None:
-            return None
-        size = int(head.group(1), 16)
-        start = head.end()
-        stop = start + size
-        if not 0 < size <= MAX_LINE_BYTES or data[stop : stop + 2] != b"\r\n":
-            return None
-        if data.find(b"\n", start, stop) != stop - 1:
-            return None  # not exactly one line ending the chunk
-        lines.append(data[start : stop - 1])
-        at = stop + 2
-    return lines or None
 
 
 def _event(line: bytes, ctx: RequestContext) -> tuple[str, JsonObject]:

@@ -9,7 +9,7 @@ production code. It keeps the seam's contract as the lean HTTP/1.1 client does o
 ``Host`` and ``Content-Length`` added, a head HTTP cannot carry refused before sending
 (:func:`trio_lease._http.request_head`), the body read through the one cap
 (:class:`trio_lease._http.CappedBody`), ``Content-Length`` in the reply's headers, and a
-dropped reply raised as the :class:`httpx.RemoteProtocolError` of a closed connection.
+dropped reply raised as the seam's ``MalformedReply`` of a closed connection.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import parse_qsl
 
-import httpx
-
 from ..._http import CappedBody, Headers, Reply, ServerURL, request_head
+from ..._http_errors import MalformedReply
 from ..._wire import MAX_BODY_BYTES
 from ._api import handle
 from ._cluster import Cluster
@@ -73,9 +72,7 @@ class InProcessUnary:
         try:
             response = await handle(self.cluster, request)
         except DropReply:
-            raise httpx.RemoteProtocolError(
-                "the server closed the connection without a reply"
-            ) from None
+            raise MalformedReply("the server closed the connection without a reply") from None
         if response.stream is not None:
             await response.stream.aclose()
             raise RuntimeError("a watch is a stream, not a unary request: send it through httpx")

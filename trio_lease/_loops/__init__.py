@@ -1,0 +1,62 @@
+"""What differs between event loops, behind one seam: one module per loop, as anyio's
+``_backends/``.
+
+The rest of the package is written against anyio; the few things that must differ per loop for
+speed live here and nowhere else (tests/test_layout.py holds every other module to it):
+
+- the clock (:func:`clock`): the running loop's own, bound once;
+- slot waiters (:func:`waiter`): what a request waiting for a free slot blocks on;
+- the safety timer's per-loop part (:func:`deadline_keeper`): how the deadline of a grant
+  reaches its bodies' cancel scopes (the decision, and when it is read, is
+  :mod:`trio_lease._bodies`);
+- connections (:func:`connect`): a socket with the reply bytes read in the task that asks for
+  them, never parsed in a callback.
+
+``_asyncio.py`` serves asyncio and every loop built on it (uvloop); ``_trio.py`` serves trio.
+Each offers the same names; :func:`current` picks the running loop's module.
+"""
+
+from __future__ import annotations
+
+import sniffio
+
+from ._interface import Connection, DeadlineKeeper, LoopKit, Waiter
+from ._scopes import ScopeDeadlines
+
+__all__ = [
+    "Connection",
+    "DeadlineKeeper",
+    "LoopKit",
+    "ScopeDeadlines",
+    "Waiter",
+    "current",
+]
+
+#: The modules loaded so far, by the name sniffio gives their loop.
+_LOADED: dict[str, LoopKit] = {}
+
+
+def current() -> LoopKit:
+    """The seam's module for the running event loop (loaded on first use)."""
+    name = sniffio.current_async_library()
+    kit = _LOADED.get(name)
+    if kit is None:
+        kit = _LOADED[name] = _load(name)
+    return kit
+
+
+def _load(name: str) -> LoopKit:
+    """The module for the loop sniffio calls ``name``; imported lazily, so a program on one
+    loop never imports the other's."""
+    kit: LoopKit
+    if name == "asyncio":
+        from . import _asyncio
+
+        kit = _asyncio
+    elif name == "trio":
+        from . import _trio
+
+        kit = _trio
+    else:
+        raise RuntimeError(f"trio_lease runs on asyncio and trio, not on {name!r}")
+    return kit

@@ -1,0 +1,231 @@
+"""The seam on asyncio (and loops built on it, such as uvloop).
+
+- Clock: the loop's ``time`` method (what :func:`anyio.current_time` returns there), bound once.
+- Waiter: a bare future; an anyio Event cost twice as much per wait, and most renewals wait
+  for a slot when a process holds hundreds of leases.
+- Safety timer (:class:`LoopAlarm`): one loop timer per grant, not a deadline on each scope.
+  anyio arms a loop timer for a scope's deadline and, when the deadline moves, cancels it and
+  arms a new one; the cancelled timer stays in the loop's heap until its time (the deadline is
+  L ahead, so some L / R of them per grant), and each is a few objects the garbage collector
+  promotes and walks: at 1,000 leases that was about a tenth of the client's CPU per renewal
+  (tools/benchmarks/README.md, "Design measurements"). The alarm fires at the deadline it last
+  read and asks its owner again: about one timer per lease duration instead of one per renewal,
+  with the same timing (a timer callback like anyio's own, run with the other expired timers).
+- Connection (:class:`NativeConnection`): asyncio's own transport with reading left on. anyio's
+  stream switches reading on and off around every receive (two ``epoll_ctl`` calls each) plus a
+  checkpoint: about 60 to 90 µs per request on the benchmark machine, a quarter of the request.
+  The protocol's callbacks only queue bytes and wake the waiting task; every byte is parsed in
+  that task, under its cancel scope.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+from collections.abc import Callable
+from typing import cast
+
+import anyio
+import anyio.lowlevel
+
+from ._quiet import quiet
+
+__all__ = [
+    "FAILURES",
+    "FutureWaiter",
+    "LoopAlarm",
+    "NativeConnection",
+    "clock",
+    "connect",
+    "deadline_keeper",
+    "waiter",
+]
+
+_READ_SIZE = 65536
+_BUFFER_LIMIT = 4 * _READ_SIZE
+FAILURES: tuple[type[BaseException], ...] = (
+    OSError,
+    ssl.SSLError,
+    anyio.BrokenResourceError,
+    anyio.EndOfStream,
+)
+
+
+def clock() -> Callable[[], float]:
+    return asyncio.get_running_loop().time
+
+
+class FutureWaiter:
+    """A :class:`~trio_lease._loops.Waiter` on a bare future."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self) -> None:
+        self._future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def wait(self) -> None:
+        await self._future
+
+    def hand(self) -> bool:
+        if self._future.done():
+            return False  # cancelled with its task: skipped
+        self._future.set_result(None)
+        return True
+
+    def handed(self) -> bool:
+        future = self._future
+        return future.done() and not future.cancelled()
+
+
+def waiter() -> FutureWaiter:
+    return FutureWaiter()
+
+
+class LoopAlarm:
+    """A :class:`~trio_lease._loops.DeadlineKeeper` with one loop timer (see the module)."""
+
+    __slots__ = ("_handle", "_loop", "_ring", "timers_set")
+
+    reads_on_ring = True
+
+    def __init__(self, ring: Callable[[float], float | None]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._ring = ring
+        self._handle: asyncio.TimerHandle | None = None
+        self.timers_set = 0
+
+    def start(self, deadline: float) -> None:
+        if self._handle is None:
+            self._set(deadline)
+
+    def add(self, scope: anyio.CancelScope, deadline: float) -> None:
+        """Nothing to do: the alarm cancels every scope its owner holds when it rings."""
+
+    def moved(self, deadline: float) -> None:
+        """Nothing to do: the alarm reads the deadline again when it fires."""
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _set(self, deadline: float) -> None:
+        self._handle = self._loop.call_at(deadline, self._fire)
+        self.timers_set += 1
+
+    def _fire(self) -> None:
+        self._handle = None
+        again = self._ring(self._loop.time())
+        if again is not None:
+            self._set(again)  # renewed since the alarm was set
+
+
+def deadline_keeper(
+    scopes: list[anyio.CancelScope], ring: Callable[[float], float | None]
+) -> LoopAlarm:
+    return LoopAlarm(ring)
+
+
+class _Reader(asyncio.Protocol):
+    """asyncio's side of a :class:`NativeConnection`: received bytes, the end, and a waiter.
+
+    Its callbacks only queue bytes and wake the task (nothing is parsed or decided here).
+    Reading stays on for the connection's life, paused only while more than
+    ``_BUFFER_LIMIT`` bytes wait to be read.
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.buffered = 0
+        self.ended = False
+        self.paused = False
+        self.waiter: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport by construction (create_connection). Not an isinstance check:
+        # other event loops' transports (uvloop's) do not derive from asyncio.Transport.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append(data)
+        self.buffered += len(data)
+        if self.buffered > _BUFFER_LIMIT and self.transport is not None and not self.paused:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.ended = True
+        self._wake()
+        return False  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class NativeConnection:
+    """One connection on asyncio's own transport (see the module): costs a future per wait."""
+
+    __slots__ = ("fd", "reader", "transport")
+
+    def __init__(self, transport: asyncio.Transport, reader: _Reader) -> None:
+        self.transport = transport
+        self.reader = reader
+        raw = transport.get_extra_info("socket")
+        self.fd: int = raw.fileno() if raw is not None else -1
+
+    def is_alive(self) -> bool:
+        reader = self.reader
+        if reader.ended or reader.chunks or self.transport.is_closing():
+            return False
+        return quiet(self.fd)
+
+    async def send(self, data: bytes) -> None:
+        # As anyio's streams do: no byte leaves a scope that is already cancelled (a task that
+        # runs on after an event-loop stall, its wait having completed, must not write).
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        if self.transport.is_closing() or self.reader.ended:
+            raise anyio.BrokenResourceError("the connection is closed")
+        self.transport.write(data)  # a request is small: the kernel takes it whole or buffers
+
+    async def receive(self) -> bytes:
+        reader = self.reader
+        while not reader.chunks:
+            if reader.ended:
+                return b""
+            waiter = reader.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                reader.waiter = None
+        data = reader.chunks.popleft()
+        reader.buffered -= len(data)
+        if reader.paused and reader.buffered <= _BUFFER_LIMIT // 2:
+            reader.paused = False
+            self.transport.resume_reading()
+        return data
+
+    async def close(self) -> None:
+        self.transport.abort()
+
+
+async def connect(
+    host: str, port: int, ssl_context: ssl.SSLContext | None, server_hostname: str | None
+) -> NativeConnection:
+    transport, reader = await asyncio.get_running_loop().create_connection(
+        _Reader,
+        host,
+        port,
+        ssl=ssl_context,
+        server_hostname=server_hostname if ssl_context is not None else None,
+    )
+    # No isinstance check on the transport: uvloop's do not derive from asyncio.Transport.
+    return NativeConnection(transport, reader)

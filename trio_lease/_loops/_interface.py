@@ -1,0 +1,128 @@
+"""What each event loop's module of the seam offers (:mod:`trio_lease._loops`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import ssl
+
+    import anyio
+
+__all__ = ["Connection", "DeadlineKeeper", "LoopKit", "Waiter"]
+
+
+class Waiter(Protocol):
+    """One task waiting to be handed something (a request slot), by another task.
+
+    :meth:`hand` may be called from any task of the loop (never from a thread); a waiter whose
+    :meth:`wait` was cancelled refuses it, so the giver passes it on.
+    """
+
+    async def wait(self) -> None:
+        """Block until :meth:`hand` is called (cancellable)."""
+        ...
+
+    def hand(self) -> bool:
+        """Wake the waiter; False if it already left (cancelled), so it took nothing."""
+        ...
+
+    def handed(self) -> bool:
+        """Whether :meth:`hand` reached the waiter (also if it was cancelled just after)."""
+        ...
+
+
+class DeadlineKeeper(Protocol):
+    """The per-loop part of the safety timer: brings a deadline to a set of cancel scopes.
+
+    The owner (:class:`trio_lease._bodies.BodyScopes`) keeps the scopes and the deadline and
+    decides; a keeper only arranges that the owner's ``ring`` runs (a loop timer), or that the
+    scopes cancel themselves (scope deadlines), once the loop's clock reaches the deadline it
+    was last given. Either way the cancellation comes with the loop's other expired timers,
+    also after a stall.
+    """
+
+    #: Loop timers set so far (for tests and the benchmarks; 0 for scope deadlines).
+    timers_set: int
+
+    def start(self, deadline: float) -> None:
+        """The first body opened: keep ``deadline`` (on the loop's clock)."""
+        ...
+
+    def add(self, scope: anyio.CancelScope, deadline: float) -> None:
+        """Another body's scope joins (the deadline as :meth:`start`'s, possibly moved)."""
+        ...
+
+    def moved(self, deadline: float) -> None:
+        """A renewal moved the deadline later."""
+        ...
+
+    def stop(self) -> None:
+        """The last body left: nothing is cancelled any more."""
+        ...
+
+    @property
+    def reads_on_ring(self) -> bool:
+        """True if the keeper reads the deadline itself when it fires (then :meth:`moved` is
+        never needed: the owner skips reading the deadline on every renewal)."""
+        ...
+
+
+class Connection(Protocol):
+    """One client connection: bytes out, bytes in (``b""`` at the end), read in the calling
+    task. Failures are the loop's own types (:data:`LoopKit.FAILURES`); the caller translates
+    them (:mod:`trio_lease._http_errors`)."""
+
+    fd: int
+
+    def is_alive(self) -> bool:
+        """False if the idle connection was closed by the server or has unasked bytes."""
+        ...
+
+    async def send(self, data: bytes) -> None:
+        """Send ``data`` whole; no byte leaves a scope that is already cancelled."""
+        ...
+
+    async def receive(self) -> bytes:
+        """The next bytes the server sent; ``b""`` once it closed its side."""
+        ...
+
+    async def close(self) -> None:
+        """Close at once (no wait for the peer)."""
+        ...
+
+
+class LoopKit(Protocol):
+    """A seam module (``_asyncio``, ``_trio``): the same names on every loop."""
+
+    @property
+    def FAILURES(self) -> tuple[type[BaseException], ...]:
+        """The errors a connection of this loop raises when the network or TLS fails."""
+        ...
+
+    def clock(self) -> Callable[[], float]:
+        """The running loop's clock (what :func:`anyio.current_time` reads), bound once."""
+        ...
+
+    def waiter(self) -> Waiter:
+        """A new :class:`Waiter`."""
+        ...
+
+    def deadline_keeper(
+        self, scopes: list[anyio.CancelScope], ring: Callable[[float], float | None]
+    ) -> DeadlineKeeper:
+        """The loop's keeper for ``scopes``. A keeper with a loop timer calls ``ring`` with
+        the loop's time when it fires: ``ring`` returns the deadline to wait for next, or None
+        (it cancelled the scopes, or none is left)."""
+        ...
+
+    async def connect(
+        self,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None,
+        server_hostname: str | None,
+    ) -> Connection:
+        """A new connection (TLS when ``ssl_context`` is given)."""
+        ...

@@ -1,0 +1,325 @@
+"""HTTP/1.1 for the lean client (:mod:`._lean_http`), sans I/O: a reply read by llhttp, a
+request checked by h11.
+
+Reply: :class:`ReplyReader` feeds the bytes to ``httptools`` (llhttp, the parser of Node.js and
+uvicorn) in the task that reads them, and keeps the few rules of its own that a client needs
+on top: the framing a lease client accepts, the bound on a reply's head, what happens when the
+server closes the connection, and whether the connection may carry another request. Measured
+on one Kubernetes Lease reply (tools/benchmarks/README.md, "Parsing"), llhttp reads it several
+times faster than the hand-written parser it replaced, and h11 several times slower.
+
+A reply is input (docs/design.md §4.8): anything llhttp refuses, and anything below, is a
+:class:`ReplyError` naming the rule that failed, never the bytes:
+
+- another HTTP major version, a status under 100, or 101 (never asked for); informational
+  replies (1xx but 101) are skipped;
+- lines that do not end in CRLF, obs-fold, header names that are not tokens, values with
+  control characters (llhttp's strict mode);
+- ``Transfer-Encoding`` other than ``chunked`` alone, or given twice; ``Content-Length`` with
+  ``Transfer-Encoding``, twice, or not a number (llhttp);
+- a head, a chunk size line or a trailer section over ``MAX_HEAD`` bytes;
+- a reply cut short by the end of the connection;
+- a TLS record where the status line belongs (a plain-HTTP request reached a TLS server): the
+  error says so (``_connect.TLS_REPLY``), and the backends' messages say "use https://".
+
+Framing: 204 and 304 have no body; chunked (extensions and trailers dropped);
+``Content-Length``; else the body runs to the connection's end (not reused).
+
+Request: :func:`encode_request` has h11 check the request line and every header field (h11's
+rules for what HTTP/1.1 can carry), then writes the bytes as h11 writes them. A field checked
+once is remembered encoded (the same few go with every request); credentials never are.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from collections.abc import Sequence
+from typing import Final
+
+import h11
+import httptools
+
+from ._connect import NO_REPLY, TLS_REPLY
+
+__all__ = [
+    "END",
+    "MAX_HEAD",
+    "NEED_DATA",
+    "EncodeError",
+    "Head",
+    "ReplyError",
+    "ReplyReader",
+    "encode_request",
+]
+
+#: Longest head, chunk size line or trailer section accepted (bytes).
+MAX_HEAD: Final = 65536
+#: Header fields already checked and encoded. Credentials are never kept here.
+_FIELDS: dict[tuple[str, str], bytes] = {}
+_FIELDS_KEPT: Final = 1024
+_SECRET_FIELDS: Final = frozenset({"authorization", "proxy-authorization", "cookie"})
+#: llhttp's reason for refusing a reply, kept if it is plain words (it never quotes the bytes,
+#: and this makes sure).
+#: A reason phrase (RFC 9112: tabs, spaces, visible characters and obs-text; llhttp lets more
+#: through, such as NUL).
+_REASON: Final = re.compile(rb"[\t \x21-\x7e\x80-\xff]*")
+_PLAIN: Final = re.compile(r"[A-Za-z][A-Za-z ,/'-]{0,79}")
+#: CR and LF: llhttp skips them between messages.
+_LINE_END: Final = frozenset(b"\r\n")
+
+
+class ReplyError(Exception):
+    """The reply breaks HTTP/1.1; the message names the rule, never the bytes."""
+
+
+class EncodeError(ValueError):
+    """A request that HTTP/1.1 cannot carry (a header value with a line break, non-ASCII)."""
+
+
+class Head:
+    """A reply's status and header fields (names lower-cased, values as sent)."""
+
+    __slots__ = ("headers", "status_code")
+
+    def __init__(self, status_code: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.status_code = status_code
+        self.headers = headers
+
+
+class _Sentinel:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+#: :meth:`ReplyReader.next_event`: more bytes are needed.
+NEED_DATA: Final = _Sentinel("NEED_DATA")
+#: :meth:`ReplyReader.next_event`: the reply is complete.
+END: Final = _Sentinel("END")
+
+
+def encode_request(
+    method: str, target: str, headers: Sequence[tuple[str, str]], body: bytes | None
+) -> bytes:
+    """The request's bytes; :class:`EncodeError` (naming no value) if HTTP cannot carry it."""
+    unchecked = [field for field in headers if field not in _FIELDS]
+    if not any(name.lower() == "host" for name, _ in unchecked):
+        unchecked.append(("Host", "h"))  # h11 requires one in HTTP/1.1 (ours is remembered)
+    try:
+        # h11 checks the method, the target and each field it has not checked before.
+        h11.Request(method=method, target=target, headers=unchecked)
+        line = b"%s %s HTTP/1.1\r\n" % (method.encode("ascii"), target.encode("ascii"))
+    except (h11.LocalProtocolError, UnicodeEncodeError):
+        raise EncodeError("the method, the target or a header is not valid HTTP") from None
+    parts = [line]
+    for field in headers:
+        encoded = _FIELDS.get(field)
+        if encoded is None:
+            name, value = field
+            encoded = b"%s: %s\r\n" % (name.encode("ascii"), value.encode("ascii"))
+            if name.lower() not in _SECRET_FIELDS:
+                if len(_FIELDS) >= _FIELDS_KEPT:
+                    _FIELDS.clear()
+                _FIELDS[field] = encoded
+        parts.append(encoded)
+    parts.append(b"\r\n")
+    if body:
+        parts.append(body)
+    return b"".join(parts)
+
+
+class ReplyReader:
+    """One reply, read from the bytes given to :meth:`receive_data` (sans I/O).
+
+    :meth:`next_event` returns :data:`NEED_DATA`, the reply's :class:`Head` (once), body bytes
+    (any number of times), then :data:`END`. Afterwards :attr:`reusable` tells whether the
+    connection may carry another request (not if the server sent anything beyond the reply).
+    Every byte is parsed by :meth:`receive_data`, in the caller's task.
+    """
+
+    __slots__ = (
+        "_chunked",
+        "_codings",
+        "_ended",
+        "_error",
+        "_events",
+        "_headers",
+        "_in_head",
+        "_parser",
+        "_seen",
+        "_since_progress",
+        "_state",
+        "_status",
+        "keep_alive",
+        "trailing",
+    )
+
+    def __init__(self) -> None:
+        self._parser = httptools.HttpResponseParser(self)
+        self._events: collections.deque[Head | bytes | _Sentinel] = collections.deque()
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._codings = 0  # Transfer-Encoding fields seen
+        self._chunked = False
+        self._status = 0
+        self._in_head = True  # reading a head (not a body)
+        self._state = "head"  # head, body, to_close, done
+        self._ended = False  # the server closed its side
+        self._seen = False  # any byte received
+        self._since_progress = 0
+        #: The reply broke a rule: raised once the events before it were taken.
+        self._error: ReplyError | None = None
+        #: HTTP/1.1 without ``Connection: close`` and a framing that ends on its own.
+        self.keep_alive = True
+        #: The server sent bytes beyond the reply.
+        self.trailing = False
+
+    @property
+    def reusable(self) -> bool:
+        """The reply is complete, the server keeps the connection, and nothing followed."""
+        return self._state == "done" and self.keep_alive and not self.trailing and not self._ended
+
+    def receive_data(self, data: bytes) -> None:
+        """Bytes from the server (parsed here); ``b""`` when it closed the connection."""
+        if not data:
+            self._ended = True
+            if self._state == "to_close":
+                self._state = "done"
+                self._events.append(END)
+            return
+        if self._state == "done":
+            self.trailing = True
+            return
+        if self._error is not None:
+            return
+        if not self._seen and data[:1] in (b"\x15", b"\x16") and data[1:2] in (b"", b"\x03"):
+            # A TLS record (an alert, a handshake) where a status line belongs: a plain-HTTP
+            # request reached a TLS server.
+            self._error = ReplyError(TLS_REPLY)
+            return
+        if not self._seen and data[:1] != b"H":  # llhttp skips leading line ends; h11 does not
+            self._error = ReplyError("the reply does not start with an HTTP/1.x status line")
+            return
+        self._seen = True
+        before = len(self._events)
+        try:
+            if data[-1] in _LINE_END:
+                # llhttp skips line ends after a reply without a callback: the last byte is
+                # fed alone, so one that came after the reply is known to be beyond it.
+                self._parser.feed_data(memoryview(data)[:-1])
+                if self._state == "done":
+                    self.trailing = True
+                else:
+                    self._parser.feed_data(data[-1:])
+            else:
+                self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._error = ReplyError(f"a {self._status} reply was not asked for")
+        except httptools.HttpParserError as exc:
+            ours = exc.__context__
+            if isinstance(ours, ReplyError):  # raised by a callback below
+                self._error = ReplyError(str(ours))
+            elif self._state != "done":
+                self._error = ReplyError(_llhttp_says(exc))
+            else:
+                self.trailing = True  # bytes after the reply that are not a reply: not reused
+        if len(self._events) == before and self._state in ("head", "body"):
+            self._since_progress += len(data)
+            if self._since_progress > MAX_HEAD and self._error is None:
+                what = "head" if self._in_head else "chunk framing or trailer section"
+                self._error = ReplyError(f"the reply's {what} is over {MAX_HEAD:,} bytes")
+        else:
+            self._since_progress = 0
+
+    def next_event(self) -> Head | bytes | _Sentinel:
+        """The next piece of the reply (see the class docstring); :class:`ReplyError`."""
+        if self._events:
+            return self._events.popleft()
+        if self._error is not None:
+            raise ReplyError(str(self._error))  # a new one each time: no traceback kept
+        if self._state == "done":
+            return END
+        if self._ended:
+            if not self._seen:
+                raise ReplyError(NO_REPLY)
+            if self._in_head:
+                raise ReplyError(
+                    "the server closed the connection in the middle of the reply's head"
+                )
+            raise ReplyError("the server closed the connection before the reply's end")
+        return NEED_DATA
+
+    # -- llhttp's callbacks, run inside feed_data (in the reading task) -----------------------
+
+    def on_message_begin(self) -> None:
+        if self._state == "done":
+            self.trailing = True  # a second reply: not ours to read
+            return
+        self._headers = []
+        self._codings = 0
+        self._in_head = True
+
+    def on_status(self, reason: bytes) -> None:
+        if _REASON.fullmatch(reason) is None:
+            raise ReplyError("the reply's status line is not valid HTTP/1.1")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._in_head or self._state == "done":
+            return  # a trailer field (checked by llhttp, dropped)
+        name = name.lower()
+        if name == b"transfer-encoding":
+            # Exactly "chunked": llhttp frames "chunked" followed by a tab as no coding at all.
+            self._codings += 1
+            self._chunked = value.lower() == b"chunked"
+        value = value.rstrip(b" \t")  # llhttp keeps the trailing whitespace (not the value's)
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        if self._state == "done":
+            return
+        parser = self._parser
+        status = self._status = parser.get_status_code()
+        if status < 100 or status == 101:
+            raise ReplyError(f"a {status} reply was not asked for")
+        if parser.get_http_version()[:2] != "1.":
+            raise ReplyError("the reply does not start with an HTTP/1.x status line")
+        self._in_head = False
+        if status < 200:
+            return  # informational: the reply follows
+        if self._codings > 1:
+            raise ReplyError("the reply has Transfer-Encoding twice")
+        if self._codings and not self._chunked:
+            raise ReplyError("the reply's Transfer-Encoding is not chunked alone")
+        # HTTP/1.0 never (llhttp honours its keep-alive header; h11 and this client do not).
+        self.keep_alive = parser.should_keep_alive() and parser.get_http_version() == "1.1"
+        framed = (
+            self._codings
+            or status in (204, 304)
+            or any(name == b"content-length" for name, _ in self._headers)
+        )
+        if not framed:
+            self.keep_alive = False
+            self._state = "to_close"
+        else:
+            self._state = "body"
+        self._events.append(Head(status, self._headers))
+
+    def on_body(self, body: bytes) -> None:
+        if self._state != "done":
+            self._events.append(body)
+
+    def on_message_complete(self) -> None:
+        if self._state == "done" or self._status < 200:
+            return
+        self._state = "done"
+        self._events.append(END)
+
+
+def _llhttp_says(exc: Exception) -> str:
+    reason = str(exc).strip().rstrip(".")
+    said = f" ({reason})" if _PLAIN.fullmatch(reason) else ""
+    return f"the reply is not valid HTTP/1.1{said}"
