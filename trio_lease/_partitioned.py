@@ -14,7 +14,6 @@ first answer.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import random
@@ -23,17 +22,17 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 import anyio
 from anyio.abc import ObjectReceiveStream, TaskGroup
 
-from ._abc import LeaseBackend, LeaseRecord
+from ._abc import LeaseBackend
 from ._checks import check_async_callable, check_name, check_text
 from ._exceptions import LeaseConfigError, LeaseError, LeaseLost
 from ._grant import Grant
 from ._group import partition_group
-from ._lease import Lease, observe_record, takeover_in
+from ._lease import Lease
 from ._namespace import record_name
 from ._observer import LeaseInfo, LeaseObserver, everywhere, notify
 from ._outcome import Outcome, sole_error
 from ._settings import LeaseSettings
-from ._slotted import follow_records, withdraw_request
+from ._slotted import withdraw_request
 
 __all__ = ["assign", "retry_delay", "run_partitioned"]
 
@@ -351,7 +350,7 @@ class _Errors:
 
 
 async def _hold_key(
-    key: str, fn: KeyWork, lease: Lease, members: tuple[str, ...], errors: _Errors
+    key: str, fn: KeyWork, lease: _KeyLease, members: tuple[str, ...], errors: _Errors
 ) -> None:
     """Ask for the key, hold it and run ``fn`` (again after a loss, and after an error of
     ``fn`` unless ``stop_on_error``).
@@ -373,7 +372,7 @@ async def _hold_key(
         record is not None
         and not record.is_free
         and record.holder in members
-        and takeover_in(lease) > 0
+        and lease.takeover_in() > 0
     ):
         try:
             asked = await lease.request_handover()
@@ -435,7 +434,7 @@ class _KeyLeases:
         self._owner = owner
         self._backend = backend
         self._settings = settings
-        self._leases: dict[str, Lease] = {}
+        self._leases: dict[str, _KeyLease] = {}
         self._keys: list[str] = []
         self._following = anyio.CancelScope()
         self._attempts = _FirstAttempts()
@@ -443,11 +442,11 @@ class _KeyLeases:
     def __repr__(self) -> str:
         return f"<keys of {self._name!r}: {len(self._keys)} followed>"
 
-    def of(self, key: str) -> Lease:
+    def of(self, key: str) -> _KeyLease:
         """The lease of ``key`` (made on first use)."""
         lease = self._leases.get(key)
         if lease is None:
-            lease = Lease(
+            lease = _KeyLease(
                 record_name(self._name, "key", check_name(key, "key")),
                 self._owner,
                 self._backend,
@@ -470,23 +469,37 @@ class _KeyLeases:
         self._following.cancel()
 
     async def observe(self) -> None:
-        """Note each change of the followed keys' records in their leases, until cancelled."""
+        """Follow the records of the followed keys in their leases, until cancelled."""
         while True:
-            keys = self._keys
-            leases = [self.of(key) for key in keys]
+            leases = [self.of(key) for key in self._keys]
             self._following = anyio.CancelScope()
             with self._following:
-                receive = functools.partial(_observe, leases)
                 try:
-                    await follow_records(
-                        self._backend,
-                        [lease.name for lease in leases],
-                        receive,
-                        timeout=leases[0].settings.lease_operation_timeout if leases else 1.0,
-                    )
+                    async with anyio.create_task_group() as tg:
+                        for lease in leases:
+                            tg.start_soon(lease.follow)
                 except Exception as exc:  # a hint only: a failure only logs
                     logger.info("partitioned %r: following the keys failed: %s", self._name, exc)
                 await anyio.sleep_forever()
+
+
+class _KeyLease(Lease):
+    """A key's lease, which also follows its record before it is asked for.
+
+    A member follows every key's record (its lease's reader follows the shared watch), so the
+    lease counts a dead holder's expiry from the holder's last renewal seen, not from the first
+    attempt, which may come later: the key's new owner takes it L after the renewals stopped.
+    """
+
+    async def follow(self) -> None:
+        """Follow the key's record until cancelled, observing each state (returns at once for
+        a backend without a watch)."""
+        await self._reader.follow()
+
+    def takeover_in(self) -> float:
+        """Seconds until the key's record as last seen may be taken over, by this lease's own
+        observation (0 when it is free, unseen, or has stood unchanged for L)."""
+        return self._reader.takeover_in()
 
 
 class _FirstAttempts(LeaseObserver):
@@ -507,10 +520,6 @@ class _FirstAttempts(LeaseObserver):
         self, lease: LeaseInfo, *, fencing_token: int, waited: float, valid_for: float
     ) -> None:
         self._answered(lease)
-
-
-def _observe(leases: list[Lease], index: int, record: LeaseRecord | None) -> None:
-    observe_record(leases[index], record)
 
 
 class _Trigger:
