@@ -42,14 +42,14 @@ __all__ = [
 ]
 
 #: Faults that may legitimately make two holders believe at once (reliability.md §4.3).
-EXPLAINING_KINDS = frozenset({"pause-long", "pause-in-write", "skew-beyond"})
+EXPLAINING_KINDS = frozenset({"pause-long", "pause-in-write", "pause-waiter", "skew-beyond"})
 #: Faults that cannot make a holder lose its lease (so they do not excuse a loss).
 HARMLESS_KINDS = frozenset({"skew-within"})
 #: How long after a long pause a stale write still counts as the pause's (seconds): a worker
 #: stopped inside its blocking step (pause-in-write, 1 s) finishes that step after SIGCONT.
 AFTER_PAUSE = 2.0
 #: Long pauses of the holder (SIGSTOP beyond L).
-PAUSE_KINDS = frozenset({"pause-long", "pause-in-write"})
+PAUSE_KINDS = frozenset({"pause-long", "pause-in-write", "pause-waiter"})
 #: A stretch in which a worker's own event loop ran nothing (self-observed, see
 #: :func:`stall_episodes`): it explains like a pause, when it too is beyond the margin.
 STALL = "stall"

@@ -40,13 +40,13 @@ from ._fencing import FencingClient
 from ._proc import exit_with_parent
 from ._worker import _signals, emit, make_backend, watch_stalls
 
-__all__ = ["PARTITIONED", "main"]
+__all__ = ["PARTITIONED", "main", "stdin_closed"]
 
 #: The ``name`` every member passes to run_partitioned (keys are ``campaign.<key>``).
 PARTITIONED = "campaign"
 
 
-async def _stdin_closed(done: anyio.CancelScope) -> None:
+async def stdin_closed(done: anyio.CancelScope) -> None:
     """Leave when stdin closes (the harness's way of stopping a member)."""
     while await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True):
         pass
@@ -100,7 +100,7 @@ async def main(config: dict[str, Any]) -> None:
     with anyio.CancelScope() as done:
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch_stalls)
-            tg.start_soon(_stdin_closed, done)
+            tg.start_soon(stdin_closed, done)
             tg.start_soon(_signals, done)
             tg.start_soon(exit_with_parent, done)
             tg.start_soon(members, config)
