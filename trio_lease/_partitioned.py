@@ -10,6 +10,14 @@ handover request, so it takes it at once. A member moves keys once the membershi
 for ``SETTLE`` (so members starting together do not each take every key first), and starts its
 keys one at a time, ``START_PACE`` apart and at most ``STARTS_AT_ONCE`` waiting for the store's
 first answer.
+
+A newcomer cannot know how long a crashed member's key record has stood unchanged (it has
+just started watching, and clocks of other machines are not trusted), so it would take such a
+key only L after its own first look. A member that has watched the record stand unchanged for
+L *clears* it for the newcomer instead (:class:`_Clearing`): it takes the expired lease and
+releases it at once (a new fencing token, ``fn`` not run), and the newcomer, waiting on the
+record, takes the free key at once: a crash fails over about L after the dead member's last
+renewal, also when its replacement joins at once.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from anyio.abc import ObjectReceiveStream, TaskGroup
 
 from ._abc import LeaseBackend
 from ._checks import check_async_callable, check_name, check_text
-from ._exceptions import LeaseConfigError, LeaseError, LeaseLost
+from ._exceptions import LeaseBusy, LeaseConfigError, LeaseError, LeaseLost
 from ._grant import Grant
 from ._group import partition_group
 from ._lease import Lease
@@ -173,11 +181,14 @@ async def run_partitioned(
                     async with group.joined() as membership, anyio.create_task_group() as tg:
                         runs.members = membership.members()
                         changed = _Trigger()
+                        clearing = _Clearing(membership.identity, leases, group.settings)
+                        clearing.saw(runs.members)
 
                         async def follow_members() -> None:
                             async with membership.changes() as lists:
                                 async for listed in lists:
                                     runs.members = listed
+                                    clearing.saw(listed)
                                     changed.poke()
 
                         async def follow_keys(updates: ObjectReceiveStream[Iterable[str]]) -> None:
@@ -189,6 +200,7 @@ async def run_partitioned(
 
                         tg.start_soon(follow_members)
                         tg.start_soon(leases.observe)
+                        tg.start_soon(clearing.run, lambda: assign(wanted, runs.members))
                         if stream is not None:
                             tg.start_soon(follow_keys, stream)
                         settle = min(SETTLE, group.settings.wait_interval / 4)
@@ -285,6 +297,72 @@ class _Runs:
         async with limiter:
             self._running[key].cancel()
             await self._ended[key].wait()
+
+
+class _Clearing:
+    """Clears, for members that joined less than L ago, the dead members' key records this
+    member has watched stand unchanged for L (see the module docstring).
+
+    Only keys assigned to such a newcomer: a member that has been in the group for L has
+    watched the records as long as this one, and takes its keys itself. Clearing is an ordinary
+    attempt (``try_held()``, which takes the record only if it has expired in this member's
+    view) and an immediate release; a key taken meanwhile (``LeaseBusy``) is left alone.
+    """
+
+    def __init__(self, me: str, leases: _KeyLeases, settings: LeaseSettings) -> None:
+        self._me = me
+        self._leases = leases
+        self._settings = settings
+        self._members: tuple[str, ...] = ()
+        #: When (this member's clock) each member was first listed.
+        self._since: dict[str, float] = {}
+
+    def saw(self, members: tuple[str, ...]) -> None:
+        """Note a member list (the first one, then each change)."""
+        now = anyio.current_time()
+        self._members = members
+        for member in members:
+            self._since.setdefault(member, now)
+
+    async def run(self, assignment: Callable[[], dict[str, list[str]]]) -> None:
+        """Clear what there is to clear, every ``wait_interval`` or sooner, until cancelled."""
+        while True:
+            soonest = await self._clear_due(assignment())
+            await anyio.sleep(min(soonest, self._settings.wait_interval) + 1e-3)
+
+    async def _clear_due(self, assignment: dict[str, list[str]]) -> float:
+        """Clear the records due now; seconds until the next one may be due."""
+        now = anyio.current_time()
+        soonest = self._settings.wait_interval
+        for member, keys in assignment.items():
+            new_for = self._since.get(member, now) + self._settings.heartbeat_timeout - now
+            if member == self._me or new_for <= 0:
+                continue
+            soonest = min(soonest, new_for)
+            for key in keys:
+                lease = self._leases.of(key)
+                record = lease.last_record
+                if record is None or record.is_free or record.holder in self._members:
+                    continue
+                wait = lease.takeover_in()
+                if wait > 0:
+                    soonest = min(soonest, wait)
+                    continue
+                await _clear(key, lease)
+        return soonest
+
+
+async def _clear(key: str, lease: Lease) -> None:
+    """Take ``key``'s expired lease and release it at once; a failure only logs."""
+    try:
+        async with lease.try_held():
+            pass
+    except LeaseBusy:
+        return  # taken meanwhile (by the member it is assigned to, most likely)
+    except LeaseError as exc:
+        logger.info("key %r: clearing a dead member's record failed: %s", key, exc)
+    else:
+        logger.info("key %r: cleared a dead member's record for the member that gets it", key)
 
 
 class _Errors:

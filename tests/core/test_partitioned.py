@@ -283,10 +283,13 @@ async def test_time_to_balance_after_a_join_and_after_a_crash() -> None:
     assert crash <= s.heartbeat_timeout + s.wait_interval
 
 
-async def test_a_crash_replaced_at_once_fails_over_within_l() -> None:
+@pytest.mark.parametrize("delay", [0.5, 7.5], ids=["replaced-at-once", "replaced-after-half-l"])
+async def test_a_crash_replaced_at_once_fails_over_within_l(delay: float) -> None:
     """Measured on virtual time, 12 keys on three members: one crashes and its replacement joins
-    0.5 s later; every key runs again, balanced over the live members, within L + R + T +
-    wait_interval of the crash (the replacement never counts the dead member alive)."""
+    ``delay`` later (0.5 s, or L/2: a process's start on a loaded machine); every key runs again,
+    balanced over the live members, within L + R + T + wait_interval of the crash (the
+    replacement never counts the dead member alive, and the dead member's keys it gets are
+    cleared for it by a member that watched them stand for L)."""
     store = MemoryStore()
     s = SETTINGS
     keys = [f"k{i:02}" for i in range(12)]
@@ -334,7 +337,7 @@ async def test_a_crash_replaced_at_once_fails_over_within_l() -> None:
         await anyio.sleep(s.heartbeat_timeout)  # settled: c's keys renewed many times
         backends[c].pause()  # c is killed: it renews no more
         crashed = anyio.current_time()
-        await anyio.sleep(0.5)
+        await anyio.sleep(delay)
         tg.start_soon(member, d)  # its replacement
         await balanced([4, 4, 4], excluded=c)
         failover = anyio.current_time() - crashed

@@ -16,7 +16,13 @@ A step ends once the keys are *balanced* and stay so for L: every key runs on ex
 member, every such member is alive, and each live member runs ⌊K/M⌋ or ⌈K/M⌉ keys. Its *time to
 balance* is from the step's start to the last moment the keys became balanced, replayed from
 the members' events in order of their timestamps (CLOCK_MONOTONIC, shared by every process), so
-when the runner reads the events does not matter. *Keys moved* counts the key starts in the
+when the runner reads the events does not matter. In the *crash* and *replace* steps the run also
+measures the *failover*: from the kill until every key the dead member ran runs again on a live
+member; and, read from the store right after the kill, the dead member's *last renewal* (the
+latest ``renewed_at`` of its records, its group lease and its keys', as seconds from the kill:
+negative). The documented bound of a failover, L + R + T + ``wait_interval`` (plus the members'
+pacing of key starts), counts from that last renewal (docs/partitioning.md).
+*Keys moved* counts the key starts in the
 step; its *minimum* is the keys that had to move: the newcomer's share after a join, the
 leaver's share before a leave or a crash. The run also counts any key that started on a member
 while it ran on another (there must be none), and the releases the members reported as timed
@@ -49,8 +55,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from ._common import machine, percentile
 from ._one_watch import source
+from ._partition_member import make_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL: dict[str, Any] = {"keys": 24, "L": 3.0, "R": 0.5, "repetitions": 8}
@@ -186,15 +195,20 @@ class Rig:
                     since = time.monotonic()
         return time.monotonic()
 
-    def measure(self, start: float, end: float) -> dict[str, Any]:
+    def measure(self, start: float, end: float, dead: str | None = None) -> dict[str, Any]:
         """Replay every event up to ``end``: when the keys last became balanced after
-        ``start``, how many keys started after it, and whether any ran twice at once."""
+        ``start``, how many keys started after it, and whether any ran twice at once; with
+        ``dead`` (killed at ``start``), when every key it ran then ran again elsewhere."""
         replay = Replay(self.plan["keys"])
         balanced_at: float | None = None
         starts = 0
+        orphans: set[str] | None = None  # the dead member's keys not yet started elsewhere
+        failover_at: float | None = None
         for event in sorted(self.log, key=lambda e: e["t"]):
             if event["t"] > end:
                 break
+            if dead is not None and orphans is None and event["t"] >= start:
+                orphans = {key for key, running in replay.holders.items() if dead in running}
             was = replay.balanced()
             replay.apply(event)
             if event["t"] >= start:
@@ -203,10 +217,19 @@ class Rig:
                     balanced_at = event["t"]
                 elif not replay.balanced():
                     balanced_at = None
+                if orphans and event["event"] == "start" and event["member"] != dead:
+                    orphans.discard(event["key"])
+                    if not orphans:
+                        failover_at = event["t"]
         if balanced_at is None:
             raise Unsettled("the replay does not end balanced")
-        return {"seconds": balanced_at - start, "moved": starts, "overlaps": replay.overlaps,
-                "shares": {m: replay.share(m) for m in sorted(replay.live)}}
+        sample = {"seconds": balanced_at - start, "moved": starts, "overlaps": replay.overlaps,
+                  "shares": {m: replay.share(m) for m in sorted(replay.live)}}
+        if dead is not None:
+            if failover_at is None:
+                raise Unsettled(f"the keys of {dead} did not all run again")
+            sample["failover"] = failover_at - start
+        return sample
 
     def release_timeouts(self) -> int:
         """Releases the members reported as timed out (bounded by T) so far: such a key waits
@@ -223,6 +246,28 @@ class Rig:
             proc.wait()
             if proc.stdout is not None:
                 proc.stdout.close()
+
+
+def last_renewal(store: dict[str, Any], member: str) -> float:
+    """When ``member`` last renewed any of its records (its group lease, its keys' leases), as
+    the store has them: the latest ``renewed_at`` (the wall clock its writes stamp), converted
+    to this machine's monotonic clock (shared with the members' event stamps)."""
+
+    async def read() -> list[float]:
+        stamps = []
+        async with make_backend(store) as backend:
+            for name in await backend.names():
+                record = await backend.get(name)
+                if record is None or not record.holder.startswith(f"{member}_"):
+                    continue
+                if record.renewed_at is not None:
+                    stamps.append(record.renewed_at.timestamp())
+        return stamps
+
+    stamps = anyio.run(read)
+    if not stamps:
+        raise Unsettled(f"no record of {member} in the store")
+    return max(stamps) - (time.time() - time.monotonic())
 
 
 def repetition(store: dict[str, Any], plan: dict[str, Any], workdir: Path) -> list[dict[str, Any]]:
@@ -244,14 +289,18 @@ def repetition(store: dict[str, Any], plan: dict[str, Any], workdir: Path) -> li
                 member = {"leave": f"m{before}", "crash": "m2", "replace": "m3"}[kind]
                 minimum = rig.online.share(member)
                 start = rig.stop(member, crash=kind != "leave")
+                if kind != "leave":  # read before the others take its keys (L after)
+                    renewed = last_renewal(store, member) - start
                 if kind == "replace":
-                    time.sleep(REPLACE_AFTER)
+                    time.sleep(max(0.0, start + REPLACE_AFTER - time.monotonic()))
                     rig.spawn("m5")
                     ready_after = rig.wait_event("ready", "m5", limit)["t"] - start
             timeouts = rig.release_timeouts()
             end = rig.settle(hold, limit)
-            sample = rig.measure(start, end)
+            sample = rig.measure(start, end, dead=member if kind in ("crash", "replace") else None)
             sample["release_timeouts"] = rig.release_timeouts() - timeouts
+            if kind in ("crash", "replace"):
+                sample["last_renewal"] = renewed
             if minimum is None:
                 minimum = sample["shares"][member]
             if kind == "replace":
