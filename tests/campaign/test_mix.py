@@ -100,9 +100,10 @@ def test_semaphore_smoke_is_clean(backend: str, tmp_path: Path) -> None:
 
 def test_semaphore_checker_catches_a_contender_over_the_limit(tmp_path: Path) -> None:
     """One worker configured with limit 4 among workers at limit 3: the checker reports more
-    than 3 holders at once (no fault needed)."""
+    than 3 holders at once (short pauses only, until the slots have moved 40 times)."""
     config = RunConfig.semaphore_smoke(
-        "sqlite", seed=22, out_dir=tmp_path, broken="over-limit", faults=(), duration=8.0
+        "sqlite", seed=22, out_dir=tmp_path, broken="over-limit", faults=("pause-short",),
+        rounds=None, handovers=40,
     )
     report, out_dir = run_semaphore_mode(config)
     assert report.most_at_once == 4

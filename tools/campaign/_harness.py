@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -259,28 +259,27 @@ def _library_revision() -> dict[str, Any]:
 def run(config: RunConfig) -> tuple[Report, Path]:
     """Run one campaign of the lease mode and judge it; returns the report and the run's
     directory."""
-    if config.mode != "lease":
-        raise ValueError(f"run() runs the lease mode, not {config.mode!r}")
-    report, out_dir = run_any(config)
-    assert isinstance(report, Report)
-    return report, out_dir
+    return _run_as(config, "lease", Report, "run")
 
 
 def run_partitioned_mode(config: RunConfig) -> tuple[PartitionedReport, Path]:
     """Run one campaign of the partitioned mode and judge it."""
-    if config.mode != "partitioned":
-        raise ValueError(f"run_partitioned_mode() runs the partitioned mode, not {config.mode!r}")
-    report, out_dir = run_any(config)
-    assert isinstance(report, PartitionedReport)
-    return report, out_dir
+    return _run_as(config, "partitioned", PartitionedReport, "run_partitioned_mode")
 
 
 def run_semaphore_mode(config: RunConfig) -> tuple[SemaphoreReport, Path]:
     """Run one campaign of the semaphore mode and judge it."""
-    if config.mode != "semaphore":
-        raise ValueError(f"run_semaphore_mode() runs the semaphore mode, not {config.mode!r}")
+    return _run_as(config, "semaphore", SemaphoreReport, "run_semaphore_mode")
+
+
+_R = TypeVar("_R", Report, PartitionedReport, SemaphoreReport)
+
+
+def _run_as(config: RunConfig, mode: str, kind: type[_R], caller: str) -> tuple[_R, Path]:
+    if config.mode != mode:
+        raise ValueError(f"{caller}() runs the {mode} mode, not {config.mode!r}")
     report, out_dir = run_any(config)
-    assert isinstance(report, SemaphoreReport)
+    assert isinstance(report, kind)
     return report, out_dir
 
 

@@ -47,8 +47,8 @@ from typing import Any
 from trio_lease._partitioned import assign
 
 from ._checker import (
+    Counts,
     Interval,
-    Verdict,
     _explained,
     count_stalls,
     judge_overlap,
@@ -57,37 +57,28 @@ from ._checker import (
 )
 
 __all__ = [
-    "PartitionedReport", "assignee_faults", "check_partitioned", "covered", "judge_grants",
-    "key_intervals", "merge_spans", "subtract_spans",
+    "GrantsReport", "PartitionedReport", "assignee_faults", "check_partitioned", "covered",
+    "judge_grants", "key_intervals", "merge_spans", "subtract_spans",
 ]
 
 
 @dataclasses.dataclass
-class PartitionedReport(Verdict):
+class GrantsReport(Counts):
+    """What the modes of many leases count besides: moves, and late starts a pause explains."""
+
+    moves: int = 0
+    #: grants whose body started after a newer grant's, explained by a pause of their runner
+    late_starts_explained: int = 0
+
+
+@dataclasses.dataclass
+class PartitionedReport(GrantsReport):
     """The verdict of one partitioned run."""
 
     keys: int = 0
-    grants: int = 0
-    moves: int = 0
-    faults_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
-    overlaps: int = 0
-    overlaps_explained: int = 0
-    #: of those, explained only by the stale member's self-observed stall (no injected fault)
-    overlaps_explained_by_stall: int = 0
-    stalls: int = 0  # stalls the members logged (event loop late by more than 0.1 s)
-    longest_stall: float = 0.0  # seconds
-    #: grants whose body started after a newer grant's, explained by a pause of their runner
-    late_starts_explained: int = 0
     longest_unrun: float = 0.0  # seconds, counted while a member was alive
     unrun_limit: float = 0.0  # L + bound
     unrun_restarted: int = 0  # unrun stretches cut by a fault on the key's assignee
-    writes_accepted: int = 0
-    stale_rejected: int = 0
-    stale_accepted: int = 0
-    losses: int = 0
-    errors: int = 0
-    violations: list[str] = dataclasses.field(default_factory=list)
-    bite_failures: list[str] = dataclasses.field(default_factory=list)
 
 
 def key_intervals(
@@ -230,7 +221,7 @@ def covered(spans: Sequence[tuple[float, float]], t0: float, t1: float) -> float
 
 
 def judge_grants(
-    report: Any,
+    report: GrantsReport,
     what: str,
     intervals: Sequence[Interval],
     nemesis: Sequence[Mapping[str, Any]],

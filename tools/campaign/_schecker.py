@@ -36,40 +36,29 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._checker import Interval, Verdict, count_stalls, judge_writes, stall_episodes
-from ._pchecker import covered, judge_grants, key_intervals, merge_spans, subtract_spans
+from ._checker import Interval, count_stalls, judge_writes, stall_episodes
+from ._pchecker import (
+    GrantsReport,
+    covered,
+    judge_grants,
+    key_intervals,
+    merge_spans,
+    subtract_spans,
+)
 
 __all__ = ["SemaphoreReport", "Wait", "check_semaphore", "waits_from_events"]
 
 
 @dataclasses.dataclass
-class SemaphoreReport(Verdict):
+class SemaphoreReport(GrantsReport):
     """The verdict of one semaphore run."""
 
     limit: int = 0
-    grants: int = 0
-    moves: int = 0
-    faults_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
-    overlaps: int = 0
-    overlaps_explained: int = 0
-    #: of those, explained only by the stale worker's self-observed stall (no injected fault)
-    overlaps_explained_by_stall: int = 0
-    stalls: int = 0  # stalls the workers logged (event loop late by more than 0.1 s)
-    longest_stall: float = 0.0  # seconds
-    #: grants whose body started after a newer grant's, explained by a pause of their runner
-    late_starts_explained: int = 0
     most_at_once: int = 0  # the most belief intervals open at once (rule 2)
     waits: int = 0  # waits that ended in a grant
     longest_wait: float = 0.0  # seconds of counted time (rule 4)
     wait_limit: float = 0.0  # L + bound
     waits_restarted: int = 0  # waits whose clock a fault on the waiter restarted
-    writes_accepted: int = 0
-    stale_rejected: int = 0
-    stale_accepted: int = 0
-    losses: int = 0
-    errors: int = 0
-    violations: list[str] = dataclasses.field(default_factory=list)
-    bite_failures: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

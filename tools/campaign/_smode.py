@@ -19,7 +19,6 @@ apart from the others): the checker must report more than ``limit`` holders.
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from typing import Any
@@ -27,12 +26,13 @@ from typing import Any
 import anyio
 
 from ._nemesis import Nemesis
-from ._state import Harness, Worker
+from ._pmode import ManyHoldersHarness
+from ._state import Worker
 
 __all__ = ["SemaphoreHarness", "SemaphoreNemesis"]
 
 
-class SemaphoreHarness(Harness):
+class SemaphoreHarness(ManyHoldersHarness):
     """The live state of a semaphore run: which worker holds a slot, which waits, the moves."""
 
     worker_module = "tools.campaign._sworker"
@@ -42,12 +42,9 @@ class SemaphoreHarness(Harness):
         self.holding: dict[int, int | None] = {w.slot: None for w in self.workers}
         self.waiting: dict[int, float | None] = {w.slot: None for w in self.workers}
         self.last_identity: dict[int, str] = {}  # semaphore slot -> identity of its latest grant
-        self.stop_started: float | None = None
 
     def record(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
-        if self.events_file is not None:
-            self.events_file.write(json.dumps(event) + "\n")
+        self.log_event(event)
         slot, kind = event["slot"], event["ev"]
         if kind == "want":
             self.waiting[slot] = float(event["t"])
@@ -70,15 +67,6 @@ class SemaphoreHarness(Harness):
         # The deliberately broken variant: one worker uses a higher limit than the others.
         limit = config.limit + (config.broken == "over-limit" and worker.slot == 0)
         return {**super().worker_config(worker), "limit": limit, "hold": config.hold}
-
-    async def stop_workers(self) -> None:
-        if self.stop_started is None:
-            self.stop_started = time.monotonic()
-        await super().stop_workers()
-
-    async def watch_records(self) -> None:
-        """Slot tokens are judged from the workers' grants; no single record to follow."""
-        await anyio.sleep_forever()
 
 
 class SemaphoreNemesis(Nemesis):

@@ -18,6 +18,7 @@ gone.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -29,9 +30,8 @@ import anyio
 from trio_lease import BackendUnavailable, LeaseLost, LeaseSettings, Semaphore
 
 from ._fencing import FencingClient
-from ._proc import exit_with_parent
-from ._pworker import stdin_closed
-from ._worker import _signals, emit, make_backend, watch_stalls
+from ._pworker import until_told_to_stop
+from ._worker import emit, make_backend
 
 __all__ = ["SEMAPHORE", "main"]
 
@@ -80,13 +80,7 @@ async def main(config: dict[str, Any]) -> None:
         )
         emit("ready", identity=semaphore.identity, slot=config["slot"], pid=os.getpid(),
              loop=config.get("loop", "asyncio"))
-        with anyio.CancelScope() as done:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(watch_stalls)
-                tg.start_soon(stdin_closed, done)
-                tg.start_soon(_signals, done)
-                tg.start_soon(exit_with_parent, done)
-                tg.start_soon(contend, semaphore, fencing, config)
+        await until_told_to_stop(functools.partial(contend, semaphore, fencing, config))
         await fencing.aclose()
     emit("exit")
 
