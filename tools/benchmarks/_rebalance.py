@@ -50,7 +50,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -400,10 +400,26 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(plan: dict[str, Any], backends: list[str], out: Path) -> dict[str, Any]:
-    results: dict[str, Any] = {"machine": machine("smoke" if plan is SMOKE else "full"),
-                               "source": source(), "plan": plan, "results": {}}
-    with tempfile.TemporaryDirectory(prefix="trio-lease-rebalance-") as tmp:
+#: One repetition of a benchmark on an empty store: its samples.
+Repetition = Callable[[dict[str, Any], dict[str, Any], Path], list[dict[str, Any]]]
+
+
+def run_on_stores(
+    name: str,
+    plan: dict[str, Any],
+    backends: list[str],
+    out: Path,
+    mode: str,
+    repetition: Repetition,
+    render: Callable[[dict[str, Any]], str],
+    summarize: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Run ``plan["repetitions"]`` repetitions per backend, each on an empty store, and write
+    ``<name>.json`` (raw samples, parameters, machine) and ``<name>.md`` (``render``) to
+    ``out``; with ``summarize``, each backend's samples are summarized too."""
+    results: dict[str, Any] = {"machine": machine(mode), "source": source(), "plan": plan,
+                               "results": {}}
+    with tempfile.TemporaryDirectory(prefix=f"trio-lease-{name}-") as tmp:
         for backend in backends:
             workdir = Path(tmp) / backend
             workdir.mkdir()
@@ -412,30 +428,58 @@ def run(plan: dict[str, Any], backends: list[str], out: Path) -> dict[str, Any]:
                 for n in range(plan["repetitions"]):
                     (workdir / f"rep{n}").mkdir()
                     samples += repetition(next(empty), plan, workdir / f"rep{n}")
-            results["results"][backend] = {"samples": samples, "summary": summarize(samples)}
+            part: dict[str, Any] = {"samples": samples}
+            if summarize is not None:
+                part["summary"] = summarize(samples)
+            results["results"][backend] = part
     results["machine"]["loadavg_end"] = list(os.getloadavg())
     out.mkdir(parents=True, exist_ok=True)
-    (out / "rebalance.json").write_text(json.dumps(results, indent=1) + "\n")
-    (out / "rebalance.md").write_text(render(results))
+    (out / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out / f"{name}.md").write_text(render(results))
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def command_line(
+    doc: str,
+    name: str,
+    plans: tuple[dict[str, Any], dict[str, Any]],
+    run: Callable[[dict[str, Any], list[str], Path, str], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+    more: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> None:
+    """A benchmark's ``main``: ``--smoke`` (one small repetition on SQLite, written nowhere
+    unless ``--out``), ``--backend``, ``--out``, and the options ``more`` adds (each an
+    override of the plan entry of its name, when given); prints the table."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="one small repetition on SQLite")
     parser.add_argument("--backend", action="append", choices=["sqlite", "etcd"],
                         help="the stores to measure (default: sqlite and etcd)")
-    parser.add_argument("--out", type=Path, help="where to write rebalance.{json,md} (default: "
+    if more is not None:
+        more(parser)
+    parser.add_argument("--out", type=Path, help=f"where to write {name}.{{json,md}} (default: "
                         "tools/benchmarks/results; with --smoke, nowhere)")
     args = parser.parse_args()
     # Terminated: leave through the `finally` blocks, which stop the member processes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    plan = SMOKE if args.smoke else FULL
+    full, smoke = plans
+    plan = dict(smoke if args.smoke else full)
+    for key, value in vars(args).items():
+        if key in plan and value is not None:
+            plan[key] = value
     backends = args.backend or (["sqlite"] if args.smoke else ["sqlite", "etcd"])
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or (Path(tmp) if args.smoke else ROOT / "tools" / "benchmarks" / "results")
-        results = run(plan, backends, out)
+        results = run(plan, backends, out, "smoke" if args.smoke else "full")
     print(render(results))
+
+
+def run(plan: dict[str, Any], backends: list[str], out: Path, mode: str) -> dict[str, Any]:
+    """Measure :data:`STEPS` on each backend (see the module docstring)."""
+    return run_on_stores("rebalance", plan, backends, out, mode, repetition, render, summarize)
+
+
+def main() -> None:
+    command_line(__doc__ or "", "rebalance", (FULL, SMOKE), run, render)
 
 
 if __name__ == "__main__":
