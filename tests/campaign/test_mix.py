@@ -81,6 +81,25 @@ def test_partitioned_short_mix_is_clean(tmp_path: Path) -> None:
     assert_no_process_left(out_dir, at_least=4)
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "etcd"])
+def test_partitioned_short_mix_is_clean_on_sqlite_and_etcd(backend: str, tmp_path: Path) -> None:
+    """The partitioned mode's round of faults (kill, pauses and, on etcd, partitions) against
+    SQLite and a real etcd: no key run twice at once, re-granted a lower token or left unrun
+    beyond L + bound."""
+    if backend == "etcd":
+        require_etcd()
+    config = RunConfig.partitioned(
+        backend, seed=16, keys=12, rounds=1, duration=40.0, fault_gap=(0.3, 0.8),
+        out_dir=tmp_path,
+    )
+    report, out_dir = run_partitioned_mode(config)
+    assert report.violations == []
+    assert report.bite_failures == []
+    assert set(report.faults_by_kind) == set(PARTITIONED_FAULTS_BY_BACKEND[backend])
+    assert report.writes_accepted > 0
+    assert_no_process_left(out_dir, at_least=4)
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "etcd", "kubernetes"])
 def test_semaphore_smoke_is_clean(backend: str, tmp_path: Path) -> None:
     """Six workers looping Semaphore(limit=3).held() under a kill and a SIGTERM (each with a
