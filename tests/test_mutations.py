@@ -265,6 +265,14 @@ MUTATIONS = [
         ),
     ),
     Mutation(
+        "7a a dead member's key records are cleared for a newcomer",
+        "trio_lease/_partitioned.py",
+        "                await _clear(key, lease)\n",
+        "                pass\n",
+        f"{PARTITIONED}::test_a_crash_replaced_at_once_fails_over_within_l"
+        "[asyncio-replaced-after-half-l]",
+    ),
+    Mutation(
         "replies: a host lets the body's own exception out bare",
         "trio_lease/_host.py",
         "    with outcome.settled():\n",

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Generic, NoReturn, Self, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
-from . import _algorithm as algo
 from ._abc import LeaseBackend, LeaseRecord
 from ._akka import AkkaHost, LostCallback
 from ._checks import check_name, check_text
@@ -43,7 +42,7 @@ from ._streams import Changes
 from ._waiting import Waiter
 from ._writing import GrantWriter
 
-__all__ = ["NOT_A_SCOPE", "Lease", "end_hosted_hold", "observe_record", "takeover_in"]
+__all__ = ["NOT_A_SCOPE", "Lease", "end_hosted_hold"]
 
 #: What ``async with lease:`` raises: the two forms that mean something.
 NOT_A_SCOPE = (
@@ -308,25 +307,6 @@ async def end_hosted_hold(lease: Lease) -> None:
     """End what ``lease.acquire()`` holds (if anything), never raising for an unknown outcome:
     the task group hosting it is closing (a :class:`LeaseProvider`'s)."""
     await lease._akka.end_hosted()
-
-
-# What run_partitioned uses of a lease beyond its public API: its expiry countdown and a record
-# seen elsewhere. It reaches the lease's parts only through these functions.
-
-
-def takeover_in(lease: Lease) -> float:
-    """Seconds until the record ``lease`` last saw may be taken over, by the lease's own
-    observation (0 when there is none, the record is free, or its version has stood for L)."""
-    record = lease._state.last_record
-    if record is None:
-        return 0.0
-    return algo.expires_in(record, lease._state.observation, lease._state.clock(), lease.settings)
-
-
-def observe_record(lease: Lease, record: LeaseRecord | None) -> None:
-    """Note ``record`` as seen by ``lease`` (a record read or watched on its behalf), as its own
-    watch does."""
-    lease._state.observe(record)
 
 
 def _utc_now() -> datetime:

@@ -10,11 +10,18 @@ handover request, so it takes it at once. A member moves keys once the membershi
 for ``SETTLE`` (so members starting together do not each take every key first), and starts its
 keys one at a time, ``START_PACE`` apart and at most ``STARTS_AT_ONCE`` waiting for the store's
 first answer.
+
+A newcomer cannot know how long a crashed member's key record has stood unchanged (it has
+just started watching, and clocks of other machines are not trusted), so it would take such a
+key only L after its own first look. A member that has watched the record stand unchanged for
+L *clears* it for the newcomer instead (:class:`_Clearing`): it takes the expired lease and
+releases it at once (a new fencing token, ``fn`` not run), and the newcomer, waiting on the
+record, takes the free key at once: a crash fails over about L after the dead member's last
+renewal, also when its replacement joins at once.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import random
@@ -23,17 +30,17 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 import anyio
 from anyio.abc import ObjectReceiveStream, TaskGroup
 
-from ._abc import LeaseBackend, LeaseRecord
+from ._abc import LeaseBackend
 from ._checks import check_async_callable, check_name, check_text
-from ._exceptions import LeaseConfigError, LeaseError, LeaseLost
+from ._exceptions import LeaseBusy, LeaseConfigError, LeaseError, LeaseLost
 from ._grant import Grant
 from ._group import partition_group
-from ._lease import Lease, observe_record, takeover_in
+from ._lease import Lease
 from ._namespace import record_name
 from ._observer import LeaseInfo, LeaseObserver, everywhere, notify
 from ._outcome import Outcome, sole_error
 from ._settings import LeaseSettings
-from ._slotted import follow_records, withdraw_request
+from ._slotted import withdraw_request
 
 __all__ = ["assign", "retry_delay", "run_partitioned"]
 
@@ -174,11 +181,14 @@ async def run_partitioned(
                     async with group.joined() as membership, anyio.create_task_group() as tg:
                         runs.members = membership.members()
                         changed = _Trigger()
+                        clearing = _Clearing(membership.identity, leases, group.settings)
+                        clearing.saw(runs.members)
 
                         async def follow_members() -> None:
                             async with membership.changes() as lists:
                                 async for listed in lists:
                                     runs.members = listed
+                                    clearing.saw(listed)
                                     changed.poke()
 
                         async def follow_keys(updates: ObjectReceiveStream[Iterable[str]]) -> None:
@@ -190,6 +200,7 @@ async def run_partitioned(
 
                         tg.start_soon(follow_members)
                         tg.start_soon(leases.observe)
+                        tg.start_soon(clearing.run, lambda: assign(wanted, runs.members))
                         if stream is not None:
                             tg.start_soon(follow_keys, stream)
                         settle = min(SETTLE, group.settings.wait_interval / 4)
@@ -288,6 +299,72 @@ class _Runs:
             await self._ended[key].wait()
 
 
+class _Clearing:
+    """Clears, for members that joined less than L ago, the dead members' key records this
+    member has watched stand unchanged for L (see the module docstring).
+
+    Only keys assigned to such a newcomer: a member that has been in the group for L has
+    watched the records as long as this one, and takes its keys itself. Clearing is an ordinary
+    attempt (``try_held()``, which takes the record only if it has expired in this member's
+    view) and an immediate release; a key taken meanwhile (``LeaseBusy``) is left alone.
+    """
+
+    def __init__(self, me: str, leases: _KeyLeases, settings: LeaseSettings) -> None:
+        self._me = me
+        self._leases = leases
+        self._settings = settings
+        self._members: tuple[str, ...] = ()
+        #: When (this member's clock) each member was first listed.
+        self._since: dict[str, float] = {}
+
+    def saw(self, members: tuple[str, ...]) -> None:
+        """Note a member list (the first one, then each change)."""
+        now = anyio.current_time()
+        self._members = members
+        for member in members:
+            self._since.setdefault(member, now)
+
+    async def run(self, assignment: Callable[[], dict[str, list[str]]]) -> None:
+        """Clear what there is to clear, every ``wait_interval`` or sooner, until cancelled."""
+        while True:
+            soonest = await self._clear_due(assignment())
+            await anyio.sleep(min(soonest, self._settings.wait_interval) + 1e-3)
+
+    async def _clear_due(self, assignment: dict[str, list[str]]) -> float:
+        """Clear the records due now; seconds until the next one may be due."""
+        now = anyio.current_time()
+        soonest = self._settings.wait_interval
+        for member, keys in assignment.items():
+            new_for = self._since.get(member, now) + self._settings.heartbeat_timeout - now
+            if member == self._me or new_for <= 0:
+                continue
+            soonest = min(soonest, new_for)
+            for key in keys:
+                lease = self._leases.of(key)
+                record = lease.last_record
+                if record is None or record.is_free or record.holder in self._members:
+                    continue
+                wait = lease.takeover_in()
+                if wait > 0:
+                    soonest = min(soonest, wait)
+                    continue
+                await _clear(key, lease)
+        return soonest
+
+
+async def _clear(key: str, lease: Lease) -> None:
+    """Take ``key``'s expired lease and release it at once; a failure only logs."""
+    try:
+        async with lease.try_held():
+            pass
+    except LeaseBusy:
+        return  # taken meanwhile (by the member it is assigned to, most likely)
+    except LeaseError as exc:
+        logger.info("key %r: clearing a dead member's record failed: %s", key, exc)
+    else:
+        logger.info("key %r: cleared a dead member's record for the member that gets it", key)
+
+
 class _Errors:
     """What a key's error does: reported and retried, or (``stop_on_error``) kept and the
     member stopped."""
@@ -351,7 +428,7 @@ class _Errors:
 
 
 async def _hold_key(
-    key: str, fn: KeyWork, lease: Lease, members: tuple[str, ...], errors: _Errors
+    key: str, fn: KeyWork, lease: _KeyLease, members: tuple[str, ...], errors: _Errors
 ) -> None:
     """Ask for the key, hold it and run ``fn`` (again after a loss, and after an error of
     ``fn`` unless ``stop_on_error``).
@@ -373,7 +450,7 @@ async def _hold_key(
         record is not None
         and not record.is_free
         and record.holder in members
-        and takeover_in(lease) > 0
+        and lease.takeover_in() > 0
     ):
         try:
             asked = await lease.request_handover()
@@ -435,7 +512,7 @@ class _KeyLeases:
         self._owner = owner
         self._backend = backend
         self._settings = settings
-        self._leases: dict[str, Lease] = {}
+        self._leases: dict[str, _KeyLease] = {}
         self._keys: list[str] = []
         self._following = anyio.CancelScope()
         self._attempts = _FirstAttempts()
@@ -443,11 +520,11 @@ class _KeyLeases:
     def __repr__(self) -> str:
         return f"<keys of {self._name!r}: {len(self._keys)} followed>"
 
-    def of(self, key: str) -> Lease:
+    def of(self, key: str) -> _KeyLease:
         """The lease of ``key`` (made on first use)."""
         lease = self._leases.get(key)
         if lease is None:
-            lease = Lease(
+            lease = _KeyLease(
                 record_name(self._name, "key", check_name(key, "key")),
                 self._owner,
                 self._backend,
@@ -470,23 +547,37 @@ class _KeyLeases:
         self._following.cancel()
 
     async def observe(self) -> None:
-        """Note each change of the followed keys' records in their leases, until cancelled."""
+        """Follow the records of the followed keys in their leases, until cancelled."""
         while True:
-            keys = self._keys
-            leases = [self.of(key) for key in keys]
+            leases = [self.of(key) for key in self._keys]
             self._following = anyio.CancelScope()
             with self._following:
-                receive = functools.partial(_observe, leases)
                 try:
-                    await follow_records(
-                        self._backend,
-                        [lease.name for lease in leases],
-                        receive,
-                        timeout=leases[0].settings.lease_operation_timeout if leases else 1.0,
-                    )
+                    async with anyio.create_task_group() as tg:
+                        for lease in leases:
+                            tg.start_soon(lease.follow)
                 except Exception as exc:  # a hint only: a failure only logs
                     logger.info("partitioned %r: following the keys failed: %s", self._name, exc)
                 await anyio.sleep_forever()
+
+
+class _KeyLease(Lease):
+    """A key's lease, which also follows its record before it is asked for.
+
+    A member follows every key's record (its lease's reader follows the shared watch), so the
+    lease counts a dead holder's expiry from the holder's last renewal seen, not from the first
+    attempt, which may come later: the key's new owner takes it L after the renewals stopped.
+    """
+
+    async def follow(self) -> None:
+        """Follow the key's record until cancelled, observing each state (returns at once for
+        a backend without a watch)."""
+        await self._reader.follow()
+
+    def takeover_in(self) -> float:
+        """Seconds until the key's record as last seen may be taken over, by this lease's own
+        observation (0 when it is free, unseen, or has stood unchanged for L)."""
+        return self._reader.takeover_in()
 
 
 class _FirstAttempts(LeaseObserver):
@@ -507,10 +598,6 @@ class _FirstAttempts(LeaseObserver):
         self, lease: LeaseInfo, *, fencing_token: int, waited: float, valid_for: float
     ) -> None:
         self._answered(lease)
-
-
-def _observe(leases: list[Lease], index: int, record: LeaseRecord | None) -> None:
-    observe_record(leases[index], record)
 
 
 class _Trigger:

@@ -1,11 +1,13 @@
 """Reading a lease's record: :class:`RecordReader`, the part of a lease every read goes through.
 
-Every read of the record goes through :meth:`RecordReader.read` and every watch through
-:meth:`RecordReader.watch_records`: each call is bounded by the lease operation timeout, and
+Every read of the record goes through :meth:`RecordReader.read`, every watch through
+:meth:`RecordReader.watch_records` and every following of the process's shared watch through
+:meth:`RecordReader.follow`: each call is bounded by the lease operation timeout, and
 anything a backend returns or raises outside the SPI becomes a typed error here
 (:func:`untyped`), so the other parts of a :class:`~trio_lease.Lease` only ever see records and
 :class:`LeaseError`. What a read shows is noted in the lease's :class:`~._state.LeaseState`
-(:meth:`~._state.LeaseState.observe`); ``holder()`` and ``watch_holder()`` report it.
+(:meth:`~._state.LeaseState.observe`); ``holder()`` and ``watch_holder()`` report it, and
+:meth:`RecordReader.takeover_in` counts a contender's wait from it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ._abc import LeaseRecord
 from ._exceptions import BackendProtocolError, BackendUnavailable, LeaseError
 from ._feed import checked_watch, closing, untyped
 from ._holder_changes import holder_changes
+from ._shared_watch import FeedFailure, Receive, shared_watch
 from ._state import LeaseState
 from ._streams import Changes
 
@@ -58,6 +61,37 @@ class RecordReader:
             )
         self._state.observe(record)
         return record
+
+    async def follow(self, receive: Receive | None = None) -> None:
+        """Follow the record through the process's shared watch until cancelled.
+
+        Its current state is read first (:meth:`read`), then each state the watch reports is
+        observed, as a read's is, and handed to ``receive`` (if given); a feed failure is handed
+        on as :class:`~._shared_watch.FeedFailure`, observing nothing. Returns at once for a
+        backend without a watch (the callers poll). A waiting contender follows its record so;
+        so does a feature that must count a dead holder's expiry from before it starts waiting.
+        """
+        hub = shared_watch(self._state.backend)
+        if hub is None:
+            return
+
+        async def deliver(state: LeaseRecord | FeedFailure | None) -> None:
+            if not isinstance(state, FeedFailure):
+                self._state.observe(state)
+            if receive is not None:
+                await receive(state)
+
+        await hub.follow(self._state.name, deliver, first=self.read)
+
+    def takeover_in(self) -> float:
+        """Seconds until a contender may take over the record as last seen, counted from when
+        this lease first saw its version (0 when none was seen, it is free, or it has stood
+        unchanged for L)."""
+        record = self._state.last_record
+        if record is None:
+            return 0.0
+        state = self._state
+        return algo.expires_in(record, state.observation, state.clock(), state.settings)
 
     def holder(self) -> str | None:
         """The holder identity as last read (None when free or never read).

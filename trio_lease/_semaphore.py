@@ -58,48 +58,27 @@ __all__ = ["Semaphore", "SemaphoreGrant"]
 logger = logging.getLogger("trio_lease")
 
 
-class SemaphoreGrant:
-    """One grant of a :class:`Semaphore`: a slot, held as a lease, as yielded by ``held()``.
+class SemaphoreGrant(Grant):
+    """One grant of a :class:`Semaphore`, as yielded by ``held()``: a :class:`Grant` of one
+    slot's lease, with the slot and the semaphore's own fields.
 
-    ``fencing_token`` is the slot lease's token: it strictly increases with every grant of that
-    slot, so a resource guarded per slot (or by ``(slot, fencing_token)``) rejects stale holders.
+    It reads what the slot lease's grant reads (the same holding), so ``fencing_token``,
+    ``deadline``, ``lost``, ``handover_requested``, :meth:`check` and :meth:`remaining` are
+    the slot lease's. The fencing token strictly increases with every grant of that slot, so a
+    resource guarded per slot (or by ``(slot, fencing_token)``) rejects stale holders.
     """
 
     __slots__ = ("_drain", "grant", "semaphore_name", "slot")
 
     def __init__(self, semaphore_name: str, slot: int, grant: Grant) -> None:
+        super().__init__(grant._holding, grant.owner, grant._clock)
         #: The name of the semaphore.
         self.semaphore_name: str = semaphore_name
         #: The slot held (0 to limit - 1): the lease ``<semaphore_name>~slot~<slot>``.
         self.slot: int = slot
-        #: The grant of the slot's lease (what ``Lease.held()`` yields).
+        #: The grant of the slot's lease, as ``Lease.held()`` yields it.
         self.grant: Grant = grant
         self._drain = anyio.Event()
-
-    @property
-    def lease_name(self) -> str:
-        """The name of the slot's lease."""
-        return self.grant.lease_name
-
-    @property
-    def fencing_token(self) -> int:
-        """Strictly increases with every new grant of this slot; kept across renewals."""
-        return self.grant.fencing_token
-
-    @property
-    def identity(self) -> str:
-        """The holder identity written in the slot's record (owner plus incarnation id)."""
-        return self.grant.identity
-
-    @property
-    def deadline(self) -> float:
-        """When this holder stops believing it holds the slot, unless renewed (monotonic)."""
-        return self.grant.deadline
-
-    @property
-    def lost(self) -> bool:
-        """True once this grant was lost (taken over, deleted, or its deadline passed)."""
-        return self.grant.lost
 
     @property
     def drain_requested(self) -> anyio.Event:
@@ -109,23 +88,6 @@ class SemaphoreGrant:
         scope, and no waiter of the lowered semaphore takes the slot again.
         """
         return self._drain
-
-    @property
-    def handover_requested(self) -> anyio.Event:
-        """Set when another contender asked for this slot (the slot's lease's handover request).
-
-        A waiter in line asks so (the slot's release is then reserved for it), and so does a
-        process that lowered its limit below this slot. Leaving early is up to the body.
-        """
-        return self.grant.handover_requested
-
-    def check(self) -> None:
-        """Raise :class:`LeaseLost` unless this grant is still held (no I/O, no checkpoint)."""
-        self.grant.check()
-
-    def remaining(self) -> float:
-        """Seconds left before the deadline (0 once it has passed or the grant was lost)."""
-        return self.grant.remaining()
 
     def __repr__(self) -> str:
         return (

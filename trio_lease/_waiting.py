@@ -29,7 +29,7 @@ from ._exceptions import AcquireTimeout, BackendError, BackendUnavailable
 from ._heartbeat import CONFIRM_PAUSE, Holding, infinite_or
 from ._observer import everywhere, notify
 from ._reading import RecordReader
-from ._shared_watch import FeedFailure, shared_watch
+from ._shared_watch import FeedFailure
 from ._state import LeaseState
 from ._writing import GrantWriter
 
@@ -239,13 +239,10 @@ class Waiter:
 
     async def _wake_on_changes(self, wakeup: _Wakeup) -> None:
         """Wake the waiting contender on every record change the shared watch reports."""
-        hub = shared_watch(self._state.backend)
-        if hub is None:
-            return
         # The subscription reads the record once subscribed: if that already differs from
         # what our last attempt read (released in between), wake at once, not a poll later.
-        # A renewal by the same holder only restarts the countdown (observed here): waking for
-        # it would cost a read per renewal per waiter, and the wait ends no sooner.
+        # A renewal by the same holder only restarts the countdown (the reader observes it):
+        # waking for it would cost a read per renewal per waiter, and the wait ends no sooner.
         known = [self._state.last_record]
 
         async def receive(state: LeaseRecord | FeedFailure | None) -> None:  # noqa: ASYNC124  the shared watch's Receive is async
@@ -254,12 +251,12 @@ class Waiter:
                 # error too and ends the wait with it.
                 wakeup.set()
                 return
-            self._state.observe(state)
             if may_end_the_wait(known[0], state):
                 wakeup.set()
             known[0] = state
 
-        await hub.follow(self._state.name, receive, first=self._reader.read)
+        await self._reader.follow(receive)
+
 
 def may_end_the_wait(before: LeaseRecord | None, after: LeaseRecord | None) -> bool:
     """Whether a change from ``before`` to ``after`` can let a waiting contender in now.

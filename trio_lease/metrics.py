@@ -221,16 +221,7 @@ class PrometheusMetrics(LeaseObserver):
         self._set_held(lease, False)
         self.releases.labels(lease.name, "true" if written else "false").inc()
 
-
-    def key_failed(
-        self,
-        lease: LeaseInfo,
-        *,
-        key: str,
-        error: Exception,
-        failures: int,
-        retry_in: float | None,
-    ) -> None:
+    def key_failed(self, lease: LeaseInfo, **details: object) -> None:
         self.key_failures.labels(lease.name).inc()
 
 

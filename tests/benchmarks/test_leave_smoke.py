@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from ._smoke import run_smoke
 
 
 def test_leave_figures_run_at_smoke_size(tmp_path: Path) -> None:
     """A member leaving with SIGTERM: every one of its keys runs again on another member, none
     on two at once, and the sample is well formed."""
-    result = subprocess.run(
-        [sys.executable, "-m", "tools.benchmarks._leave_many", "--smoke", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    document = json.loads((tmp_path / "leave.json").read_text())
+    _, document = run_smoke("_leave_many", "leave", tmp_path)
     (sample,) = document["results"]["sqlite"]["samples"]
     keys = document["plan"]["keys"]
     assert sample["leaver_keys"] == keys // 3

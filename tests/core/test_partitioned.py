@@ -20,9 +20,7 @@ from trio_lease import (
     Grant,
     Lease,
     LeaseConfigError,
-    LeaseInfo,
     LeaseLost,
-    LeaseObserver,
     LeaseRecord,
     add_observer,
     remove_observer,
@@ -41,6 +39,7 @@ from trio_lease._partitioned import (
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
 from trio_lease.testing import FaultyBackend
 
+from ._recorder import Recorder
 from .conftest import SETTINGS
 
 pytestmark = pytest.mark.anyio
@@ -283,10 +282,13 @@ async def test_time_to_balance_after_a_join_and_after_a_crash() -> None:
     assert crash <= s.heartbeat_timeout + s.wait_interval
 
 
-async def test_a_crash_replaced_at_once_fails_over_within_l() -> None:
+@pytest.mark.parametrize("delay", [0.5, 7.5], ids=["replaced-at-once", "replaced-after-half-l"])
+async def test_a_crash_replaced_at_once_fails_over_within_l(delay: float) -> None:
     """Measured on virtual time, 12 keys on three members: one crashes and its replacement joins
-    0.5 s later; every key runs again, balanced over the live members, within L + R + T +
-    wait_interval of the crash (the replacement never counts the dead member alive)."""
+    ``delay`` later (0.5 s, or L/2: a process's start on a loaded machine); every key runs again,
+    balanced over the live members, within L + R + T + wait_interval of the crash (the
+    replacement never counts the dead member alive, and the dead member's keys it gets are
+    cleared for it by a member that watched them stand for L)."""
     store = MemoryStore()
     s = SETTINGS
     keys = [f"k{i:02}" for i in range(12)]
@@ -334,7 +336,7 @@ async def test_a_crash_replaced_at_once_fails_over_within_l() -> None:
         await anyio.sleep(s.heartbeat_timeout)  # settled: c's keys renewed many times
         backends[c].pause()  # c is killed: it renews no more
         crashed = anyio.current_time()
-        await anyio.sleep(0.5)
+        await anyio.sleep(delay)
         tg.start_soon(member, d)  # its replacement
         await balanced([4, 4, 4], excluded=c)
         failover = anyio.current_time() - crashed
@@ -403,24 +405,6 @@ async def test_a_key_its_live_holder_renews_no_more_is_taken_at_once_when_it_mov
     assert max(started[key] for key in moved) - left <= s.wait_interval
 
 
-class _KeyFailures(LeaseObserver):
-    """Every key_failed call: (lease name, key, failures, retry_in)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, int, float | None]] = []
-
-    def key_failed(
-        self,
-        lease: LeaseInfo,
-        *,
-        key: str,
-        error: Exception,
-        failures: int,
-        retry_in: float | None,
-    ) -> None:
-        self.calls.append((lease.name, key, failures, retry_in))
-
-
 async def test_a_failing_key_backs_off_on_its_member_while_every_other_key_runs_on() -> None:
     """A key whose fn always raises is run again on the member holding it after pauses that
     double from RETRY_FIRST up to RETRY_CAP (each within its jitter band), every failure is
@@ -447,7 +431,7 @@ async def test_a_failing_key_backs_off_on_its_member_while_every_other_key_runs_
 
         return fn
 
-    observer = _KeyFailures()
+    observer = Recorder()
     add_observer(observer)
     try:
         async with anyio.create_task_group() as tg:
@@ -472,11 +456,14 @@ async def test_a_failing_key_backs_off_on_its_member_while_every_other_key_runs_
         assert ceiling / 2 <= gap <= ceiling
     assert max(gaps) <= RETRY_CAP
     assert min(gaps[-5:]) >= RETRY_CAP / 2  # capped, still retried
-    told = [call for call in observer.calls if call[1] == "k0"]
+    told = [
+        (name, details) for step, name, details in observer.calls
+        if step == "key_failed" and details["key"] == "k0"
+    ]
     assert len(told) == len(failed_at)
-    assert [call[2] for call in told] == list(range(1, len(told) + 1))
-    assert [call[3] for call in told[:-1]] == pytest.approx(gaps)
-    assert {call[0] for call in told} == {record_name("jobs", "key", "k0")}
+    assert [details["failures"] for _, details in told] == list(range(1, len(told) + 1))
+    assert [details["retry_in"] for _, details in told[:-1]] == pytest.approx(gaps)
+    assert {name for name, _ in told} == {record_name("jobs", "key", "k0")}
 
 
 async def test_stop_on_error_ends_the_member_with_the_key_error_bare() -> None:

@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import World
 from trio_lease import (
     AcquireTimeout,
+    Grant,
     Group,
     Lease,
     LeaseBusy,
@@ -95,6 +96,33 @@ async def test_each_slot_is_its_own_lease_with_increasing_tokens(world: World) -
     for slot_tokens in tokens.values():
         assert len(slot_tokens) == 3
         assert slot_tokens == sorted(set(slot_tokens))
+
+
+async def test_a_semaphore_grant_is_the_slot_leases_grant() -> None:
+    """A SemaphoreGrant is a Grant reading the slot lease's own grant: same token, deadline,
+    identity and handover request, and lost with it when the slot's record is taken away."""
+    store = MemoryStore()
+    sem = Semaphore("pool", "a", MemoryBackend(store), SETTINGS, limit=1)
+    with pytest.raises(LeaseLost):
+        async with sem.held() as granted:
+            assert isinstance(granted, Grant)
+            slot_grant = granted.grant
+            assert slot_grant is not granted
+            assert granted.lease_name == slot_grant.lease_name == "pool~slot~0"
+            assert granted.fencing_token == slot_grant.fencing_token
+            assert granted.identity == slot_grant.identity == sem.identity
+            assert granted.handover_requested is slot_grant.handover_requested
+            await anyio.sleep(SETTINGS.heartbeat_interval)
+            assert granted.deadline == slot_grant.deadline
+            assert not granted.lost
+            other = Semaphore("pool", "b", MemoryBackend(store), SETTINGS, limit=1).slot_lease(0)
+            assert await other.request_handover()
+            await granted.handover_requested.wait()
+            assert granted.handover_to == other.identity
+            store.delete("pool~slot~0")
+            await anyio.sleep_forever()
+    assert granted.lost and slot_grant.lost
+    assert granted.remaining() == 0.0
 
 
 async def test_try_held_raises_lease_busy_when_every_slot_is_taken(world: World) -> None:

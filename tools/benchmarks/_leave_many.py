@@ -26,17 +26,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from ._common import machine, percentile
-from ._one_watch import source
-from ._rebalance import Rig, Unsettled, stores
+from ._common import percentile
+from ._rebalance import Rig, Unsettled, command_line, run_on_stores
 
-ROOT = Path(__file__).resolve().parents[2]
 FULL: dict[str, Any] = {"keys": 2000, "L": 15.0, "R": 3.0, "repetitions": 2, "members": 3}
 SMOKE: dict[str, Any] = {"keys": 30, "L": 2.0, "R": 0.4, "repetitions": 1, "members": 3}
 
@@ -129,52 +124,29 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _one(store: dict[str, Any], plan: dict[str, Any], workdir: Path) -> list[dict[str, Any]]:
+    """One repetition as a list of one sample; a repetition that did not settle (members lost
+    their group leases) is a sample saying so."""
+    try:
+        sample = repetition(store, plan, workdir)
+    except Unsettled as exc:
+        sample = {"error": str(exc)[:300], "loadavg": list(os.getloadavg())}
+    print(store["backend"], json.dumps(sample), flush=True)
+    return [sample]
+
+
 def run(plan: dict[str, Any], backends: list[str], out: Path, mode: str) -> dict[str, Any]:
-    results: dict[str, Any] = {"machine": machine(mode),
-                               "source": source(), "plan": plan, "results": {}}
-    with tempfile.TemporaryDirectory(prefix="trio-lease-leave-") as tmp:
-        for backend in backends:
-            workdir = Path(tmp) / backend
-            workdir.mkdir()
-            samples: list[dict[str, Any]] = []
-            with stores(backend, workdir) as empty:
-                for n in range(plan["repetitions"]):
-                    (workdir / f"rep{n}").mkdir()
-                    try:
-                        samples.append(repetition(next(empty), plan, workdir / f"rep{n}"))
-                    except Unsettled as exc:  # members lost their group leases: say so
-                        samples.append({"error": str(exc)[:300], "loadavg": list(os.getloadavg())})
-                    print(backend, json.dumps(samples[-1]), flush=True)
-            results["results"][backend] = {"samples": samples}
-    results["machine"]["loadavg_end"] = list(os.getloadavg())
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "leave.json").write_text(json.dumps(results, indent=1) + "\n")
-    (out / "leave.md").write_text(render(results))
-    return results
+    """Measure a leave on each backend (see the module docstring)."""
+    return run_on_stores("leave", plan, backends, out, mode, _one, render)
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repetitions", type=int, help="repetitions per backend")
+    parser.add_argument("--R", type=float, help="the heartbeat interval (seconds)")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="one small repetition on SQLite")
-    parser.add_argument("--backend", action="append", choices=["sqlite", "etcd"],
-                        help="the stores to measure (default: sqlite and etcd)")
-    parser.add_argument("--repetitions", type=int, help="repetitions per backend")
-    parser.add_argument("--R", type=float, help="the heartbeat interval (seconds)")
-    parser.add_argument("--out", type=Path, help="where to write leave.{json,md} (default: "
-                        "tools/benchmarks/results; with --smoke, nowhere)")
-    args = parser.parse_args()
-    # Terminated: leave through the `finally` blocks, which stop the member processes.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    plan = dict(SMOKE if args.smoke else FULL)
-    if args.repetitions:
-        plan["repetitions"] = args.repetitions
-    if args.R:
-        plan["R"] = args.R
-    backends = args.backend or (["sqlite"] if args.smoke else ["sqlite", "etcd"])
-    with tempfile.TemporaryDirectory() as tmp:
-        out = args.out or (Path(tmp) if args.smoke else ROOT / "tools" / "benchmarks" / "results")
-        results = run(plan, backends, out, "smoke" if args.smoke else "full")
-    print(render(results))
+    command_line(__doc__ or "", "leave", (FULL, SMOKE), run, render, _options)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,13 @@ A step ends once the keys are *balanced* and stay so for L: every key runs on ex
 member, every such member is alive, and each live member runs ⌊K/M⌋ or ⌈K/M⌉ keys. Its *time to
 balance* is from the step's start to the last moment the keys became balanced, replayed from
 the members' events in order of their timestamps (CLOCK_MONOTONIC, shared by every process), so
-when the runner reads the events does not matter. *Keys moved* counts the key starts in the
+when the runner reads the events does not matter. In the *crash* and *replace* steps the run also
+measures the *failover*: from the kill until every key the dead member ran runs again on a live
+member; and, read from the store right after the kill, the dead member's *last renewal* (the
+latest ``renewed_at`` of its records, its group lease and its keys', as seconds from the kill:
+negative). The documented bound of a failover, L + R + T + ``wait_interval`` (plus the members'
+pacing of key starts), counts from that last renewal (docs/partitioning.md).
+*Keys moved* counts the key starts in the
 step; its *minimum* is the keys that had to move: the newcomer's share after a join, the
 leaver's share before a leave or a crash. The run also counts any key that started on a member
 while it ran on another (there must be none), and the releases the members reported as timed
@@ -44,13 +50,16 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from ._common import machine, percentile
 from ._one_watch import source
+from ._partition_member import make_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL: dict[str, Any] = {"keys": 24, "L": 3.0, "R": 0.5, "repetitions": 8}
@@ -186,15 +195,20 @@ class Rig:
                     since = time.monotonic()
         return time.monotonic()
 
-    def measure(self, start: float, end: float) -> dict[str, Any]:
+    def measure(self, start: float, end: float, dead: str | None = None) -> dict[str, Any]:
         """Replay every event up to ``end``: when the keys last became balanced after
-        ``start``, how many keys started after it, and whether any ran twice at once."""
+        ``start``, how many keys started after it, and whether any ran twice at once; with
+        ``dead`` (killed at ``start``), when every key it ran then ran again elsewhere."""
         replay = Replay(self.plan["keys"])
         balanced_at: float | None = None
         starts = 0
+        orphans: set[str] | None = None  # the dead member's keys not yet started elsewhere
+        failover_at: float | None = None
         for event in sorted(self.log, key=lambda e: e["t"]):
             if event["t"] > end:
                 break
+            if dead is not None and orphans is None and event["t"] >= start:
+                orphans = {key for key, running in replay.holders.items() if dead in running}
             was = replay.balanced()
             replay.apply(event)
             if event["t"] >= start:
@@ -203,10 +217,19 @@ class Rig:
                     balanced_at = event["t"]
                 elif not replay.balanced():
                     balanced_at = None
+                if orphans and event["event"] == "start" and event["member"] != dead:
+                    orphans.discard(event["key"])
+                    if not orphans:
+                        failover_at = event["t"]
         if balanced_at is None:
             raise Unsettled("the replay does not end balanced")
-        return {"seconds": balanced_at - start, "moved": starts, "overlaps": replay.overlaps,
-                "shares": {m: replay.share(m) for m in sorted(replay.live)}}
+        sample = {"seconds": balanced_at - start, "moved": starts, "overlaps": replay.overlaps,
+                  "shares": {m: replay.share(m) for m in sorted(replay.live)}}
+        if dead is not None:
+            if failover_at is None:
+                raise Unsettled(f"the keys of {dead} did not all run again")
+            sample["failover"] = failover_at - start
+        return sample
 
     def release_timeouts(self) -> int:
         """Releases the members reported as timed out (bounded by T) so far: such a key waits
@@ -223,6 +246,28 @@ class Rig:
             proc.wait()
             if proc.stdout is not None:
                 proc.stdout.close()
+
+
+def last_renewal(store: dict[str, Any], member: str) -> float:
+    """When ``member`` last renewed any of its records (its group lease, its keys' leases), as
+    the store has them: the latest ``renewed_at`` (the wall clock its writes stamp), converted
+    to this machine's monotonic clock (shared with the members' event stamps)."""
+
+    async def read() -> list[float]:
+        stamps = []
+        async with make_backend(store) as backend:
+            for name in await backend.names():
+                record = await backend.get(name)
+                if record is None or not record.holder.startswith(f"{member}_"):
+                    continue
+                if record.renewed_at is not None:
+                    stamps.append(record.renewed_at.timestamp())
+        return stamps
+
+    stamps = anyio.run(read)
+    if not stamps:
+        raise Unsettled(f"no record of {member} in the store")
+    return max(stamps) - (time.time() - time.monotonic())
 
 
 def repetition(store: dict[str, Any], plan: dict[str, Any], workdir: Path) -> list[dict[str, Any]]:
@@ -244,14 +289,18 @@ def repetition(store: dict[str, Any], plan: dict[str, Any], workdir: Path) -> li
                 member = {"leave": f"m{before}", "crash": "m2", "replace": "m3"}[kind]
                 minimum = rig.online.share(member)
                 start = rig.stop(member, crash=kind != "leave")
+                if kind != "leave":  # read before the others take its keys (L after)
+                    renewed = last_renewal(store, member) - start
                 if kind == "replace":
-                    time.sleep(REPLACE_AFTER)
+                    time.sleep(max(0.0, start + REPLACE_AFTER - time.monotonic()))
                     rig.spawn("m5")
                     ready_after = rig.wait_event("ready", "m5", limit)["t"] - start
             timeouts = rig.release_timeouts()
             end = rig.settle(hold, limit)
-            sample = rig.measure(start, end)
+            sample = rig.measure(start, end, dead=member if kind in ("crash", "replace") else None)
             sample["release_timeouts"] = rig.release_timeouts() - timeouts
+            if kind in ("crash", "replace"):
+                sample["last_renewal"] = renewed
             if minimum is None:
                 minimum = sample["shares"][member]
             if kind == "replace":
@@ -351,10 +400,26 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(plan: dict[str, Any], backends: list[str], out: Path) -> dict[str, Any]:
-    results: dict[str, Any] = {"machine": machine("smoke" if plan is SMOKE else "full"),
-                               "source": source(), "plan": plan, "results": {}}
-    with tempfile.TemporaryDirectory(prefix="trio-lease-rebalance-") as tmp:
+#: One repetition of a benchmark on an empty store: its samples.
+Repetition = Callable[[dict[str, Any], dict[str, Any], Path], list[dict[str, Any]]]
+
+
+def run_on_stores(
+    name: str,
+    plan: dict[str, Any],
+    backends: list[str],
+    out: Path,
+    mode: str,
+    repetition: Repetition,
+    render: Callable[[dict[str, Any]], str],
+    summarize: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Run ``plan["repetitions"]`` repetitions per backend, each on an empty store, and write
+    ``<name>.json`` (raw samples, parameters, machine) and ``<name>.md`` (``render``) to
+    ``out``; with ``summarize``, each backend's samples are summarized too."""
+    results: dict[str, Any] = {"machine": machine(mode), "source": source(), "plan": plan,
+                               "results": {}}
+    with tempfile.TemporaryDirectory(prefix=f"trio-lease-{name}-") as tmp:
         for backend in backends:
             workdir = Path(tmp) / backend
             workdir.mkdir()
@@ -363,30 +428,58 @@ def run(plan: dict[str, Any], backends: list[str], out: Path) -> dict[str, Any]:
                 for n in range(plan["repetitions"]):
                     (workdir / f"rep{n}").mkdir()
                     samples += repetition(next(empty), plan, workdir / f"rep{n}")
-            results["results"][backend] = {"samples": samples, "summary": summarize(samples)}
+            part: dict[str, Any] = {"samples": samples}
+            if summarize is not None:
+                part["summary"] = summarize(samples)
+            results["results"][backend] = part
     results["machine"]["loadavg_end"] = list(os.getloadavg())
     out.mkdir(parents=True, exist_ok=True)
-    (out / "rebalance.json").write_text(json.dumps(results, indent=1) + "\n")
-    (out / "rebalance.md").write_text(render(results))
+    (out / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out / f"{name}.md").write_text(render(results))
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def command_line(
+    doc: str,
+    name: str,
+    plans: tuple[dict[str, Any], dict[str, Any]],
+    run: Callable[[dict[str, Any], list[str], Path, str], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+    more: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> None:
+    """A benchmark's ``main``: ``--smoke`` (one small repetition on SQLite, written nowhere
+    unless ``--out``), ``--backend``, ``--out``, and the options ``more`` adds (each an
+    override of the plan entry of its name, when given); prints the table."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="one small repetition on SQLite")
     parser.add_argument("--backend", action="append", choices=["sqlite", "etcd"],
                         help="the stores to measure (default: sqlite and etcd)")
-    parser.add_argument("--out", type=Path, help="where to write rebalance.{json,md} (default: "
+    if more is not None:
+        more(parser)
+    parser.add_argument("--out", type=Path, help=f"where to write {name}.{{json,md}} (default: "
                         "tools/benchmarks/results; with --smoke, nowhere)")
     args = parser.parse_args()
     # Terminated: leave through the `finally` blocks, which stop the member processes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    plan = SMOKE if args.smoke else FULL
+    full, smoke = plans
+    plan = dict(smoke if args.smoke else full)
+    for key, value in vars(args).items():
+        if key in plan and value is not None:
+            plan[key] = value
     backends = args.backend or (["sqlite"] if args.smoke else ["sqlite", "etcd"])
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or (Path(tmp) if args.smoke else ROOT / "tools" / "benchmarks" / "results")
-        results = run(plan, backends, out)
+        results = run(plan, backends, out, "smoke" if args.smoke else "full")
     print(render(results))
+
+
+def run(plan: dict[str, Any], backends: list[str], out: Path, mode: str) -> dict[str, Any]:
+    """Measure :data:`STEPS` on each backend (see the module docstring)."""
+    return run_on_stores("rebalance", plan, backends, out, mode, repetition, render, summarize)
+
+
+def main() -> None:
+    command_line(__doc__ or "", "rebalance", (FULL, SMOKE), run, render)
 
 
 if __name__ == "__main__":

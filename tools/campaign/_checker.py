@@ -37,19 +37,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 __all__ = [
-    "EXPLAINING_KINDS", "Interval", "Report", "Verdict", "WriteTally", "check",
+    "EXPLAINING_KINDS", "Counts", "Interval", "Report", "Verdict", "WriteTally", "check",
     "intervals_from_events", "judge_overlap", "judge_writes", "stall_episodes",
 ]
 
 #: Faults that may legitimately make two holders believe at once (reliability.md §4.3).
-EXPLAINING_KINDS = frozenset({"pause-long", "pause-in-write", "skew-beyond"})
+EXPLAINING_KINDS = frozenset({"pause-long", "pause-in-write", "pause-waiter", "skew-beyond"})
 #: Faults that cannot make a holder lose its lease (so they do not excuse a loss).
 HARMLESS_KINDS = frozenset({"skew-within"})
 #: How long after a long pause a stale write still counts as the pause's (seconds): a worker
 #: stopped inside its blocking step (pause-in-write, 1 s) finishes that step after SIGCONT.
 AFTER_PAUSE = 2.0
 #: Long pauses of the holder (SIGSTOP beyond L).
-PAUSE_KINDS = frozenset({"pause-long", "pause-in-write"})
+PAUSE_KINDS = frozenset({"pause-long", "pause-in-write", "pause-waiter"})
 #: A stretch in which a worker's own event loop ran nothing (self-observed, see
 #: :func:`stall_episodes`): it explains like a pause, when it too is beyond the margin.
 STALL = "stall"
@@ -86,12 +86,10 @@ class Verdict:
 
 
 @dataclasses.dataclass
-class Report(Verdict):
-    """The verdict of one run."""
+class Counts(Verdict):
+    """What every mode's report counts."""
 
     grants: int = 0
-    handovers: int = 0
-    handovers_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
     faults_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
     overlaps: int = 0
     overlaps_explained: int = 0
@@ -102,16 +100,24 @@ class Report(Verdict):
     writes_accepted: int = 0
     stale_rejected: int = 0
     stale_accepted: int = 0
+    losses: int = 0
+    errors: int = 0
+    violations: list[str] = dataclasses.field(default_factory=list)
+    bite_failures: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Report(Counts):
+    """The verdict of one run."""
+
+    handovers: int = 0
+    handovers_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
     #: Long pauses by "kind/loop" of the paused worker, and the stale writes that worker sent
     #: from the pause until AFTER_PAUSE seconds after it (the library should stop them after a
     #: pause-long; after a pause-in-write they are the point).
     pauses_by_loop: dict[str, int] = dataclasses.field(default_factory=dict)
     stale_after_pause: dict[str, int] = dataclasses.field(default_factory=dict)
-    losses: int = 0
     false_losses: int = 0
-    errors: int = 0
-    violations: list[str] = dataclasses.field(default_factory=list)
-    bite_failures: list[str] = dataclasses.field(default_factory=list)
 
 
 def _overlaps(t0: float, t1: float, u0: float, u1: float) -> bool:

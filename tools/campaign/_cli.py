@@ -6,6 +6,7 @@ Examples::
     python -m tools.campaign --backend kubernetes --seed 7 --handovers 10000 --duration 3600
     python -m tools.campaign --broken no-fencing                     # must report violations
     python -m tools.campaign --mode partitioned --backend sqlite --keys 40 --handovers 2000
+    python -m tools.campaign --mode semaphore --backend etcd --limit 3 --duration 300
 
 Exit status: 0 when the run is clean and its faults bit, 1 otherwise (with ``--broken``:
 0 only when the checker did find violations).
@@ -35,12 +36,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--duration", type=float, help="stop after this many seconds")
     parser.add_argument("--handovers", type=int, help="stop once this many handovers happened")
-    parser.add_argument("--workers", type=int, help="worker processes (default 5; partitioned: 4)")
-    parser.add_argument("--mode", choices=["lease", "partitioned"], default="lease",
-                        help="contend for one lease, or run_partitioned over --keys keys")
+    parser.add_argument("--workers", type=int,
+                        help="worker processes (default 5; partitioned: 4; semaphore: 6)")
+    parser.add_argument("--mode", choices=["lease", "partitioned", "semaphore"], default="lease",
+                        help="contend for one lease, run_partitioned over --keys keys, or loop "
+                        "Semaphore(limit=--limit).held()")
     parser.add_argument("--keys", type=int, default=40, help="partitioned: how many keys")
     parser.add_argument("--unrun-bound", type=float, default=6.0,
                         help="partitioned: a key may stay unrun for L plus this many seconds")
+    parser.add_argument("--limit", type=int, default=3, help="semaphore: the limit")
+    parser.add_argument("--wait-bound", type=float, default=6.0,
+                        help="semaphore: a waiter must be granted within L plus this many seconds")
     parser.add_argument("--emulator", choices=["harness", "process"],
                         help="kubernetes: serve the emulator inside the harness or as a process "
                         "of its own (default: partitioned mode a process, lease mode the "
@@ -71,6 +77,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     elif args.mode == "partitioned":
         config = RunConfig.partitioned(args.backend, seed=args.seed, keys=args.keys,
                                        unrun_bound=args.unrun_bound)
+    elif args.mode == "semaphore":
+        config = RunConfig.semaphore(args.backend, seed=args.seed, limit=args.limit,
+                                     wait_bound=args.wait_bound)
     elif args.short:
         config = RunConfig.short(args.backend, seed=args.seed)
     else:
@@ -111,6 +120,8 @@ def format_summary(summary: dict[str, Any], out_dir: Path) -> str:
     """A human-readable table of one run's totals."""
     if summary.get("mode") == "partitioned":
         return _format_partitioned(summary, out_dir)
+    if summary.get("mode") == "semaphore":
+        return _format_semaphore(summary, out_dir)
     lines = [
         f"campaign: backend={summary['backend']} seed={summary['seed']} "
         f"broken={summary['broken'] or 'no'} seconds={summary['seconds']} "
@@ -157,6 +168,32 @@ def _format_partitioned(summary: dict[str, Any], out_dir: Path) -> str:
         f"  member losses {summary['losses']}, errors {summary['errors']}",
         f"  harness loop lag (ms) {summary['harness_loop_lag_ms']}, CPU seconds "
         f"{summary['cpu_seconds']}, emulator {summary['emulator'] or '-'}",
+        f"  violations {len(summary['violations'])}, bite failures "
+        f"{len(summary['bite_failures'])}: {'OK' if summary['ok'] else 'FAIL'}",
+    ]
+    return "\n".join([*lines, *_closing_lines(summary, out_dir)])
+
+
+def _format_semaphore(summary: dict[str, Any], out_dir: Path) -> str:
+    lines = [
+        f"campaign (semaphore): backend={summary['backend']} seed={summary['seed']} "
+        f"workers={summary['workers']} limit={summary['limit']} seconds={summary['seconds']} "
+        f"machine={platform.machine()} {platform.python_implementation()} "
+        f"{platform.python_version()}",
+        f"  settings: {summary['settings']} (safety margin {summary['safety_margin']:.3f} s)",
+        f"  grants {summary['grants']}, slot moves {summary['moves']}, most holders at once "
+        f"{summary['most_at_once']}",
+        f"  faults {sum(summary['faults_by_kind'].values())}: {summary['faults_by_kind']}",
+        f"  overlaps {summary['overlaps']} (explained by pause/stall "
+        f"{summary['overlaps_explained']}, of them by a stall alone "
+        f"{summary['overlaps_explained_by_stall']})",
+        f"  worker stalls {summary['stalls']} (longest {summary['longest_stall']:.3f} s)",
+        f"  waits granted {summary['waits']}, longest {summary['longest_wait']:.2f} s (limit "
+        f"L + bound {summary['wait_limit']:.2f} s; restarted by a fault on the waiter "
+        f"{summary['waits_restarted']})",
+        f"  writes accepted {summary['writes_accepted']}, stale rejected "
+        f"{summary['stale_rejected']}, stale accepted {summary['stale_accepted']}",
+        f"  worker losses {summary['losses']}, errors {summary['errors']}",
         f"  violations {len(summary['violations'])}, bite failures "
         f"{len(summary['bite_failures'])}: {'OK' if summary['ok'] else 'FAIL'}",
     ]

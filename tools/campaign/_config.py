@@ -6,7 +6,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FAULTS_BY_BACKEND", "PARTITIONED_FAULTS_BY_BACKEND", "STORE_OUTAGE_KINDS", "RunConfig"]
+__all__ = [
+    "FAULTS_BY_BACKEND", "PARTITIONED_FAULTS_BY_BACKEND", "SEMAPHORE_FAULTS_BY_BACKEND",
+    "STORE_OUTAGE_KINDS", "RunConfig",
+]
 
 _COMMON = ("kill", "pause-short", "pause-long", "pause-in-write", "skew-within")
 _PROXY = ("proxy-latency", "proxy-blackhole", "proxy-reset", "proxy-slicer", "skew-beyond")
@@ -31,12 +34,21 @@ PARTITIONED_FAULTS_BY_BACKEND: dict[str, tuple[str, ...]] = {
     "sqlite": ("kill", "pause-short", "pause-long"),
 }
 
+#: The semaphore mode's faults: kills with a restart, SIGTERM with a restart, pauses of a holder
+#: (short, and past L), a waiter paused past L, and, where there is a network, partitions.
+_SEMAPHORE = ("kill", "term", "pause-short", "pause-long", "pause-waiter")
+SEMAPHORE_FAULTS_BY_BACKEND: dict[str, tuple[str, ...]] = {
+    "kubernetes": (*_SEMAPHORE, *_PARTITION),
+    "etcd": (*_SEMAPHORE, *_PARTITION),
+    "sqlite": _SEMAPHORE,
+}
+
 #: Faults that may stop the store for every member, by backend: a SQLite member stopped inside
 #: a write transaction keeps the file's write lock until it resumes.
 STORE_OUTAGE_KINDS: dict[str, frozenset[str]] = {
     "kubernetes": frozenset({"emu-pause"}),
     "etcd": frozenset({"backend-pause"}),
-    "sqlite": frozenset({"pause-long"}),
+    "sqlite": frozenset({"pause-long", "pause-waiter"}),
 }
 
 
@@ -65,16 +77,22 @@ class RunConfig:
     gap: float = 0.1  # seconds between fenced writes during a long hold
     long_hold: tuple[float, float] = (0.5, 1.0)  # length of a long hold, in units of L
     rest: float = 0.03  # a worker rests up to this long between two holds
-    broken: str = ""  # "", "no-fencing" or "reply-anchor": deliberately broken variants
+    #: "", "no-fencing", "reply-anchor" or (semaphore mode) "over-limit": broken variants
+    broken: str = ""
     blackhole: tuple[float, float] = (0.3, 1.5)  # proxy-blackhole length, in units of L
     slow_reply: float = 0.0  # delay every lease write's reply (seconds, after the commit)
     controller_loop: str = "trio"
     progress: bool = False  # print a progress line to stderr every 30 s
-    mode: str = "lease"  # "lease" (workers contend for one lease) or "partitioned"
+    #: "lease" (workers contend for one lease), "partitioned" or "semaphore"
+    mode: str = "lease"
     keys: int = 40  # partitioned: how many keys the members share
     key_write_gap: float = 0.5  # partitioned: seconds between fenced writes of a running key
     #: partitioned: a key may stay unrun for L plus this many seconds while a member is alive.
     unrun_bound: float = 6.0
+    limit: int = 3  # semaphore: the limit every worker uses
+    hold: tuple[float, float] = (0.05, 0.3)  # semaphore: seconds a worker holds its slot
+    #: semaphore: a waiter must be granted within L plus this many seconds of its own wait.
+    wait_bound: float = 6.0
     #: kubernetes: serve the emulator from a process of its own (``trio-lease emulate``)
     #: instead of inside the harness; the ``emu-*`` faults need it inside.
     emulator_process: bool = False
@@ -86,6 +104,8 @@ class RunConfig:
             return self.faults
         if self.mode == "partitioned":
             return PARTITIONED_FAULTS_BY_BACKEND[self.backend]
+        if self.mode == "semaphore":
+            return SEMAPHORE_FAULTS_BY_BACKEND[self.backend]
         return FAULTS_BY_BACKEND[self.backend]
 
     @classmethod
@@ -108,6 +128,25 @@ class RunConfig:
         in a process of its own (the harness's proxies must not delay its replies)."""
         config = cls(backend=backend, seed=seed, duration=180.0, mode="partitioned", workers=4,
                      fault_gap=(1.0, 3.0), emulator_process=True)
+        return dataclasses.replace(config, **overrides)
+
+    @classmethod
+    def semaphore(cls, backend: str = "kubernetes", seed: int = 1, **overrides: Any) -> RunConfig:
+        """The semaphore mode: six workers at limit 3, a fault every 1-3 s, the emulator in a
+        process of its own."""
+        config = cls(backend=backend, seed=seed, duration=180.0, mode="semaphore", workers=6,
+                     fault_gap=(1.0, 3.0), emulator_process=True, gap=0.05)
+        return dataclasses.replace(config, **overrides)
+
+    @classmethod
+    def semaphore_smoke(
+        cls, backend: str = "kubernetes", seed: int = 1, **overrides: Any
+    ) -> RunConfig:
+        """The semaphore mode's CI run: one round of a kill, a SIGTERM, a holder and a waiter
+        each stopped past L (each followed by a restart or a resume): about 15-20 s, ended
+        after 40 s on a machine too loaded to finish the round sooner."""
+        config = cls.semaphore(backend, seed=seed, rounds=1, duration=40.0, fault_gap=(0.3, 0.8),
+                               faults=("kill", "term", "pause-long", "pause-waiter"))
         return dataclasses.replace(config, **overrides)
 
     @classmethod

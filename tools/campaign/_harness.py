@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -31,9 +31,18 @@ from ._pchecker import PartitionedReport, check_partitioned
 from ._pmode import PartitionedHarness, PartitionedNemesis
 from ._proc import ROOT, append_log
 from ._proxy import open_proxy
+from ._schecker import SemaphoreReport, check_semaphore
+from ._smode import SemaphoreHarness, SemaphoreNemesis
 from ._state import Harness
 
-__all__ = ["run", "run_partitioned_mode"]
+__all__ = ["run", "run_partitioned_mode", "run_semaphore_mode"]
+
+#: Each mode's live state and nemesis.
+_MODES: dict[str, tuple[type[Harness], type[Nemesis]]] = {
+    "lease": (Harness, Nemesis),
+    "partitioned": (PartitionedHarness, PartitionedNemesis),
+    "semaphore": (SemaphoreHarness, SemaphoreNemesis),
+}
 
 
 @contextlib.asynccontextmanager
@@ -169,10 +178,7 @@ async def _run_async(harness: Harness) -> None:
                     tg.start_soon(_progress, harness)
                 for worker in harness.workers:
                     await harness.start_worker(worker, tg)
-                nemesis_class = (
-                    PartitionedNemesis if isinstance(harness, PartitionedHarness) else Nemesis
-                )
-                nemesis = nemesis_class(harness, tg)
+                nemesis = _MODES[config.mode][1](harness, tg)
                 with anyio.move_on_after(config.duration):
                     await nemesis.run()
             finally:
@@ -253,28 +259,36 @@ def _library_revision() -> dict[str, Any]:
 def run(config: RunConfig) -> tuple[Report, Path]:
     """Run one campaign of the lease mode and judge it; returns the report and the run's
     directory."""
-    if config.mode != "lease":
-        raise ValueError(f"run() runs the lease mode, not {config.mode!r}")
-    report, out_dir = run_any(config)
-    assert isinstance(report, Report)
-    return report, out_dir
+    return _run_as(config, "lease", Report, "run")
 
 
 def run_partitioned_mode(config: RunConfig) -> tuple[PartitionedReport, Path]:
     """Run one campaign of the partitioned mode and judge it."""
-    if config.mode != "partitioned":
-        raise ValueError(f"run_partitioned_mode() runs the partitioned mode, not {config.mode!r}")
+    return _run_as(config, "partitioned", PartitionedReport, "run_partitioned_mode")
+
+
+def run_semaphore_mode(config: RunConfig) -> tuple[SemaphoreReport, Path]:
+    """Run one campaign of the semaphore mode and judge it."""
+    return _run_as(config, "semaphore", SemaphoreReport, "run_semaphore_mode")
+
+
+_R = TypeVar("_R", Report, PartitionedReport, SemaphoreReport)
+
+
+def _run_as(config: RunConfig, mode: str, kind: type[_R], caller: str) -> tuple[_R, Path]:
+    if config.mode != mode:
+        raise ValueError(f"{caller}() runs the {mode} mode, not {config.mode!r}")
     report, out_dir = run_any(config)
-    assert isinstance(report, PartitionedReport)
+    assert isinstance(report, kind)
     return report, out_dir
 
 
-def run_any(config: RunConfig) -> tuple[Report | PartitionedReport, Path]:
-    """Run one campaign of either mode and judge it; returns the report and the run's
+def run_any(config: RunConfig) -> tuple[Report | PartitionedReport | SemaphoreReport, Path]:
+    """Run one campaign of any mode and judge it; returns the report and the run's
     directory."""
     out_dir = config.out_dir or Path(tempfile.mkdtemp(prefix="trio-lease-campaign-"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    harness = (PartitionedHarness if config.mode == "partitioned" else Harness)(config, out_dir)
+    harness = _MODES[config.mode][0](config, out_dir)
     started = time.monotonic()
     with open(out_dir / "events.jsonl", "w", encoding="utf-8") as events_file, _etcd(harness):
         harness.events_file = events_file
@@ -287,8 +301,21 @@ def run_any(config: RunConfig) -> tuple[Report | PartitionedReport, Path]:
         "".join(json.dumps(r) + "\n" for r in harness.records)
     )
     events = sorted(harness.events, key=lambda e: float(e["t"]))
-    report: Report | PartitionedReport
-    if isinstance(harness, PartitionedHarness):
+    report: Report | PartitionedReport | SemaphoreReport
+    if isinstance(harness, SemaphoreHarness):
+        report = check_semaphore(
+            events=events,
+            writes=_read_jsonl(out_dir / "writes.jsonl"),
+            nemesis=harness.nemesis_log,
+            limit=config.limit,
+            margin=harness.settings.safety_margin,
+            heartbeat_timeout=harness.settings.heartbeat_timeout,
+            bound=config.wait_bound,
+            stop=harness.stop_started or run_end,
+            run_end=run_end,
+            outage_kinds=STORE_OUTAGE_KINDS[config.backend],
+        )
+    elif isinstance(harness, PartitionedHarness):
         report = check_partitioned(
             events=events,
             writes=_read_jsonl(out_dir / "writes.jsonl"),

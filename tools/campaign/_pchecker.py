@@ -47,8 +47,8 @@ from typing import Any
 from trio_lease._partitioned import assign
 
 from ._checker import (
+    Counts,
     Interval,
-    Verdict,
     _explained,
     count_stalls,
     judge_overlap,
@@ -56,35 +56,29 @@ from ._checker import (
     stall_episodes,
 )
 
-__all__ = ["PartitionedReport", "assignee_faults", "check_partitioned", "key_intervals"]
+__all__ = [
+    "GrantsReport", "PartitionedReport", "assignee_faults", "check_partitioned", "covered",
+    "judge_grants", "key_intervals", "merge_spans", "subtract_spans",
+]
 
 
 @dataclasses.dataclass
-class PartitionedReport(Verdict):
+class GrantsReport(Counts):
+    """What the modes of many leases count besides: moves, and late starts a pause explains."""
+
+    moves: int = 0
+    #: grants whose body started after a newer grant's, explained by a pause of their runner
+    late_starts_explained: int = 0
+
+
+@dataclasses.dataclass
+class PartitionedReport(GrantsReport):
     """The verdict of one partitioned run."""
 
     keys: int = 0
-    grants: int = 0
-    moves: int = 0
-    faults_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
-    overlaps: int = 0
-    overlaps_explained: int = 0
-    #: of those, explained only by the stale member's self-observed stall (no injected fault)
-    overlaps_explained_by_stall: int = 0
-    stalls: int = 0  # stalls the members logged (event loop late by more than 0.1 s)
-    longest_stall: float = 0.0  # seconds
-    #: grants whose body started after a newer grant's, explained by a pause of their runner
-    late_starts_explained: int = 0
     longest_unrun: float = 0.0  # seconds, counted while a member was alive
     unrun_limit: float = 0.0  # L + bound
     unrun_restarted: int = 0  # unrun stretches cut by a fault on the key's assignee
-    writes_accepted: int = 0
-    stale_rejected: int = 0
-    stale_accepted: int = 0
-    losses: int = 0
-    errors: int = 0
-    violations: list[str] = dataclasses.field(default_factory=list)
-    bite_failures: list[str] = dataclasses.field(default_factory=list)
 
 
 def key_intervals(
@@ -135,7 +129,7 @@ def _alive_spans(events: Sequence[Mapping[str, Any]], run_end: float) -> list[tu
                 continue
             spans.append((since.pop(slot), t))
     spans.extend((t, run_end) for t in since.values())
-    return _merge(spans)
+    return merge_spans(spans)
 
 
 def _incarnations(events: Sequence[Mapping[str, Any]]) -> list[tuple[int, str, float, float]]:
@@ -190,10 +184,10 @@ def assignee_faults(
             memo[members] = assign(keys, sorted(members))
         for key in memo[members].get(hit[-1], []):
             hits.setdefault(key, []).append((t0, t1))
-    return {key: _merge(spans) for key, spans in hits.items()}
+    return {key: merge_spans(spans) for key, spans in hits.items()}
 
 
-def _merge(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+def merge_spans(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     merged: list[tuple[float, float]] = []
     for start, end in sorted(spans):
         if merged and start <= merged[-1][1]:
@@ -203,7 +197,7 @@ def _merge(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     return merged
 
 
-def _subtract(
+def subtract_spans(
     spans: Sequence[tuple[float, float]], holes: Sequence[tuple[float, float]]
 ) -> list[tuple[float, float]]:
     """The (merged) spans without the (merged) holes."""
@@ -221,9 +215,69 @@ def _subtract(
     return result
 
 
-def _covered(spans: Sequence[tuple[float, float]], t0: float, t1: float) -> float:
+def covered(spans: Sequence[tuple[float, float]], t0: float, t1: float) -> float:
     """How much of [t0, t1] the (merged) spans cover."""
     return sum(max(0.0, min(end, t1) - max(start, t0)) for start, end in spans)
+
+
+def judge_grants(
+    report: GrantsReport,
+    what: str,
+    intervals: Sequence[Interval],
+    nemesis: Sequence[Mapping[str, Any]],
+    stalls: Sequence[Mapping[str, Any]],
+    margin: float,
+) -> list[tuple[Interval, Interval]]:
+    """Rules 1 and 2 for one resource granted by one lease (a key, a semaphore slot): its belief
+    intervals (sorted by start) must not overlap unexplained, its tokens must increase with one
+    identity each. Counts into ``report`` (``overlaps``, ``overlaps_explained``,
+    ``overlaps_explained_by_stall``, ``late_starts_explained``, ``moves``, ``violations``);
+    returns the explained overlaps as (stale, fresh)."""
+    explaining = [*nemesis, *stalls]
+    excused: list[tuple[Interval, Interval]] = []
+    # 1. Overlapping beliefs of one resource.
+    for i, first in enumerate(intervals):
+        for second in intervals[i + 1 :]:
+            if second.start >= first.end:
+                break
+            report.overlaps += 1
+            stale, fresh, verdict = judge_overlap(first, second, nemesis, margin, stalls)
+            if verdict in ("explained", "stalled"):
+                report.overlaps_explained += 1
+                report.overlaps_explained_by_stall += verdict == "stalled"
+                excused.append((stale, fresh))
+                continue
+            overlap = min(first.end, second.end) - second.start
+            report.violations.append(
+                f"{what}: overlap of {overlap * 1000:.1f} ms: w{stale.slot} (token "
+                f"{stale.token}, {stale.start:.3f}-{stale.end:.3f}) and w{fresh.slot} "
+                f"(token {fresh.token}, from {fresh.start:.3f}); no pause or stall explains it"
+            )
+    # 2. Tokens strictly increase per resource, one identity per token.
+    owner_of: dict[int, str] = {}
+    for previous, following in itertools.pairwise(intervals):
+        if following.token < previous.token and _explained(
+            following, explaining, margin, since=previous.start
+        ):
+            # Granted before ``previous``; its runner was stopped when ``previous`` began,
+            # so its body's first statement ran after it resumed (rule 1 judges the overlap).
+            report.late_starts_explained += 1
+        elif following.token <= previous.token:
+            report.violations.append(
+                f"{what}: grant to {following.identity} at {following.start:.3f} has "
+                f"token {following.token}, not above {previous.token} of "
+                f"{previous.identity}'s earlier grant"
+            )
+        if following.identity != previous.identity:
+            report.moves += 1
+    for interval in intervals:
+        other = owner_of.setdefault(interval.token, interval.identity)
+        if other != interval.identity:
+            report.violations.append(
+                f"{what}: token {interval.token} granted to two identities: {other} and "
+                f"{interval.identity}"
+            )
+    return excused
 
 
 def check_partitioned(
@@ -245,62 +299,21 @@ def check_partitioned(
     by_key = key_intervals(events, run_end)
     stalls = stall_episodes(events)
     count_stalls(report, stalls)
-    explaining = [*nemesis, *stalls]
     report.grants = sum(len(v) for v in by_key.values())
-    outages = _merge(
+    outages = merge_spans(
         (float(e["t0"]), float(e["t1"]) + heartbeat_timeout)
         for e in nemesis if e["kind"] in outage_kinds
     )
-    alive = _subtract(_alive_spans(events, run_end), outages)
+    alive = subtract_spans(_alive_spans(events, run_end), outages)
     readies = [float(e["t"]) for e in events if e["ev"] == "ready"]
     window_start = (min(readies) if readies else run_end) + report.unrun_limit
     cut = assignee_faults(events, nemesis, keys, heartbeat_timeout)
 
     for key in sorted(set(keys) | set(by_key)):
         intervals = sorted(by_key.get(key, []), key=lambda i: i.start)
-        # 1. Overlapping beliefs of one key.
-        for i, first in enumerate(intervals):
-            for second in intervals[i + 1 :]:
-                if second.start >= first.end:
-                    break
-                report.overlaps += 1
-                stale, fresh, verdict = judge_overlap(first, second, nemesis, margin, stalls)
-                if verdict in ("explained", "stalled"):
-                    report.overlaps_explained += 1
-                    report.overlaps_explained_by_stall += verdict == "stalled"
-                    continue
-                overlap = min(first.end, second.end) - second.start
-                report.violations.append(
-                    f"key {key}: overlap of {overlap * 1000:.1f} ms: w{stale.slot} (token "
-                    f"{stale.token}, {stale.start:.3f}-{stale.end:.3f}) and w{fresh.slot} "
-                    f"(token {fresh.token}, from {fresh.start:.3f}); no pause or stall explains it"
-                )
-        # 2. Tokens strictly increase per key, one identity per token.
-        owner_of: dict[int, str] = {}
-        for previous, following in itertools.pairwise(intervals):
-            if following.token < previous.token and _explained(
-                following, explaining, margin, since=previous.start
-            ):
-                # Granted before ``previous``; its runner was stopped when ``previous`` began,
-                # so its body's first statement ran after it resumed (rule 1 judges the overlap).
-                report.late_starts_explained += 1
-            elif following.token <= previous.token:
-                report.violations.append(
-                    f"key {key}: grant to {following.identity} at {following.start:.3f} has "
-                    f"token {following.token}, not above {previous.token} of "
-                    f"{previous.identity}'s earlier grant"
-                )
-            if following.identity != previous.identity:
-                report.moves += 1
-        for interval in intervals:
-            other = owner_of.setdefault(interval.token, interval.identity)
-            if other != interval.identity:
-                report.violations.append(
-                    f"key {key}: token {interval.token} granted to two identities: {other} and "
-                    f"{interval.identity}"
-                )
+        judge_grants(report, f"key {key}", intervals, nemesis, stalls, margin)
         # 3. Unrun stretches while a member is alive.
-        running = _merge((i.start, i.end) for i in intervals)
+        running = merge_spans((i.start, i.end) for i in intervals)
         cursor = window_start
         gaps: list[tuple[float, float]] = []
         for start, end in running:
@@ -311,11 +324,11 @@ def check_partitioned(
             gaps.append((cursor, stop))
         for t0, t1 in gaps:
             # A fault on the key's assignee restarts the key's clock when it ends.
-            pieces = _subtract([(t0, t1)], cut.get(key, []))
+            pieces = subtract_spans([(t0, t1)], cut.get(key, []))
             if pieces != [(t0, t1)]:
                 report.unrun_restarted += 1
             for p0, p1 in pieces:
-                unrun = _covered(alive, p0, p1)
+                unrun = covered(alive, p0, p1)
                 report.longest_unrun = max(report.longest_unrun, unrun)
                 if unrun > report.unrun_limit:
                     report.violations.append(

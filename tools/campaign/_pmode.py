@@ -10,7 +10,6 @@ seeded random generator.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -19,10 +18,28 @@ import anyio
 from ._nemesis import Nemesis
 from ._state import Harness, Worker
 
-__all__ = ["PartitionedHarness", "PartitionedNemesis"]
+__all__ = ["ManyHoldersHarness", "PartitionedHarness", "PartitionedNemesis"]
 
 
-class PartitionedHarness(Harness):
+class ManyHoldersHarness(Harness):
+    """What the modes of many leases share: grants judged from the workers' own events (no
+    single record to follow), and when the harness began stopping the workers."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stop_started: float | None = None
+
+    async def stop_workers(self) -> None:
+        if self.stop_started is None:
+            self.stop_started = time.monotonic()
+        await super().stop_workers()
+
+    async def watch_records(self) -> None:
+        """Tokens are judged from the workers' grants; no single record to follow."""
+        await anyio.sleep_forever()
+
+
+class PartitionedHarness(ManyHoldersHarness):
     """The live state of a partitioned run: which keys each member runs, and the moves."""
 
     worker_module = "tools.campaign._pworker"
@@ -31,12 +48,9 @@ class PartitionedHarness(Harness):
         super().__init__(*args, **kwargs)
         self.running: dict[int, set[str]] = {w.slot: set() for w in self.workers}
         self.last_identity: dict[str, str] = {}  # key -> identity of its latest grant
-        self.stop_started: float | None = None
 
     def record(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
-        if self.events_file is not None:
-            self.events_file.write(json.dumps(event) + "\n")
+        self.log_event(event)
         slot, kind = event["slot"], event["ev"]
         if kind == "start":
             key = str(event["key"])
@@ -53,16 +67,6 @@ class PartitionedHarness(Harness):
     def worker_config(self, worker: Worker) -> dict[str, Any]:
         return {**super().worker_config(worker), "keys": self.config.keys,
                 "gap": self.config.key_write_gap}
-
-    async def stop_workers(self) -> None:
-        if self.stop_started is None:
-            self.stop_started = time.monotonic()
-        await super().stop_workers()
-
-    async def watch_records(self) -> None:
-        """Key tokens are judged from the members' grants; no single record to follow."""
-        await anyio.sleep_forever()
-
 
 class PartitionedNemesis(Nemesis):
     """The lease mode's fault episodes, aimed at a member that runs keys."""

@@ -20,9 +20,11 @@ when the harness is gone.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import anyio
@@ -40,13 +42,13 @@ from ._fencing import FencingClient
 from ._proc import exit_with_parent
 from ._worker import _signals, emit, make_backend, watch_stalls
 
-__all__ = ["PARTITIONED", "main"]
+__all__ = ["PARTITIONED", "main", "stdin_closed", "until_told_to_stop"]
 
 #: The ``name`` every member passes to run_partitioned (keys are ``campaign.<key>``).
 PARTITIONED = "campaign"
 
 
-async def _stdin_closed(done: anyio.CancelScope) -> None:
+async def stdin_closed(done: anyio.CancelScope) -> None:
     """Leave when stdin closes (the harness's way of stopping a member)."""
     while await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True):
         pass
@@ -97,14 +99,20 @@ async def main(config: dict[str, Any]) -> None:
     """Be a member until stdin closes or SIGTERM."""
     emit("ready", identity=f"w{config['slot']}", slot=config["slot"], pid=os.getpid(),
          loop=config.get("loop", "asyncio"))
+    await until_told_to_stop(functools.partial(members, config))
+    emit("exit")
+
+
+async def until_told_to_stop(work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run ``work`` beside the stall sampler until stdin closes, SIGTERM comes or the harness
+    is gone (the many-holder modes' workers)."""
     with anyio.CancelScope() as done:
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch_stalls)
-            tg.start_soon(_stdin_closed, done)
+            tg.start_soon(stdin_closed, done)
             tg.start_soon(_signals, done)
             tg.start_soon(exit_with_parent, done)
-            tg.start_soon(members, config)
-    emit("exit")
+            tg.start_soon(work)
 
 
 if __name__ == "__main__":

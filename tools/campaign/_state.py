@@ -75,10 +75,14 @@ class Harness:
 
     # -- events ----------------------------------------------------------------------------------
 
-    def record(self, event: dict[str, Any]) -> None:
+    def log_event(self, event: dict[str, Any]) -> None:
+        """Keep ``event`` and write it to the run's events file."""
         self.events.append(event)
         if self.events_file is not None:
             self.events_file.write(json.dumps(event) + "\n")
+
+    def record(self, event: dict[str, Any]) -> None:
+        self.log_event(event)
         worker = self.workers[event["slot"]]
         if event["ev"] == "start":
             worker.holding = (int(event["token"]), float(event["t"]), float(event["hold"]))
