@@ -67,8 +67,17 @@ def validate_object_meta(metadata: JSON) -> list[FieldError]:
     of ``[A-Za-z0-9_.-]`` starting and ending alphanumeric (or empty); an annotation key a
     qualified name (case-insensitive), and all annotations together at most 256 KiB.
     """
+    return [
+        *_label_errors(metadata.get("labels") or {}),
+        *_annotation_errors(metadata.get("annotations") or {}),
+        *_finalizer_errors(metadata.get("finalizers") or []),
+    ]
+
+
+def _label_errors(labels: JSON) -> list[FieldError]:
+    """``ValidateLabels``: qualified-name keys, values of at most 63 label characters."""
     errors: list[FieldError] = []
-    for key, value in (metadata.get("labels") or {}).items():
+    for key, value in labels.items():
         errors += [FieldError("metadata.labels", "Invalid", m, key) for m in _qualified_name(key)]
         text = value or ""
         if len(text) > 63:
@@ -77,7 +86,12 @@ def validate_object_meta(metadata: JSON) -> list[FieldError]:
             ))
         if not _LABEL_VALUE_RE.match(text):
             errors.append(FieldError("metadata.labels", "Invalid", _LABEL_VALUE_MSG, text))
-    annotations = metadata.get("annotations") or {}
+    return errors
+
+
+def _annotation_errors(annotations: JSON) -> list[FieldError]:
+    """``ValidateAnnotations``: qualified-name keys (any case), 256 KiB in all."""
+    errors: list[FieldError] = []
     for key in annotations:
         errors += [
             FieldError("metadata.annotations", "Invalid", m, key)
@@ -88,7 +102,13 @@ def validate_object_meta(metadata: JSON) -> list[FieldError]:
         errors.append(FieldError(
             "metadata.annotations", "TooLong", f"must have at most {ANNOTATIONS_LIMIT} bytes"
         ))
-    for finalizer in metadata.get("finalizers") or []:
+    return errors
+
+
+def _finalizer_errors(finalizers: list[Any]) -> list[FieldError]:
+    """Each finalizer a qualified name."""
+    errors: list[FieldError] = []
+    for finalizer in finalizers:
         text = finalizer if isinstance(finalizer, str) else ""
         errors += [
             FieldError("metadata.finalizers", "Invalid", m, text) for m in _qualified_name(text)

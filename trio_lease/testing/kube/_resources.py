@@ -112,16 +112,8 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
 )
 
 
-def types_from_crd(crd: JSON) -> list[ResourceType]:
-    """The served versions of a CustomResourceDefinition; 422 if the CRD is malformed.
-
-    Checks what matters for serving: ``metadata.name`` must be ``<plural>.<group>`` (the
-    apiextensions validation message), names and at least one served version must exist.
-    """
-    name = crd.get("metadata", {}).get("name", "")
-    spec = crd.get("spec") or {}
-    group = spec.get("group", "")
-    names = spec.get("names") or {}
+def _crd_errors(name: str, group: str, names: JSON, versions: list[JSON]) -> list[FieldError]:
+    """What keeps a CRD from being served: its group, names and served versions."""
     plural = names.get("plural", "")
     errors = []
     if not group:
@@ -136,9 +128,24 @@ def types_from_crd(crd: JSON) -> list[ResourceType]:
                 "metadata.name", "Invalid", 'must be spec.names.plural+"."+spec.group', name
             )
         )
-    versions = [v for v in spec.get("versions") or [] if v.get("served", True)]
     if not versions:
         errors.append(FieldError("spec.versions", "Required", "must have at least one version"))
+    return errors
+
+
+def types_from_crd(crd: JSON) -> list[ResourceType]:
+    """The served versions of a CustomResourceDefinition; 422 if the CRD is malformed.
+
+    Checks what matters for serving: ``metadata.name`` must be ``<plural>.<group>`` (the
+    apiextensions validation message), names and at least one served version must exist.
+    """
+    name = crd.get("metadata", {}).get("name", "")
+    spec = crd.get("spec") or {}
+    group = spec.get("group", "")
+    names = spec.get("names") or {}
+    plural = names.get("plural", "")
+    versions = [v for v in spec.get("versions") or [] if v.get("served", True)]
+    errors = _crd_errors(name, group, names, versions)
     if errors:
         raise ApiError.invalid("CustomResourceDefinition", "apiextensions.k8s.io", name, errors)
     scope = spec.get("scope", "Namespaced")
