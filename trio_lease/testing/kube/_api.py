@@ -41,7 +41,7 @@ from ._rbac import User, forbidden_reason, is_allowed
 from ._resources import ResourceType
 from ._reviews import answer_review, is_review_path
 from ._selectors import exact_name
-from ._status import ApiError, status_body
+from ._status import JSON, ApiError, status_body
 from ._store import MODIFIED_MSG
 from ._table import as_table, table_events, table_version
 from ._validation import check_type_meta
@@ -50,7 +50,6 @@ __all__ = ["handle", "parse_duration"]
 
 logger = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 DEFAULT_TIMEOUT = 60.0
 _WRITES = ("create", "update", "patch", "delete")
 _DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")

@@ -26,19 +26,17 @@ import base64
 import binascii
 import json
 import posixpath
-from typing import Any
 
 from ._cluster import Cluster
 from ._http import Request, Response
 from ._resources import ResourceType
 from ._selectors import Selection
-from ._status import ApiError, FieldError
+from ._status import JSON, ApiError, FieldError
 from ._store import Store
 from ._watch import WatchStream
 
 __all__ = ["list_objects", "start_watch", "validate_list_options", "wait_until_fresh"]
 
-JSON = dict[str, Any]
 
 _INCONSISTENT = (
     "The provided continue parameter is too old to display a consistent list result. You can "

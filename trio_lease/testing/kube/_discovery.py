@@ -8,15 +8,12 @@ server does not offer ``application/json;g=apidiscovery.k8s.io``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ._cluster import Cluster
 from ._reviews import REVIEW_GROUPS
-from ._status import ApiError
+from ._status import JSON, ApiError
 
 __all__ = ["discovery", "not_served"]
 
-JSON = dict[str, Any]
 
 VERSION_INFO: JSON = {
     "major": "1",

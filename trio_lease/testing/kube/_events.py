@@ -30,12 +30,11 @@ from __future__ import annotations
 from typing import Any
 
 from ._metadata import QNAME_RE
-from ._status import ApiError, FieldError
+from ._status import JSON, ApiError, FieldError
 from ._validation import SUBDOMAIN_RE, _cannot_handle, _go_json_kind, _parse_micro_time
 
 __all__ = ["as_core_event", "decode_event", "from_core_event", "validate_event"]
 
-JSON = dict[str, Any]
 
 _STRINGS = ("reportingController", "reportingInstance", "action", "reason", "note", "type")
 _REFERENCE = ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")

@@ -27,10 +27,9 @@ from typing import Any
 
 from ._cluster import Cluster
 from ._resources import ResourceType
+from ._status import JSON
 
 __all__ = ["collect_garbage", "delete"]
-
-JSON = dict[str, Any]
 
 
 def delete(cluster: Cluster, rt: ResourceType, namespace: str, name: str, options: JSON

@@ -19,15 +19,13 @@ the emulator names the headers).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from ._http import Request
 from ._rbac import User, forbidden_reason, is_allowed
-from ._status import ApiError
+from ._status import JSON, ApiError
 
 __all__ = ["impersonate"]
 
-JSON = dict[str, Any]
 _AUTHN = "authentication.k8s.io"
 _EXTRA = "impersonate-extra-"
 

@@ -37,6 +37,7 @@ import unicodedata
 from typing import Any
 
 from ._resources import ResourceType
+from ._status import JSON
 
 __all__ = [
     "FieldSet",
@@ -49,7 +50,6 @@ __all__ = [
     "zero_object",
 ]
 
-JSON = dict[str, Any]
 Path = tuple[str, ...]
 FieldSet = set[Path]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ._status import FieldError
+from ._status import JSON, FieldError
 from ._validation import SUBDOMAIN_MSG, SUBDOMAIN_RE
 
 __all__ = [
@@ -20,7 +20,6 @@ __all__ = [
     "validate_object_meta",
 ]
 
-JSON = dict[str, Any]
 
 QNAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _QNAME_MSG = (

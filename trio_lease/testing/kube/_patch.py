@@ -40,12 +40,11 @@ from ._managed import Entry, apply_set, changes, decode_entries, encode_entries,
 from ._options import check_options
 from ._resources import ResourceType
 from ._smp import strategic_merge
-from ._status import ApiError, FieldError, status_body
+from ._status import JSON, ApiError, FieldError, status_body
 from ._store import MODIFIED_MSG
 
 __all__ = ["patch"]
 
-JSON = dict[str, Any]
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"

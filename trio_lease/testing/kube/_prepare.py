@@ -6,12 +6,12 @@ and the strategies' ``Validate``), by kind: Leases, events.k8s.io Events, custom
 from __future__ import annotations
 
 import copy
-from typing import Any, Protocol
+from typing import Protocol
 
 from ._events import decode_event, validate_event
 from ._metadata import validate_object_meta
 from ._resources import ResourceType, crd_initial_status
-from ._status import ApiError, FieldError
+from ._status import JSON, ApiError, FieldError
 from ._validation import (
     decode_lease,
     decode_metadata,
@@ -22,8 +22,6 @@ from ._validation import (
 )
 
 __all__ = ["WriteState", "prepare"]
-
-JSON = dict[str, Any]
 
 
 class WriteState(Protocol):

@@ -11,9 +11,8 @@ carry ``metadata.resourceVersion``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
-from ._status import ApiError, FieldError
+from ._status import JSON, ApiError, FieldError
 
 __all__ = [
     "BUILTIN_TYPES",
@@ -24,7 +23,6 @@ __all__ = [
     "types_from_crd",
 ]
 
-JSON = dict[str, Any]
 
 ALL_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
 

@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from ._rbac import User, is_allowed
-from ._status import ApiError, FieldError
+from ._status import JSON, ApiError, FieldError
 
 __all__ = ["REVIEW_GROUPS", "answer_review", "is_review_path", "review_from_protobuf"]
 
-JSON = dict[str, Any]
 Lookup = Callable[[str, str], Iterable[JSON]]
 
 _SSAR = ("authorization.k8s.io", "v1", "selfsubjectaccessreviews")

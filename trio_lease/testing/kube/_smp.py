@@ -24,11 +24,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ._status import ApiError
+from ._status import JSON, ApiError
 
 __all__ = ["strategic_merge"]
 
-JSON = dict[str, Any]
 
 #: List fields with a merge strategy, by path: None for a list of scalars, else the merge key.
 _MERGE_LISTS: dict[tuple[str, ...], str | None] = {

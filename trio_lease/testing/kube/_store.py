@@ -26,17 +26,15 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from ._events import as_core_event
 from ._managed import record_update
 from ._prepare import prepare
 from ._resources import ResourceType
-from ._status import GO_UINT64_ZERO, ApiError, FieldError, storage_invalid_obj
+from ._status import GO_UINT64_ZERO, JSON, ApiError, FieldError, storage_invalid_obj
 
 __all__ = ["Event", "Store"]
 
-JSON = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 
 #: etcd's ``--max-request-bytes`` default (1.5 MiB).

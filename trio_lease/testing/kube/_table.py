@@ -34,11 +34,10 @@ from ._cluster import Cluster
 from ._events import EVENT_COLUMNS, event_row, from_core_event
 from ._http import Request
 from ._resources import ResourceType
-from ._status import ApiError
+from ._status import JSON, ApiError
 
 __all__ = ["as_table", "human_duration", "table_events", "table_version"]
 
-JSON = dict[str, Any]
 
 _NAME_DOC = (
     "Name must be unique within a namespace. Is required when creating resources, although "

@@ -22,7 +22,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ._status import ApiError, FieldError
+from ._status import JSON, ApiError, FieldError
 
 __all__ = [
     "check_type_meta",
@@ -35,7 +35,6 @@ __all__ = [
     "validate_schema",
 ]
 
-JSON = dict[str, Any]
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 SUBDOMAIN_RE = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")

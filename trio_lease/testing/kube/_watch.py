@@ -33,11 +33,9 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from ._events import as_core_event
 from ._resources import ResourceType
 from ._selectors import Selection
-from ._status import ApiError
+from ._status import JSON, ApiError
 
 __all__ = ["WatchCut", "WatchStream"]
-
-JSON = dict[str, Any]
 
 
 class WatchCut(Exception):
