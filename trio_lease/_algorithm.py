@@ -152,26 +152,34 @@ def decide_acquire(
     """
     if record is None:
         return Write(_grant(name, identity, token_floor, settings, wall_now), None)
+    busy = _busy(record, identity, observation, now, settings)
+    if busy is not None:
+        return busy
     previous = max(record.fencing_token, token_floor)
+    return Write(_grant(name, identity, previous, settings, wall_now), record.version)
+
+
+def _busy(
+    record: LeaseRecord,
+    identity: str,
+    observation: Observation | None,
+    now: float,
+    settings: LeaseSettings,
+) -> Busy | None:
+    """Whom ``record`` keeps ``identity`` waiting for and how long; None: it may take it."""
     if record.unreadable:
         remaining = expires_in(record, observation, now, settings)
         if record.fencing_token < 0:
             remaining = math.inf  # no token to continue from: fencing forbids a takeover
-        if remaining > 0:
-            return Busy(UNKNOWN_HOLDER, remaining, record.unreadable)
-        return Write(_grant(name, identity, previous, settings, wall_now), record.version)
+        return Busy(UNKNOWN_HOLDER, remaining, record.unreadable) if remaining > 0 else None
     if record.is_free and record.handover_to not in ("", identity):
         # Released for a handover to someone else: theirs until the record stood for L.
         remaining = _countdown(record, observation, now, settings)
-        if remaining > 0:
-            return Busy(f"{record.handover_to} (handover)", remaining)
-        return Write(_grant(name, identity, previous, settings, wall_now), record.version)
+        return Busy(f"{record.handover_to} (handover)", remaining) if remaining > 0 else None
     if record.is_free or record.holder == identity:
-        return Write(_grant(name, identity, previous, settings, wall_now), record.version)
+        return None
     remaining = expires_in(record, observation, now, settings)
-    if remaining > 0:
-        return Busy(record.holder, remaining)
-    return Write(_grant(name, identity, previous, settings, wall_now), record.version)
+    return Busy(record.holder, remaining) if remaining > 0 else None
 
 
 def renewal(current: LeaseRecord, wall_now: datetime) -> LeaseRecord:

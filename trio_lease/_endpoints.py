@@ -50,16 +50,28 @@ def url_problem(url: str, schemes: tuple[str, ...] = SERVER_SCHEMES) -> str | No
         return f"is not a URL; write it as {schemes[0]}://HOST:PORT"
     if not url.startswith(tuple(f"{scheme}://" for scheme in schemes)) or not parts.netloc:
         return f"must be an {wanted} URL (with a host)"
-    host = parts.hostname or ""
-    if not host or any(c.isspace() or not c.isprintable() for c in host):
-        return "names no usable host"
-    port = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
-    if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-        return f"has port {port!r}, which is not a number from 1 to 65535"
+    problem = _host_problem(parts.hostname or "") or _port_problem(parts.netloc)
+    if problem is not None:
+        return problem
     try:
         httpx.URL(url)
     except httpx.InvalidURL:
         return "is not a URL the HTTP client can use"
+    return None
+
+
+def _host_problem(host: str) -> str | None:
+    """A URL's host is there, without spaces or control characters."""
+    if not host or any(c.isspace() or not c.isprintable() for c in host):
+        return "names no usable host"
+    return None
+
+
+def _port_problem(netloc: str) -> str | None:
+    """A URL's port, if given, is a number from 1 to 65535."""
+    port = netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
+    if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        return f"has port {port!r}, which is not a number from 1 to 65535"
     return None
 
 

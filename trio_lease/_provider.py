@@ -169,14 +169,7 @@ class LeaseProvider:
             raise LeaseConfigError(
                 f'{where}: lease-class must be set (e.g. lease-class = "sqlite")'
             )
-        settings_keys = {k: v for k, v in section.items() if k in SETTINGS_KEYS}
-        snake = [k for k in section if "_" in k and k.replace("_", "-") in SETTINGS_KEYS]
-        if snake:
-            raise LeaseConfigError(f"{where}: use kebab-case keys: {', '.join(snake)}")
-        try:
-            settings = LeaseSettings.from_mapping(settings_keys)
-        except LeaseConfigError as exc:
-            raise LeaseConfigError(f"{where}: {exc}") from None
+        settings = _section_settings(section, where)
         backend_keys = {k: v for k, v in section.items() if k not in SECTION_KEYS}
         backend = build_backend(load_backend_class(lease_class, where), backend_keys, where)
         self._backends[config_path] = (backend, settings)
@@ -223,3 +216,14 @@ class LeaseProvider:
             return await close_host(stack, end_holds_and_close_backends, exc_type, exc, tb)  # noqa: ASYNC102  close_host: its cleanup is shielded above
         finally:
             self._host = None
+
+
+def _section_settings(section: Mapping[str, Any], where: str) -> LeaseSettings:
+    """The lease settings a configuration section gives (kebab-case keys only)."""
+    snake = [k for k in section if "_" in k and k.replace("_", "-") in SETTINGS_KEYS]
+    if snake:
+        raise LeaseConfigError(f"{where}: use kebab-case keys: {', '.join(snake)}")
+    try:
+        return LeaseSettings.from_mapping({k: v for k, v in section.items() if k in SETTINGS_KEYS})
+    except LeaseConfigError as exc:
+        raise LeaseConfigError(f"{where}: {exc}") from None

@@ -38,6 +38,28 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
 
 
+def _duration_text(value: str) -> float:
+    """A duration written as a string: seconds ("1.5") or parts with units ("1m30s")."""
+    text = value.strip().lower().replace(" ", "")
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    pos = 0
+    seconds = 0.0
+    for match in _PART.finditer(text):
+        if match.start() != pos:
+            break
+        seconds += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ValueError(
+            f"cannot read {value!r} as a duration: use seconds (1.5), or a string such "
+            'as "1.5s", "250ms", "2m", "1h" or "1m30s"'
+        )
+    return seconds
+
+
 def parse_duration(value: object) -> float:
     """Turn seconds (int/float), a ``timedelta`` or a string like "1.5s", "250ms", "2m",
     "1m30s" into seconds. Raises ``ValueError`` with the accepted forms on anything else."""
@@ -48,22 +70,7 @@ def parse_duration(value: object) -> float:
     elif isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str):
-        text = value.strip().lower().replace(" ", "")
-        try:
-            seconds = float(text)
-        except ValueError:
-            pos = 0
-            seconds = 0.0
-            for match in _PART.finditer(text):
-                if match.start() != pos:
-                    break
-                seconds += float(match.group(1)) * _UNITS[match.group(2)]
-                pos = match.end()
-            if pos != len(text) or not text:
-                raise ValueError(
-                    f"cannot read {value!r} as a duration: use seconds (1.5), or a string such "
-                    'as "1.5s", "250ms", "2m", "1h" or "1m30s"'
-                ) from None
+        seconds = _duration_text(value)
     else:
         raise ValueError(
             f"a duration must be seconds, a timedelta or a string like '1.5s', "
@@ -248,12 +255,19 @@ class LeaseSettings(BaseModel):
         return self
 
     def _non_positive(self) -> list[str]:
-        problems = [
+        """Durations out of range (too long, not positive) and a tolerance out of [0, 0.1)."""
+        return list(dict.fromkeys([*self._too_long(), *self._below_range()]))
+
+    def _too_long(self) -> list[str]:
+        return [
             f"{field} must be at most {MAX_DURATION} s (about 68 years, the longest lease a "
             f"store keeps: a 32-bit number of seconds), got {value:.15g} s"
             for field in _DURATIONS
             if (value := getattr(self, field)) is not None and value > MAX_DURATION
         ]
+
+    def _below_range(self) -> list[str]:
+        problems: list[str] = []
         for field in ("heartbeat_timeout", "heartbeat_interval", "lease_operation_timeout"):
             value = getattr(self, field)
             if field in self.model_fields_set and value <= 0:
@@ -270,7 +284,7 @@ class LeaseSettings(BaseModel):
             problems.append(
                 f"clock_rate_tolerance must be in [0, 0.1), got {self.clock_rate_tolerance}"
             )
-        return list(dict.fromkeys(problems))
+        return problems
 
     def _unset(self, *fields: str) -> str:
         """Where the values in a failed rule came from when not given: '' if all were given."""

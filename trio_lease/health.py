@@ -205,18 +205,9 @@ def _answer(
     parts = urllib.parse.urlsplit(target)
     query = urllib.parse.parse_qs(parts.query)
     if health is not None and parts.path == "/healthz":
-        problems = health.stuck()
-        if problems:
-            return 503, _TEXT, ("\n".join(problems) + "\n").encode()
-        return 200, _TEXT, b"ok\n"
+        return _healthz(health)
     if health is not None and parts.path == "/readyz":
-        if query.get("leader", ["0"])[-1] in ("", "0", "false", "no"):
-            return 200, _TEXT, b"ok\n"
-        name = query.get("name", [None])[-1]
-        if health.holding(name):
-            return 200, _TEXT, b"leading\n"
-        which = f"the lease named {_plain(name)}" if name is not None else "any lease"
-        return 503, _TEXT, f"not holding {which}\n".encode()
+        return _readyz(health, query)
     if metrics is not None and parts.path == "/metrics":
         import prometheus_client
 
@@ -227,6 +218,25 @@ def _answer(
             + (b"" if server is None else prometheus_client.generate_latest(server)),
         )
     return 404, _TEXT, b"not found: try /healthz, /readyz or /metrics\n"
+
+
+def _healthz(health: HealthObserver) -> Answer:
+    """``/healthz``: 200 unless a heartbeat or wait is stuck (503 naming each)."""
+    problems = health.stuck()
+    if problems:
+        return 503, _TEXT, ("\n".join(problems) + "\n").encode()
+    return 200, _TEXT, b"ok\n"
+
+
+def _readyz(health: HealthObserver, query: dict[str, list[str]]) -> Answer:
+    """``/readyz``: ready; with ``?leader=1``, only while holding the lease (``?name=``) or any."""
+    if query.get("leader", ["0"])[-1] in ("", "0", "false", "no"):
+        return 200, _TEXT, b"ok\n"
+    name = query.get("name", [None])[-1]
+    if health.holding(name):
+        return 200, _TEXT, b"leading\n"
+    which = f"the lease named {_plain(name)}" if name is not None else "any lease"
+    return 503, _TEXT, f"not holding {which}\n".encode()
 
 
 async def serve_health(

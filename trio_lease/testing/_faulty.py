@@ -107,6 +107,20 @@ class FaultyBackend(LeaseBackend):
         while self._resumed is not None:
             await self._resumed.wait()
 
+    def _fails_now(self) -> bool:
+        """Whether this call fails before reaching the store (queued, then by ``error_rate``)."""
+        if self._fail_next > 0:
+            self._fail_next -= 1
+            return True
+        return bool(self.error_rate) and self.random.random() < self.error_rate
+
+    def _loses_reply(self) -> bool:
+        """Whether this write's reply is lost (queued, then by ``lost_reply_rate``)."""
+        if self._lose_next > 0:
+            self._lose_next -= 1
+            return True
+        return bool(self.lost_reply_rate) and self.random.random() < self.lost_reply_rate
+
     async def _call(self, op: str, action: Callable[[], Awaitable[T]], *, write: bool) -> T:
         self.calls[op] += 1
         await self._gate()
@@ -114,18 +128,10 @@ class FaultyBackend(LeaseBackend):
         if latency > 0:
             await anyio.sleep(latency)
         await self._gate()
-        if self._fail_next > 0:
-            self._fail_next -= 1
-            raise BackendUnavailable(f"injected failure before {op}")
-        if self.error_rate and self.random.random() < self.error_rate:
+        if self._fails_now():
             raise BackendUnavailable(f"injected failure before {op}")
         result = await action()
-        lose = False
-        if write and self._lose_next > 0:
-            self._lose_next -= 1
-            lose = True
-        elif write and self.lost_reply_rate and self.random.random() < self.lost_reply_rate:
-            lose = True
+        lose = write and self._loses_reply()
         reply_latency = self._delay(self.reply_latency)
         if reply_latency > 0:
             await anyio.sleep(reply_latency)

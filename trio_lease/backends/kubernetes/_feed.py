@@ -51,7 +51,6 @@ import anyio
 import anyio.lowlevel
 import httpx
 
-from ... import _wire
 from ..._abc import LeaseRecord, Publish, Watched, WatchFeed
 from ..._exceptions import BackendProtocolError, BackendUnavailable, LeaseConfigError
 from ..._wire import JsonObject
@@ -68,7 +67,7 @@ from ._watch import (
     _Forbidden,
     _Lines,
     _Resync,
-    list_page,
+    read_list_page,
     watch_lease,
 )
 
@@ -354,13 +353,7 @@ async def _list_labelled(api: KubeApi) -> tuple[dict[str, JsonObject], str]:
             raise BackendUnavailable(f"the paged list of {ctx.target} expired (410)")
         if response.status_code != 200:
             raise error_from(response, ctx)
-        body = _wire.load_json(response.content, f"the answer to list of {ctx.target}")
-        try:
-            items, page_version, token = list_page(api, body)
-        except _wire.Malformed as exc:
-            raise BackendProtocolError(
-                f"the answer to list of {ctx.target} is not a {api.kind.kind}List: {exc}"
-            ) from None
+        items, page_version, token = read_list_page(api, response.content, ctx)
         version = version or page_version
         for item in items:
             name = _name_of(item, ctx)

@@ -9,12 +9,11 @@ original key, from the :data:`~._names.KEY_ANNOTATION` annotation.
 
 from __future__ import annotations
 
-from ... import _wire
 from ..._exceptions import BackendProtocolError
 from ._api import KubeApi
 from ._errors import error_from
 from ._names import KEY_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, is_valid_name
-from ._watch import list_page
+from ._watch import read_list_page
 
 __all__ = ["list_leases"]
 
@@ -33,13 +32,7 @@ async def list_leases(api: KubeApi) -> list[tuple[str, bool]]:
         response = await api.request("GET", api.collection_path(), ctx, params=params)
         if response.status_code != 200:
             raise error_from(response, ctx)
-        body = _wire.load_json(response.content, f"the answer to list of {ctx.target}")
-        try:
-            items, _, token = list_page(api, body)
-        except _wire.Malformed as exc:
-            raise BackendProtocolError(
-                f"the answer to list of {ctx.target} is not a {api.kind.kind}List: {exc}"
-            ) from None
+        items, _, token = read_list_page(api, response.content, ctx)
         for item in items:
             key, foreign = _key_of(item)
             if key:

@@ -84,26 +84,26 @@ def _unsendable(value: str) -> str:
 
 def token_problem(token: str) -> str | None:
     """What makes ``token`` unusable as a bearer token (None: it is fine); never quotes it."""
-    if _TOKEN.fullmatch(token):
-        return None
-    if not token:
-        return "is empty"
-    bad = _unsendable(token)
-    if bad:
-        return f"contains {bad}"
-    return "contains a space"  # only visible ASCII and spaces are left
+    # Only visible ASCII and spaces are left after the checks before it.
+    return _sendable_problem(token, _TOKEN, "contains a space")
 
 
 def header_problem(value: str) -> str | None:
     """What makes ``value`` unusable as an impersonation header value (None: fine)."""
-    if _HEADER_VALUE.fullmatch(value):
+    return _sendable_problem(value, _HEADER_VALUE, "starts or ends with a space")
+
+
+def _sendable_problem(value: str, pattern: re.Pattern[str], otherwise: str) -> str | None:
+    """What keeps ``value`` from matching ``pattern``: empty, characters no header can carry,
+    else ``otherwise`` (the one rule left); None when it matches. Never quotes the value."""
+    if pattern.fullmatch(value):
         return None
     if not value:
         return "is empty"
     bad = _unsendable(value)
     if bad:
         return f"contains {bad}"
-    return "starts or ends with a space"
+    return otherwise
 
 
 def bad_token(what: str, problem: str) -> BackendAuthError:

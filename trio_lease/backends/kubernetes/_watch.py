@@ -70,7 +70,13 @@ from ._errors import RequestContext, error_for, error_from, map_transport_error
 from ._pacing import FIRST_BACKOFF, Backoff, Cursor
 from ._reading import resource_version
 
-__all__ = ["FIRST_BACKOFF", "WATCH_TIMEOUT_SECONDS", "list_page", "watch_lease"]
+__all__ = [
+    "FIRST_BACKOFF",
+    "WATCH_TIMEOUT_SECONDS",
+    "list_page",
+    "read_list_page",
+    "watch_lease",
+]
 
 WATCH_TIMEOUT_SECONDS = 300
 #: Longest event line accepted (one object per line; the same cap as a whole reply).
@@ -248,6 +254,19 @@ def list_page(api: KubeApi, body: object) -> tuple[list[object], str, str]:
     if not isinstance(token, str):
         raise _wire.Malformed("metadata.continue", "expected a string")
     return items, resource_version(listing), token
+
+
+def read_list_page(
+    api: KubeApi, content: bytes, ctx: RequestContext
+) -> tuple[list[object], str, str]:
+    """:func:`list_page` of a LIST answer's body, one that is not such a page an error."""
+    body = _wire.load_json(content, f"the answer to list of {ctx.target}")
+    try:
+        return list_page(api, body)
+    except _wire.Malformed as exc:
+        raise BackendProtocolError(
+            f"the answer to list of {ctx.target} is not a {api.kind.kind}List: {exc}"
+        ) from None
 
 
 def _list_items(api: KubeApi, body: object) -> tuple[list[object], str]:

@@ -485,21 +485,7 @@ class SqliteBackend(LeaseBackend):
         counter, stored = conn.execute(_COUNTER_AND_ROW, (name,)).fetchone()
         if check:
             self._file.check_counter(counter, seen)
-        try:
-            version = 1 + _wire.integer(counter, "version_counter.value", high=_wire.INT64_MAX - 1)
-        except Malformed as exc:
-            raise BackendProtocolError(
-                f"SQLite at {self.path}: the version counter is missing or unreadable "
-                f"({exc}); the file was changed by another program or by hand"
-            ) from None
-        if version <= max(expected_number or 0, stored if type(stored) is int else 0):
-            # Versions would be issued again (ABA): a stale compare-and-swap could match.
-            raise BackendProtocolError(
-                f"SQLite at {self.path}: the version counter is below the version of lease "
-                f"{name!r}; the file was changed by another program or by hand (a counter "
-                "lowered, or a table restored from an older copy); nothing was written: "
-                "restore the whole file from one backup, or stop its users and start anew"
-            )
+        version = self._next_version(counter, max(expected_number or 0, _number(stored)), name)
         if expected is None:
             if stored is not None:
                 raise ConflictError(f"lease {name!r} already exists")
@@ -507,24 +493,29 @@ class SqliteBackend(LeaseBackend):
             raise ConflictError(f"lease {name!r} is missing or not at version {expected}")
         conn.execute("UPDATE version_counter SET value = ? WHERE id = 1", (version,))
         if expected is None:
-            try:
-                conn.execute(
-                    f"INSERT INTO leases ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (*values, version),
-                )
-            except sqlite3.IntegrityError:
-                raise ConflictError(f"lease {name!r} already exists") from None
+            _insert_row(conn, values, version)
         else:
-            cursor = conn.execute(
-                "UPDATE leases SET holder = ?, lease_duration = ?, fencing_token = ?, "
-                "acquired_at = ?, renewed_at = ?, handover_to = ?, version = ? "
-                "WHERE name = ? AND version = ?",
-                (*values[1:], version, name, expected_number),
+            _update_row(conn, values, version, expected, expected_number)
+        return version
+
+    def _next_version(self, counter: object, highest: int, name: object) -> int:
+        """The version the next write takes: one above the counter, which must be above
+        ``highest``, the row's version (else versions would be issued again: ABA)."""
+        try:
+            version = 1 + _wire.integer(counter, "version_counter.value", high=_wire.INT64_MAX - 1)
+        except Malformed as exc:
+            raise BackendProtocolError(
+                f"SQLite at {self.path}: the version counter is missing or unreadable "
+                f"({exc}); the file was changed by another program or by hand"
+            ) from None
+        if version <= highest:
+            # Versions would be issued again (ABA): a stale compare-and-swap could match.
+            raise BackendProtocolError(
+                f"SQLite at {self.path}: the version counter is below the version of lease "
+                f"{name!r}; the file was changed by another program or by hand (a counter "
+                "lowered, or a table restored from an older copy); nothing was written: "
+                "restore the whole file from one backup, or stop its users and start anew"
             )
-            if cursor.rowcount != 1:  # checked above in this transaction: the file misbehaves
-                raise sqlite3.DatabaseError(
-                    f"lease {name!r} was at version {expected} and its update matched no row"
-                )
         return version
 
     def watch_feed(self) -> SqliteFeed:
@@ -589,3 +580,41 @@ class SqliteBackend(LeaseBackend):
                     self._conn = None
 
         await anyio.to_thread.run_sync(close)
+
+
+def _insert_row(conn: sqlite3.Connection, values: tuple[object, ...], version: int) -> None:
+    """A create's row, in the open transaction (a row of the name there: a conflict)."""
+    try:
+        conn.execute(
+            f"INSERT INTO leases ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (*values, version),
+        )
+    except sqlite3.IntegrityError:
+        raise ConflictError(f"lease {values[0]!r} already exists") from None
+
+
+def _update_row(
+    conn: sqlite3.Connection,
+    values: tuple[object, ...],
+    version: int,
+    expected: str,
+    expected_number: int | None,
+) -> None:
+    """An update of the row at version ``expected``, in the open transaction, which has
+    checked that version: a row not matched means the file misbehaves."""
+    name = values[0]
+    cursor = conn.execute(
+        "UPDATE leases SET holder = ?, lease_duration = ?, fencing_token = ?, "
+        "acquired_at = ?, renewed_at = ?, handover_to = ?, version = ? "
+        "WHERE name = ? AND version = ?",
+        (*values[1:], version, name, expected_number),
+    )
+    if cursor.rowcount != 1:
+        raise sqlite3.DatabaseError(
+            f"lease {name!r} was at version {expected} and its update matched no row"
+        )
+
+
+def _number(stored: object) -> int:
+    """A stored version as a number (0 for none or one that is no integer)."""
+    return stored if type(stored) is int else 0

@@ -171,26 +171,14 @@ class SqliteFeed(WatchFeed):
             moved = generation != watched.generation  # the set of names changed (or a new run)
             if moved:
                 generation = watched.generation
-                for name in [n for n in self.known if n not in watched]:
-                    del self.known[name]
-                names = [n for n in watched if _storable(n)]
+                names = self._rewatch(watched)
             own: tuple[int, list[tuple[str, State]]] | None = None
-            if (
-                moved
-                or self._asked
-                or self._names is None
-                or self._clock() - self._last_poll >= self.watch_interval
-            ):
+            if moved or self._poll_due():
                 self._asked = False
                 poll = functools.partial(self._poll, names)
                 own = await anyio.to_thread.run_sync(poll)
             self._names = names
-            for states in self._in_order(own):
-                for name, state in states:
-                    version = state.version if state is not None else None
-                    if name not in self.known or self.known[name] != version:
-                        self.known[name] = version
-                        publish(name, state)
+            self._publish(own, publish)
             self._pause = self.watch_interval  # polls succeed: no backoff
             self._poked = poked = anyio.Event()
             # A ride that ended meanwhile is published at once.
@@ -198,6 +186,29 @@ class SqliteFeed(WatchFeed):
             with anyio.move_on_after(max(wait, 0.0)):
                 await poked.wait()
             self._poked = None
+
+    def _rewatch(self, watched: Watched) -> list[str]:
+        """Forget the names no longer watched; the watched names a row can have."""
+        for name in [n for n in self.known if n not in watched]:
+            del self.known[name]
+        return [n for n in watched if _storable(n)]
+
+    def _poll_due(self) -> bool:
+        """Whether the run polls on its own now: poked, no rides yet, or none for a while."""
+        return (
+            self._asked
+            or self._names is None
+            or self._clock() - self._last_poll >= self.watch_interval
+        )
+
+    def _publish(self, own: tuple[int, list[tuple[str, State]]] | None, publish: Publish) -> None:
+        """Publish, in the order polled, every state that differs from the one last known."""
+        for states in self._in_order(own):
+            for name, state in states:
+                version = state.version if state is not None else None
+                if name not in self.known or self.known[name] != version:
+                    self.known[name] = version
+                    publish(name, state)
 
     def _in_order(
         self, own: tuple[int, list[tuple[str, State]]] | None
@@ -279,7 +290,8 @@ class SqliteFeed(WatchFeed):
                 self._ridden.append((self._seq, states))
             return self._seq, states
 
-    def _poll_on(self, names: list[str]) -> list[tuple[str, State]]:
+    def _current_connection(self) -> sqlite3.Connection:
+        """The poller's connection to the path's current file, opened again when it changed."""
         if self._conn is not None and not self._file.current():
             self._drop()  # the path names another file or none: the reopen decides
         if self._conn is None:
@@ -288,7 +300,10 @@ class SqliteFeed(WatchFeed):
             self._data_version = None  # another connection's counter: not comparable
             self._counter = None
             self._present = None
-        conn = self._conn
+        return self._conn
+
+    def _poll_on(self, names: list[str]) -> list[tuple[str, State]]:
+        conn = self._current_connection()
         self.polls += 1
         data_version = conn.execute("PRAGMA data_version").fetchone()[0]
         moved, self._data_version = data_version != self._data_version, data_version

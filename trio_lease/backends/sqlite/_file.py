@@ -33,8 +33,9 @@ import os
 import sqlite3
 import time
 import urllib.parse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, Literal, overload
+from typing import Any, Final, Literal, overload
 
 from ..._exceptions import BackendUnavailable, LeaseConfigError
 from ..._paths import user_path
@@ -238,27 +239,35 @@ def connect(
         _refuse_foreign_triggers(conn, path)
         _use_wal(conn, busy_timeout)
         conn.execute("PRAGMA synchronous=FULL")
-        if not ours or conn.execute(_HAS_COUNTER).fetchone() is None:
-            conn.execute("BEGIN IMMEDIATE")  # checked again under the lock: racing creators
-            try:
-                if not _has_our_tables(conn, path):
-                    if not create:  # emptied between the two checks
-                        rollback(conn)
-                        conn.close()
-                        return None
-                    for statement in (*_CREATE_TABLES, *TRIGGERS.values()):
-                        conn.execute(statement)  # the whole schema in one transaction
-                conn.execute(_RESTORE_COUNTER)
-                conn.execute("COMMIT")
-            except BaseException:
-                rollback(conn)
-                raise
+        needs_schema = not ours or conn.execute(_HAS_COUNTER).fetchone() is None
+        if needs_schema and not _create_schema(conn, path, create=create):
+            conn.close()  # emptied between the two checks
+            return None
         if _outdated(conn):
             _upgrade(conn)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _create_schema(conn: sqlite3.Connection, path: Path, *, create: bool) -> bool:
+    """Make our tables and the counter's row, checked again under the write lock (racing
+    creators); False, with nothing written, for a file emptied since without ``create``."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if not _has_our_tables(conn, path):
+            if not create:
+                rollback(conn)
+                return False
+            for statement in (*_CREATE_TABLES, *TRIGGERS.values()):
+                conn.execute(statement)  # the whole schema in one transaction
+        conn.execute(_RESTORE_COUNTER)
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback(conn)
+        raise
+    return True
 
 
 def _use_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
@@ -288,23 +297,28 @@ def _has_our_tables(conn: sqlite3.Connection, path: Path) -> bool:
     tables = {row[0] for row in rows if not str(row[0]).startswith("sqlite_")}
     if not tables:
         return False
-    problem = ""
     leases = [column for column in LEASE_COLUMNS if column not in ADDED_COLUMNS]
     for table, needed in (("leases", leases), ("version_counter", ("id", "value"))):
         info = conn.execute(f"PRAGMA table_info({table})").fetchall()
-        missing = [column for column in needed if column not in {row[1] for row in info}]
-        if table not in tables:
-            problem = f"it has tables, but no table {table}"
-        elif missing:
-            problem = f"table {table} has no column {', '.join(missing)}"
-        elif table == "leases" and [row[1] for row in info if row[5]] != ["name"]:
-            problem = "the primary key of table leases is not its name"
+        problem = _table_problem(table, needed, tables, info)
         if problem:
             raise LeaseConfigError(
                 f"{path} is not a trio_lease database ({problem}); it belongs to "
                 "another program or was changed by hand: give the backend a file of its own"
             )
     return True
+
+
+def _table_problem(table: str, needed: Sequence[str], tables: set[str], info: list[Any]) -> str:
+    """What keeps ``table`` (its ``PRAGMA table_info`` rows) from being ours; "" if nothing."""
+    missing = [column for column in needed if column not in {row[1] for row in info}]
+    if table not in tables:
+        return f"it has tables, but no table {table}"
+    if missing:
+        return f"table {table} has no column {', '.join(missing)}"
+    if table == "leases" and [row[1] for row in info if row[5]] != ["name"]:
+        return "the primary key of table leases is not its name"
+    return ""
 
 
 def _refuse_foreign_triggers(conn: sqlite3.Connection, path: Path) -> None:

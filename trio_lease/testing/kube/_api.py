@@ -41,7 +41,7 @@ from ._rbac import User, forbidden_reason, is_allowed
 from ._resources import ResourceType
 from ._reviews import answer_review, is_review_path
 from ._selectors import exact_name
-from ._status import ApiError, status_body
+from ._status import JSON, ApiError, status_body
 from ._store import MODIFIED_MSG
 from ._table import as_table, table_events, table_version
 from ._validation import check_type_meta
@@ -50,7 +50,6 @@ __all__ = ["handle", "parse_duration"]
 
 logger = logging.getLogger(__name__)
 
-JSON = dict[str, Any]
 DEFAULT_TIMEOUT = 60.0
 _WRITES = ("create", "update", "patch", "delete")
 _DURATION = re.compile(r"(\d+(?:\.\d*)?)(ns|us|µs|ms|s|m|h)")
@@ -104,32 +103,53 @@ class _Target:
     rbac_name: str = ""
 
 
-def _route(emulator: Cluster, request: Request) -> _Target:
-    parts = [unquote(p) for p in request.path.strip("/").split("/") if p]
+#: The verb of a request to a resource: (method, names one object?) → verb; ``GET`` of a
+#: collection is ``watch`` with ``?watch=1`` or ``?watch=true``.
+_VERBS = {
+    ("GET", True): "get", ("GET", False): "list", ("POST", False): "create",
+    ("PUT", True): "update", ("PATCH", True): "patch", ("DELETE", True): "delete",
+}
+
+
+def _api_path(parts: list[str]) -> tuple[str, str, str, list[str]] | None:
+    """(group, version, namespace, the rest) of an API URL's segments; None for another."""
     if parts[:2] == ["api", "v1"]:
         group, version, rest = "", "v1", parts[2:]
     elif len(parts) >= 3 and parts[0] == "apis":
         group, version, rest = parts[1], parts[2], parts[3:]
     else:
-        raise not_served(emulator, parts)
-    namespace = ""
+        return None
     if len(rest) >= 3 and rest[0] == "namespaces":
-        namespace, rest = rest[1], rest[2:]
-    if not rest or len(rest) > 2:
+        return group, version, rest[1], rest[2:]
+    return group, version, "", rest
+
+
+def _resource_path(emulator: Cluster, parts: list[str]) -> tuple[ResourceType, str, str]:
+    """(type, namespace, name) a resource URL's segments name; 404 where none is served."""
+    path = _api_path(parts)
+    if path is None or not path[3] or len(path[3]) > 2:
         raise not_served(emulator, parts)
+    group, version, namespace, rest = path
     rt = emulator.types.get((group, version, rest[0]))
-    if rt is None or (namespace and not rt.namespaced):
-        raise not_served(emulator, parts)
     name = rest[1] if len(rest) == 2 else ""
-    if rt.namespaced and name and not namespace:
+    if rt is None or not _scoped_right(rt, namespace, name):
         raise not_served(emulator, parts)
-    watching = request.query.get("watch", "") in ("1", "true")
-    verbs = {
-        ("GET", True): "get", ("GET", False): "watch" if watching else "list",
-        ("POST", False): "create", ("PUT", True): "update", ("PATCH", True): "patch",
-        ("DELETE", True): "delete",
-    }
-    verb = verbs.get((request.method, bool(name)))
+    return rt, namespace, name
+
+
+def _scoped_right(rt: ResourceType, namespace: str, name: str) -> bool:
+    """A cluster-scoped type is served without a namespace; one object of a namespaced with."""
+    if rt.namespaced:
+        return bool(namespace) or not name
+    return not namespace
+
+
+def _route(emulator: Cluster, request: Request) -> _Target:
+    parts = [unquote(p) for p in request.path.strip("/").split("/") if p]
+    rt, namespace, name = _resource_path(emulator, parts)
+    verb = _VERBS.get((request.method, bool(name)))
+    if verb == "list" and request.query.get("watch", "") in ("1", "true"):
+        verb = "watch"
     if verb is None or (rt.verbs and verb not in rt.verbs):
         raise ApiError.method_not_allowed(request.method)
     if verb in ("list", "watch"):
@@ -139,65 +159,84 @@ def _route(emulator: Cluster, request: Request) -> _Target:
 
 
 async def _handle(emulator: Cluster, request: Request) -> Response:
-    token = request.token
-    await emulator.faults.wait_partition(token)
+    await emulator.faults.wait_partition(request.token)
     emulator.settle_crds()
     answered = _outside_resources(emulator, request)
     if answered is not None:
         return answered
     target = _route(emulator, request)
     user = _user(emulator, request)
-    rt, name, verb = target.rt, target.name, target.verb
     if target.verb == "watch":
-        forced = emulator.faults.take("error", False, token, verb, name)
-        if forced and forced[0].status != 410:
-            first = forced[0]
-            raise _injected(first, rt, name)
-        _authorize(emulator, user, target)
-        validate_list_options(request.query, watch=True)
-        table = table_version(request)
-        present = None if table is None else table_events(emulator, rt, request, table)
-        watch = start_watch(
-            emulator, rt, target.namespace, request, force_expired=bool(forced)
-        )
-        if watch.stream is not None:
-            watch.stream.present = present
-        return watch
-    timeout = DEFAULT_TIMEOUT
-    if "timeout" in request.query:
-        timeout = min(parse_duration(request.query["timeout"]), DEFAULT_TIMEOUT)
-    with anyio.move_on_after(timeout) as scope:
-        await emulator.faults.wait_pause()
-        _check_faults_before(emulator, token, verb, name, rt)
-        _authorize(emulator, user, target)
-        for fault in emulator.faults.take("delay", False, token, verb, name):
-            await anyio.sleep(fault.seconds)
-        if verb == "list":
-            await wait_until_fresh(emulator, request)
-        emulator.store.warnings = []
-        emulator.store.field_validation = request.query.get("fieldValidation") or "Warn"
-        emulator.store.manager = _manager(request)
-        emulator.store.dry_run = _read_options(verb, request)
-        try:
-            code, body = _operate(emulator, target, request)
-        finally:
-            emulator.store.field_validation = "Warn"
-            emulator.store.duplicates = []
-            emulator.store.manager = ""
-            emulator.store.dry_run = False
-        table = table_version(request) if verb in ("get", "list") else None
-        if table is not None:
-            body = as_table(emulator, rt, body, request, table)
-        warnings = [("Warning", _warning(w)) for w in emulator.store.warnings]
-        for fault in emulator.faults.take("delay", True, token, verb, name):
-            await anyio.sleep(fault.seconds)
-        for fault in emulator.faults.take("error", True, token, verb, name):
-            raise _injected(fault, rt, name)
-        if emulator.faults.take("drop", True, token, verb, name):
-            raise DropReply
-        return _json(code, body, warnings)
+        return _watch(emulator, request, target, user)
+    with anyio.move_on_after(_budget(request)) as scope:
+        return await _answer(emulator, request, target, user)
     assert scope.cancelled_caught
     raise ApiError.timeout()
+
+
+def _budget(request: Request) -> float:
+    """How long a non-watch request may take: ``?timeout=``, at most the server's 60 s."""
+    if "timeout" in request.query:
+        return min(parse_duration(request.query["timeout"]), DEFAULT_TIMEOUT)
+    return DEFAULT_TIMEOUT
+
+
+def _watch(emulator: Cluster, request: Request, target: _Target, user: User) -> Response:
+    """A watch's stream, after its injected faults (a 410 one expires the stream instead)."""
+    rt, name = target.rt, target.name
+    forced = emulator.faults.take("error", False, request.token, target.verb, name)
+    if forced and forced[0].status != 410:
+        raise _injected(forced[0], rt, name)
+    _authorize(emulator, user, target)
+    validate_list_options(request.query, watch=True)
+    table = table_version(request)
+    present = None if table is None else table_events(emulator, rt, request, table)
+    watch = start_watch(emulator, rt, target.namespace, request, force_expired=bool(forced))
+    if watch.stream is not None:
+        watch.stream.present = present
+    return watch
+
+
+async def _answer(emulator: Cluster, request: Request, target: _Target, user: User) -> Response:
+    """A non-watch request's reply, with the faults injected before and after the operation."""
+    token, rt, name, verb = request.token, target.rt, target.name, target.verb
+    await emulator.faults.wait_pause()
+    _check_faults_before(emulator, token, verb, name, rt)
+    _authorize(emulator, user, target)
+    for fault in emulator.faults.take("delay", False, token, verb, name):
+        await anyio.sleep(fault.seconds)
+    if verb == "list":
+        await wait_until_fresh(emulator, request)
+    code, body = _operate_with_options(emulator, target, request)
+    table = table_version(request) if verb in ("get", "list") else None
+    if table is not None:
+        body = as_table(emulator, rt, body, request, table)
+    warnings = [("Warning", _warning(w)) for w in emulator.store.warnings]
+    for fault in emulator.faults.take("delay", True, token, verb, name):
+        await anyio.sleep(fault.seconds)
+    for fault in emulator.faults.take("error", True, token, verb, name):
+        raise _injected(fault, rt, name)
+    if emulator.faults.take("drop", True, token, verb, name):
+        raise DropReply
+    return _json(code, body, warnings)
+
+
+def _operate_with_options(
+    emulator: Cluster, target: _Target, request: Request
+) -> tuple[int, JSON]:
+    """:func:`_operate` with the request's write options set on the store for its length."""
+    store = emulator.store
+    store.warnings = []
+    store.field_validation = request.query.get("fieldValidation") or "Warn"
+    store.manager = _manager(request)
+    store.dry_run = _read_options(target.verb, request)
+    try:
+        return _operate(emulator, target, request)
+    finally:
+        store.field_validation = "Warn"
+        store.duplicates = []
+        store.manager = ""
+        store.dry_run = False
 
 
 def _outside_resources(emulator: Cluster, request: Request) -> Response | None:
@@ -207,13 +246,7 @@ def _outside_resources(emulator: Cluster, request: Request) -> Response | None:
         if request.token is not None:  # anonymous may read them; a token must still be good
             _user(emulator, request)
         return health(parts, request)
-    document = None
-    if request.method == "GET":
-        document = discovery(emulator, parts)
-        if document is None and parts[:2] == ["openapi", "v3"]:
-            document = openapi_v3(emulator, parts)
-        if document is None and parts == ["openapi", "v2"]:
-            document = openapi_v2(emulator)
+    document = _document(emulator, parts) if request.method == "GET" else None
     if document is not None:
         _user(emulator, request)
         return _json(200, document)
@@ -225,6 +258,16 @@ def _outside_resources(emulator: Cluster, request: Request) -> Response | None:
         )
         return _json(201, review)
     return None
+
+
+def _document(emulator: Cluster, parts: list[str]) -> JSON | None:
+    """The discovery or OpenAPI document a GET of ``parts`` reads; None for any other path."""
+    document = discovery(emulator, parts)
+    if document is None and parts[:2] == ["openapi", "v3"]:
+        document = openapi_v3(emulator, parts)
+    if document is None and parts == ["openapi", "v2"]:
+        document = openapi_v2(emulator)
+    return document
 
 
 def _read_options(verb: str, request: Request) -> bool:
@@ -307,55 +350,79 @@ def _check_namespace(emulator: Cluster, rt: ResourceType, namespace: str, body: 
 
 
 def _operate(emulator: Cluster, target: _Target, request: Request) -> tuple[int, JSON]:
+    return _OPERATIONS[target.verb](emulator, target, request)
+
+
+def _get(emulator: Cluster, target: _Target, request: Request) -> tuple[int, JSON]:
+    return 200, emulator.store.get(target.rt, target.namespace, target.name)
+
+
+def _list(emulator: Cluster, target: _Target, request: Request) -> tuple[int, JSON]:
+    return 200, list_objects(emulator, target.rt, target.namespace, request)
+
+
+def _create(emulator: Cluster, target: _Target, request: Request) -> tuple[int, JSON]:
+    store, rt, namespace = emulator.store, target.rt, target.namespace
+    body = decode_body(request, store)
+    _check_kind(rt, body)
+    _check_namespace(emulator, rt, namespace, body)
+    meta = body.setdefault("metadata", {})
+    if not meta.get("name") and meta.get("generateName"):
+        meta["name"] = meta["generateName"] + format(store.revision * 7919 % 46656, "05x")
+    obj = store.create(rt, namespace, body, refuse_version=True)
+    _after_write(emulator, rt, obj, deleted=False)
+    return 201, obj
+
+
+def _update(emulator: Cluster, target: _Target, request: Request) -> tuple[int, JSON]:
     store, rt, namespace, name = emulator.store, target.rt, target.namespace, target.name
-    if target.verb == "get":
-        return 200, store.get(rt, namespace, name)
-    if target.verb == "list":
-        return 200, list_objects(emulator, rt, namespace, request)
-    if target.verb == "create":
-        body = decode_body(request, store)
-        _check_kind(rt, body)
+    body = decode_body(request, store)
+    _check_kind(rt, body)
+    body_name = (body.get("metadata") or {}).get("name", "")
+    if body_name != name:
+        raise ApiError.bad_request(
+            f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )
+    if store.find(rt, namespace, name) is None and rt.create_on_update:
         _check_namespace(emulator, rt, namespace, body)
-        meta = body.setdefault("metadata", {})
-        if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = meta["generateName"] + format(store.revision * 7919 % 46656, "05x")
-        obj = store.create(rt, namespace, body, refuse_version=True)
-        _after_write(emulator, rt, obj, deleted=False)
-        return 201, obj
-    if target.verb == "update":
-        body = decode_body(request, store)
-        _check_kind(rt, body)
-        body_name = (body.get("metadata") or {}).get("name", "")
-        if body_name != name:
-            raise ApiError.bad_request(
-                f"the name of the object ({body_name}) does not match the name on the URL ({name})"
-            )
-        if store.find(rt, namespace, name) is None and rt.create_on_update:
-            _check_namespace(emulator, rt, namespace, body)
-        code, obj = store.update(rt, namespace, name, body)
-        _after_write(emulator, rt, obj, deleted=False)
-        collect_garbage(emulator)  # the update may have removed the last finalizer
-        return code, obj
-    if target.verb == "patch":
-        code, obj = patch(emulator, rt, namespace, name, request, _manager(request))
-        _after_write(emulator, rt, obj, deleted=False)
-        collect_garbage(emulator)
-        return code, obj
+    code, obj = store.update(rt, namespace, name, body)
+    _after_write(emulator, rt, obj, deleted=False)
+    collect_garbage(emulator)  # the update may have removed the last finalizer
+    return code, obj
+
+
+def _patch(emulator: Cluster, target: _Target, request: Request) -> tuple[int, JSON]:
+    rt = target.rt
+    code, obj = patch(emulator, rt, target.namespace, target.name, request, _manager(request))
+    _after_write(emulator, rt, obj, deleted=False)
+    collect_garbage(emulator)
+    return code, obj
+
+
+def _delete(emulator: Cluster, target: _Target, request: Request) -> tuple[int, JSON]:
+    rt, namespace, name = target.rt, target.namespace, target.name
     options = decode_body(request) if request.body else {}
     if "propagationPolicy" in request.query and not request.body:
         options["propagationPolicy"] = request.query["propagationPolicy"]
-    if not (rt.plural == "namespaces" and not rt.group):
+    is_namespace = rt.plural == "namespaces" and not rt.group
+    if is_namespace:
+        obj = emulator.store.delete(rt, namespace, name, options)
+    else:
         obj, gone = delete(emulator, rt, namespace, name, options)
         if not gone:  # finalizers keep it: the object, with its deletionTimestamp
             return 200, obj
-    else:
-        obj = store.delete(rt, namespace, name, options)
     _after_write(emulator, rt, obj, deleted=True)
-    if rt.plural == "namespaces" and not rt.group:
+    if is_namespace:
         obj["status"] = {"phase": "Terminating"}
         return 200, obj
     details = {"name": name, "group": rt.group, "kind": rt.plural, "uid": obj["metadata"]["uid"]}
     return 200, status_body(200, "", "", {k: v for k, v in details.items() if v}, success=True)
+
+
+_OPERATIONS = {
+    "get": _get, "list": _list, "create": _create, "update": _update, "patch": _patch,
+    "delete": _delete,
+}
 
 
 def _after_write(emulator: Cluster, rt: ResourceType, obj: JSON, *, deleted: bool) -> None:

@@ -9,12 +9,10 @@ import json
 from typing import Any
 
 from ._http import Request
-from ._status import ApiError
+from ._status import JSON, ApiError
 from ._store import Store
 
 __all__ = ["decode_body"]
-
-JSON = dict[str, Any]
 
 
 class _Fields(dict[str, Any]):

@@ -14,7 +14,6 @@ import json
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
 import anyio
 
@@ -30,13 +29,11 @@ from ._resources import (
     crd_established_status,
     types_from_crd,
 )
-from ._status import ApiError
+from ._status import JSON, ApiError
 from ._store import Event, Store
 from ._watch import WatchStream
 
 __all__ = ["Cluster"]
-
-JSON = dict[str, Any]
 
 
 class Cluster:

@@ -26,18 +26,17 @@ import base64
 import binascii
 import json
 import posixpath
-from typing import Any
 
 from ._cluster import Cluster
 from ._http import Request, Response
 from ._resources import ResourceType
 from ._selectors import Selection
-from ._status import ApiError, FieldError
+from ._status import JSON, ApiError, FieldError
+from ._store import Store
 from ._watch import WatchStream
 
 __all__ = ["list_objects", "start_watch", "validate_list_options", "wait_until_fresh"]
 
-JSON = dict[str, Any]
 
 _INCONSISTENT = (
     "The provided continue parameter is too old to display a consistent list result. You can "
@@ -53,48 +52,59 @@ _TOO_OLD = "The resourceVersion for the provided list is too old."
 def validate_list_options(query: dict[str, str], *, watch: bool) -> None:
     """``ValidateListOptions`` (``apimachinery/pkg/apis/meta/internalversion/validation``):
     422 ``Invalid`` on ``ListOptions.meta.k8s.io``, as ``handlers/get.go`` answers."""
+    errors = _watch_option_errors(query) if watch else _list_option_errors(query)
+    if errors:
+        raise ApiError.invalid("ListOptions", "meta.k8s.io", "", errors)
+
+
+def _watch_option_errors(query: dict[str, str]) -> list[FieldError]:
+    """What ``ValidateListOptions`` finds wrong with a watch's options."""
     match = query.get("resourceVersionMatch", "")
     initial = "sendInitialEvents" in query
     errors: list[FieldError] = []
-    if watch:
-        if initial and match != "NotOlderThan":
+    if initial and match != "NotOlderThan":
+        errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                 "sendInitialEvents requires setting resourceVersionMatch "
+                                 "to NotOlderThan"))
+    if not match:
+        return errors
+    if not initial:
+        errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                 "resourceVersionMatch is forbidden for watch unless "
+                                 "sendInitialEvents is provided"))
+    if match != "NotOlderThan":
+        errors.append(FieldError("resourceVersionMatch", "NotSupported",
+                                 'supported values: "NotOlderThan"', match))
+    if query.get("continue"):
+        errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                 "resourceVersionMatch is forbidden when continue is provided"))
+    return errors
+
+
+def _list_option_errors(query: dict[str, str]) -> list[FieldError]:
+    """What ``ValidateListOptions`` finds wrong with a list's options."""
+    match = query.get("resourceVersionMatch", "")
+    errors: list[FieldError] = []
+    if match:
+        if not query.get("resourceVersion"):
             errors.append(FieldError("resourceVersionMatch", "Forbidden",
-                                     "sendInitialEvents requires setting resourceVersionMatch "
-                                     "to NotOlderThan"))
-        if match:
-            if not initial:
-                errors.append(FieldError("resourceVersionMatch", "Forbidden",
-                                         "resourceVersionMatch is forbidden for watch unless "
-                                         "sendInitialEvents is provided"))
-            if match != "NotOlderThan":
-                errors.append(FieldError("resourceVersionMatch", "NotSupported",
-                                         'supported values: "NotOlderThan"', match))
-            if query.get("continue"):
-                errors.append(FieldError("resourceVersionMatch", "Forbidden",
-                                         "resourceVersionMatch is forbidden when continue is "
-                                         "provided"))
-    else:
-        if match:
-            if not query.get("resourceVersion"):
-                errors.append(FieldError("resourceVersionMatch", "Forbidden",
-                                         "resourceVersionMatch is forbidden unless "
-                                         "resourceVersion is provided"))
-            if query.get("continue"):
-                errors.append(FieldError("resourceVersionMatch", "Forbidden",
-                                         "resourceVersionMatch is forbidden when continue is "
-                                         "provided"))
-            if match not in ("Exact", "NotOlderThan"):
-                errors.append(FieldError("resourceVersionMatch", "NotSupported",
-                                         'supported values: "Exact", "NotOlderThan", ""', match))
-            if match == "Exact" and query.get("resourceVersion") == "0":
-                errors.append(FieldError("resourceVersionMatch", "Forbidden",
-                                         'resourceVersionMatch "exact" is forbidden for '
-                                         'resourceVersion "0"'))
-        if initial:
-            errors.append(FieldError("sendInitialEvents", "Forbidden",
-                                     "sendInitialEvents is forbidden for list"))
-    if errors:
-        raise ApiError.invalid("ListOptions", "meta.k8s.io", "", errors)
+                                     "resourceVersionMatch is forbidden unless "
+                                     "resourceVersion is provided"))
+        if query.get("continue"):
+            errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                     "resourceVersionMatch is forbidden when continue is "
+                                     "provided"))
+        if match not in ("Exact", "NotOlderThan"):
+            errors.append(FieldError("resourceVersionMatch", "NotSupported",
+                                     'supported values: "Exact", "NotOlderThan", ""', match))
+        if match == "Exact" and query.get("resourceVersion") == "0":
+            errors.append(FieldError("resourceVersionMatch", "Forbidden",
+                                     'resourceVersionMatch "exact" is forbidden for '
+                                     'resourceVersion "0"'))
+    if "sendInitialEvents" in query:
+        errors.append(FieldError("sendInitialEvents", "Forbidden",
+                                 "sendInitialEvents is forbidden for list"))
+    return errors
 
 
 def _is_event(rt: ResourceType) -> bool:
@@ -212,47 +222,63 @@ def _page(
     selection: Selection,
 ) -> JSON:
     query = request.query
-    limit = _limit(query)
     store = emulator.store
     emulator.compactor.advance(store, store.revision)
-    revision, start = store.revision, ""
+    revision, limit, start = store.revision, _limit(query), ""
     token = query.get("continue", "")
-    rv_text = query.get("resourceVersion", "")
-    if not token and rv_text:
-        wanted = _parse_rv(rv_text)
-        if _from_cache(query, limit):
-            limit = 0  # the watch cache serves the whole list, at its latest revision
-            if wanted > revision:
-                raise ApiError.too_large_resource_version(wanted, revision, 1)
-        elif wanted > revision:  # etcd, at once: validateMinimumResourceVersion
-            raise ApiError.too_large_resource_version(wanted, revision, 0)
-        elif query.get("resourceVersionMatch") == "Exact" or not query.get(
-            "resourceVersionMatch"
-        ):  # Exact, or the legacy exact read of a paginated list
-            if wanted < store.compacted:
-                raise ApiError.expired(_TOO_OLD)
-            revision = wanted
     if token:
-        start, token_rv = _decode_continue(token)
-        if query.get("resourceVersion", "") not in ("", "0"):
-            raise ApiError.bad_request(
-                "specifying resource version is not allowed when using continue"
-            )
-        if token_rv > 0:
-            if token_rv <= store.compacted:
-                error = ApiError.expired(_INCONSISTENT)
-                assert isinstance(error.body, dict)
-                error.body["metadata"] = {"continue": _encode_continue(-1, start)}
-                raise error
-            revision = token_rv
+        start, revision = _continued(store, query, token)
+    elif query.get("resourceVersion", ""):
+        revision, limit = _read_revision(store, query, limit)
     objects = (
         _objects_at(emulator, rt, scope, revision) if revision != store.revision
         else store.stored(rt, scope)
     )
     keyed = sorted(((_key(rt, obj, scope), obj) for obj in objects), key=lambda pair: pair[0])
     keyed = [(key, obj) for key, obj in keyed if key >= start]
-    items: list[JSON] = []
     meta: JSON = {"resourceVersion": str(revision)}
+    items = _take_page(keyed, limit, selection, meta, revision)
+    return {"metadata": meta, "items": [store.present(rt, obj) for obj in items]}
+
+
+def _read_revision(store: Store, query: dict[str, str], limit: int) -> tuple[int, int]:
+    """(revision, limit) of a list that names a ``resourceVersion`` and no continue token."""
+    revision = store.revision
+    wanted = _parse_rv(query["resourceVersion"])
+    if _from_cache(query, limit):
+        if wanted > revision:
+            raise ApiError.too_large_resource_version(wanted, revision, 1)
+        return revision, 0  # the watch cache serves the whole list, at its latest revision
+    if wanted > revision:  # etcd, at once: validateMinimumResourceVersion
+        raise ApiError.too_large_resource_version(wanted, revision, 0)
+    match = query.get("resourceVersionMatch")
+    if match == "Exact" or not match:  # Exact, or the legacy exact read of a paginated list
+        if wanted < store.compacted:
+            raise ApiError.expired(_TOO_OLD)
+        revision = wanted
+    return revision, limit
+
+
+def _continued(store: Store, query: dict[str, str], token: str) -> tuple[str, int]:
+    """(start key, revision) of a list continued from ``token``; 410 once it is compacted."""
+    start, token_rv = _decode_continue(token)
+    if query.get("resourceVersion", "") not in ("", "0"):
+        raise ApiError.bad_request("specifying resource version is not allowed when using continue")
+    if token_rv <= 0:
+        return start, store.revision
+    if token_rv <= store.compacted:
+        error = ApiError.expired(_INCONSISTENT)
+        assert isinstance(error.body, dict)
+        error.body["metadata"] = {"continue": _encode_continue(-1, start)}
+        raise error
+    return start, token_rv
+
+
+def _take_page(
+    keyed: list[tuple[str, JSON]], limit: int, selection: Selection, meta: JSON, revision: int
+) -> list[JSON]:
+    """The selected objects of one page of ``keyed``; a cut page's continue token into meta."""
+    items: list[JSON] = []
     last_key = ""
     for index, (key, obj) in enumerate(keyed):
         if limit > 0 and len(items) >= limit:
@@ -264,7 +290,7 @@ def _page(
         last_key = key
         if selection.matches(obj):
             items.append(obj)
-    return {"metadata": meta, "items": [store.present(rt, obj) for obj in items]}
+    return items
 
 
 def list_objects(
@@ -334,22 +360,30 @@ def _fill(
         for obj in store.items(rt, scope):
             stream.offer("ADDED", obj)
     else:
-        try:
-            rv = int(rv_text)
-        except ValueError:
-            raise ApiError.bad_request(
-                f'resourceVersion: Invalid value: "{rv_text}": must be a valid resource version'
-            ) from None
-        if rv < store.compacted or force_expired:
-            message = f"too old resource version: {rv} ({max(store.compacted, rv + 1)})"
-            if emulator.watch_expired_status:
-                raise ApiError.expired(message)
-            stream.expire(message)
-        else:
-            for event in store.history:
-                if event.rv > rv and stream.matches(event.storage_key, event.namespace, event.name):
-                    stream.offer(event.type, json.loads(json.dumps(event.obj)), event.prev)
-            # cacheWatcher.process: only events newer than the version asked for, which may
-            # not have been reached yet.
-            stream.after = rv
+        _replay(emulator, stream, rv_text, force_expired=force_expired)
+
+
+def _replay(
+    emulator: Cluster, stream: WatchStream, rv_text: str, *, force_expired: bool
+) -> None:
+    """A watch from a resourceVersion: the events after it, or expired once compacted."""
+    store = emulator.store
+    try:
+        rv = int(rv_text)
+    except ValueError:
+        raise ApiError.bad_request(
+            f'resourceVersion: Invalid value: "{rv_text}": must be a valid resource version'
+        ) from None
+    if rv < store.compacted or force_expired:
+        message = f"too old resource version: {rv} ({max(store.compacted, rv + 1)})"
+        if emulator.watch_expired_status:
+            raise ApiError.expired(message)
+        stream.expire(message)
+        return
+    for event in store.history:
+        if event.rv > rv and stream.matches(event.storage_key, event.namespace, event.name):
+            stream.offer(event.type, json.loads(json.dumps(event.obj)), event.prev)
+    # cacheWatcher.process: only events newer than the version asked for, which may
+    # not have been reached yet.
+    stream.after = rv
 

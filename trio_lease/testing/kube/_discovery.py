@@ -8,15 +8,12 @@ server does not offer ``application/json;g=apidiscovery.k8s.io``.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ._cluster import Cluster
 from ._reviews import REVIEW_GROUPS
-from ._status import ApiError
+from ._status import JSON, ApiError
 
 __all__ = ["discovery", "not_served"]
 
-JSON = dict[str, Any]
 
 VERSION_INFO: JSON = {
     "major": "1",
@@ -52,21 +49,31 @@ def _group_entry(group: str, versions: list[str]) -> JSON:
 
 def discovery(emulator: Cluster, parts: list[str]) -> JSON | None:
     """The discovery document at ``parts`` (the path split on ``/``), or None."""
-    groups: dict[str, list[str]] = {}
-    for group, version, _ in emulator.types:
-        if group and version not in groups.setdefault(group, []):
-            groups[group].append(version)
-    for group, versions in REVIEW_GROUPS.items():
-        groups.setdefault(group, list(versions))
-    if parts == ["version"]:
+    if len(parts) == 1:
+        return _root_document(emulator, parts[0])
+    groups = _served_groups(emulator)
+    if len(parts) == 2 and parts[0] == "apis" and parts[1] in groups:
+        entry = _group_entry(parts[1], groups[parts[1]])
+        return {"kind": "APIGroup", "apiVersion": "v1", **entry}
+    if parts == ["api", "v1"]:
+        return _resource_list(emulator, "", "v1")
+    if len(parts) == 3 and parts[0] == "apis":
+        return _resource_list(emulator, parts[1], parts[2])
+    return None
+
+
+def _root_document(emulator: Cluster, root: str) -> JSON | None:
+    """``/version``, ``/api`` (its versions) or ``/apis`` (every group); None for another."""
+    if root == "version":
         return VERSION_INFO
-    if parts == ["api"]:
+    if root == "api":
         return {
             "kind": "APIVersions",
             "versions": ["v1"],
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}],
         }
-    if parts == ["apis"]:
+    if root == "apis":
+        groups = _served_groups(emulator)
         return {
             "kind": "APIGroupList",
             "apiVersion": "v1",
@@ -74,26 +81,36 @@ def discovery(emulator: Cluster, parts: list[str]) -> JSON | None:
                 _group_entry(g, groups[g]) for g in sorted(groups, key=_group_key)
             ],
         }
-    if len(parts) == 2 and parts[0] == "apis" and parts[1] in groups:
-        entry = _group_entry(parts[1], groups[parts[1]])
-        return {"kind": "APIGroup", "apiVersion": "v1", **entry}
-    if parts == ["api", "v1"] or (len(parts) == 3 and parts[0] == "apis"):
-        group, version = ("", "v1") if parts[0] == "api" else (parts[1], parts[2])
-        resources = [
-            rt.discovery()
-            for (g, v, _), rt in sorted(emulator.types.items())
-            if (g, v) == (group, version)
-        ]
-        resources += REVIEW_GROUPS.get(group, {}).get(version, [])
-        if not resources:
-            return None
-        return {
-            "kind": "APIResourceList",
-            "apiVersion": "v1",
-            "groupVersion": f"{group}/{version}" if group else version,
-            "resources": resources,
-        }
     return None
+
+
+def _served_groups(emulator: Cluster) -> dict[str, list[str]]:
+    """Every named API group served, with its versions: the types' and the reviews'."""
+    groups: dict[str, list[str]] = {}
+    for group, version, _ in emulator.types:
+        if group and version not in groups.setdefault(group, []):
+            groups[group].append(version)
+    for group, versions in REVIEW_GROUPS.items():
+        groups.setdefault(group, list(versions))
+    return groups
+
+
+def _resource_list(emulator: Cluster, group: str, version: str) -> JSON | None:
+    """The ``APIResourceList`` of one group version; None where it serves nothing."""
+    resources = [
+        rt.discovery()
+        for (g, v, _), rt in sorted(emulator.types.items())
+        if (g, v) == (group, version)
+    ]
+    resources += REVIEW_GROUPS.get(group, {}).get(version, [])
+    if not resources:
+        return None
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }
 
 
 def not_served(emulator: Cluster, parts: list[str]) -> ApiError:

@@ -6,7 +6,6 @@ import copy
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
 
 import yaml
 
@@ -17,12 +16,11 @@ from ._http import Request, Response
 from ._rbac import User, service_account_user
 from ._resources import ResourceType
 from ._server import KubeServer, serve
+from ._status import JSON
 from ._transport import KubeTransport
 from ._watch import WatchStream
 
 __all__ = ["KubeEmulator"]
-
-JSON = dict[str, Any]
 
 
 class KubeEmulator(Cluster):

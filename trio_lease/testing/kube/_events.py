@@ -27,15 +27,14 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from ._status import ApiError, FieldError
-from ._validation import _cannot_handle, _go_json_kind, _parse_micro_time
+from ._metadata import QNAME_RE
+from ._status import JSON, ApiError, FieldError
+from ._validation import SUBDOMAIN_RE, _cannot_handle, _go_json_kind, _parse_micro_time
 
 __all__ = ["as_core_event", "decode_event", "from_core_event", "validate_event"]
 
-JSON = dict[str, Any]
 
 _STRINGS = ("reportingController", "reportingInstance", "action", "reason", "note", "type")
 _REFERENCE = ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
@@ -56,8 +55,6 @@ _FIELDS = (
 )
 _LIMITS = {"reportingInstance": 128, "action": 128, "reason": 128}
 _NOTE_LIMIT = 1024
-_QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _QUALIFIED_MSG = (
     "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
     "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used "
@@ -223,13 +220,13 @@ def _qualified_name_errors(value: str) -> list[str]:
             "'example.com/MyName')"
         ]
     errors = []
-    if slash and (not prefix or not _SUBDOMAIN.match(prefix) or len(prefix) > 253):
+    if slash and (not prefix or not SUBDOMAIN_RE.match(prefix) or len(prefix) > 253):
         errors.append("prefix part must be a valid DNS-1123 subdomain")
     if not name:
         errors.append("name part must be non-empty")
     elif len(name) > 63:
         errors.append("name part must be no more than 63 characters")
-    if not _QUALIFIED_NAME.match(name):
+    if not QNAME_RE.match(name):
         errors.append(_QUALIFIED_MSG)
     return errors
 

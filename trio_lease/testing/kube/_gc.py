@@ -27,10 +27,9 @@ from typing import Any
 
 from ._cluster import Cluster
 from ._resources import ResourceType
+from ._status import JSON
 
 __all__ = ["collect_garbage", "delete"]
-
-JSON = dict[str, Any]
 
 
 def delete(cluster: Cluster, rt: ResourceType, namespace: str, name: str, options: JSON
@@ -66,21 +65,36 @@ def collect_garbage(cluster: Cluster) -> None:
         return
     # One pass over the store finds every uid some object names as its owner: the objects
     # removed that nobody names (nearly all) need no search for dependents.
-    referenced = {
-        ref.get("uid") for rt in _types(cluster) for obj in store.stored(rt, None)
-        for ref in obj["metadata"].get("ownerReferences") or [] if isinstance(ref, dict)
-    }
+    referenced = _referenced_owners(cluster)
     while store.removed:
         owner_rt, owner = store.removed.pop(0)
         if owner["metadata"]["uid"] not in referenced:
             continue
         for dep_rt, dep in _dependents(cluster, owner_rt, owner):
-            refs = dep["metadata"].get("ownerReferences") or []
-            dangling = [r for r in refs if not _owner_exists(cluster, r, dep)]
-            if len(dangling) == len(refs):
-                _delete_one(cluster, dep_rt, dep)
-            else:
-                _set_refs(cluster, dep_rt, dep, [r for r in refs if r not in dangling])
+            _collect(cluster, dep_rt, dep)
+
+
+def _referenced_owners(cluster: Cluster) -> set[Any]:
+    """Every uid some stored object names as an owner."""
+    return {
+        ref.get("uid") for rt in _types(cluster) for obj in cluster.store.stored(rt, None)
+        for ref in _owner_refs(obj) if isinstance(ref, dict)
+    }
+
+
+def _owner_refs(obj: JSON) -> list[Any]:
+    return obj["metadata"].get("ownerReferences") or []
+
+
+def _collect(cluster: Cluster, rt: ResourceType, dependent: JSON) -> None:
+    """A dependent whose owner went: deleted once no owner of it is left, else its
+    references to the owners that are gone removed."""
+    refs = _owner_refs(dependent)
+    dangling = [r for r in refs if not _owner_exists(cluster, r, dependent)]
+    if len(dangling) == len(refs):
+        _delete_one(cluster, rt, dependent)
+    else:
+        _set_refs(cluster, rt, dependent, [r for r in refs if r not in dangling])
 
 
 def _types(cluster: Cluster) -> list[ResourceType]:
@@ -97,8 +111,7 @@ def _dependents(cluster: Cluster, owner_rt: ResourceType, owner: JSON
         if owner_rt.namespaced and not rt.namespaced:
             continue
         for obj in cluster.store.stored(rt, scope if rt.namespaced else None):
-            refs = obj["metadata"].get("ownerReferences") or []
-            if any(isinstance(r, dict) and r.get("uid") == uid for r in refs):
+            if any(isinstance(r, dict) and r.get("uid") == uid for r in _owner_refs(obj)):
                 found.append((rt, obj))
     return found
 

@@ -19,15 +19,13 @@ the emulator names the headers).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from ._http import Request
 from ._rbac import User, forbidden_reason, is_allowed
-from ._status import ApiError
+from ._status import JSON, ApiError
 
 __all__ = ["impersonate"]
 
-JSON = dict[str, Any]
 _AUTHN = "authentication.k8s.io"
 _EXTRA = "impersonate-extra-"
 
@@ -44,35 +42,60 @@ def impersonate(
         (key[len(_EXTRA):], value) for key, value in request.header_list
         if key.startswith(_EXTRA)
     ]
-    if not name and not groups and not extras and not uids:
-        return requestor
     if not name:
-        asked = ", ".join(
-            ["Impersonate-Group"] * bool(groups) + ["Impersonate-Extra-*"] * bool(extras)
-            + ["Impersonate-Uid"] * bool(uids)
-        )
-        raise ApiError.internal(f"requested {asked} without impersonating a user")
-    # (resource, API group, namespace, name) of every impersonation, in the filter's order.
-    checks: list[tuple[str, str, str, str]] = []
-    parts = name.split(":")
-    service_account = len(parts) == 4 and parts[:2] == ["system", "serviceaccount"]
-    if service_account:
-        checks.append(("serviceaccounts", "", parts[2], parts[3]))
-    else:
-        checks.append(("users", "", "", name))
-    checks += [("groups", "", "", group) for group in groups]
-    checks += [(f"userextras/{key}", _AUTHN, "", value) for key, value in extras]
-    checks += [("uids", _AUTHN, "", uid) for uid in uids[:1]]
-    for resource, group, namespace, target in checks:
+        if groups or extras or uids:
+            raise _without_user(groups, extras, uids)
+        return requestor
+    for resource, group, namespace, target in _checks(name, groups, extras, uids):
         if not is_allowed(requestor, "impersonate", group, resource, namespace, target, lookup):
             reason = forbidden_reason(requestor, "impersonate", group, resource, namespace)
             raise ApiError.forbidden(resource.split("/")[0], group, target, reason)
+    return User(name, tuple(_acting_groups(name, groups)))
+
+
+def _without_user(
+    groups: list[str], extras: list[tuple[str, str]], uids: list[str]
+) -> ApiError:
+    """The 500 for impersonation headers without ``Impersonate-User``, naming those sent."""
+    asked = ", ".join(
+        ["Impersonate-Group"] * bool(groups) + ["Impersonate-Extra-*"] * bool(extras)
+        + ["Impersonate-Uid"] * bool(uids)
+    )
+    return ApiError.internal(f"requested {asked} without impersonating a user")
+
+
+def _service_account(name: str) -> list[str] | None:
+    """``system:serviceaccount:<namespace>:<name>`` split in four; None for another user."""
+    parts = name.split(":")
+    if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"]:
+        return parts
+    return None
+
+
+def _checks(
+    name: str, groups: list[str], extras: list[tuple[str, str]], uids: list[str]
+) -> list[tuple[str, str, str, str]]:
+    """(resource, API group, namespace, name) of every impersonation, in the filter's order."""
+    account = _service_account(name)
+    checks = [
+        ("serviceaccounts", "", account[2], account[3]) if account else ("users", "", "", name)
+    ]
+    checks += [("groups", "", "", group) for group in groups]
+    checks += [(f"userextras/{key}", _AUTHN, "", value) for key, value in extras]
+    checks += [("uids", _AUTHN, "", uid) for uid in uids[:1]]
+    return checks
+
+
+def _acting_groups(name: str, groups: list[str]) -> list[str]:
+    """The groups the impersonated user acts in: those asked for, or a service account's,
+    with ``system:authenticated`` (or ``system:unauthenticated`` for anonymous) added."""
     acting = list(groups)
-    if service_account and not groups:
-        acting = ["system:serviceaccounts", f"system:serviceaccounts:{parts[2]}"]
+    account = _service_account(name)
+    if account and not groups:
+        acting = ["system:serviceaccounts", f"system:serviceaccounts:{account[2]}"]
     if name != "system:anonymous":
         if not {"system:authenticated", "system:unauthenticated"} & set(acting):
             acting.append("system:authenticated")
     elif "system:unauthenticated" not in acting:
         acting.append("system:unauthenticated")
-    return User(name, tuple(acting))
+    return acting

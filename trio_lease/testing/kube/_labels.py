@@ -11,8 +11,8 @@ are checked as ``IsQualifiedName`` and values as ``IsValidLabelValue`` do
 from __future__ import annotations
 
 import dataclasses
-import re
 
+from ._metadata import LABEL_VALUE_MSG, LABEL_VALUE_RE, qualified_name_errors
 from ._status import ApiError
 
 __all__ = ["LabelRequirement", "parse_labels"]
@@ -22,29 +22,6 @@ _TOKENS = {")": ")", ",": ",", "!": "!", "==": "==", "=": "=", ">": ">", "in": "
            "!=": "!=", "notin": "notin", "(": "("}
 _OPERATORS = "in, notin, =, ==, !=, gt, lt"
 _ID, _END, _ERROR = "id", "end", "error"
-
-_QNAME = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_QNAME_RE = re.compile(f"^{_QNAME}$")
-_LABEL_VALUE_RE = re.compile(f"^({_QNAME})?$")
-_DNS1123_SUBDOMAIN_RE = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
-_QNAME_MSG = (
-    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-    f"alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
-    f"validation is '{_QNAME}')"
-)
-_LABEL_VALUE_MSG = (
-    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
-    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
-    f"'my_value',  or '12345', regex used for validation is '({_QNAME})?')"
-)
-_SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
-
 
 class _SelectorError(Exception):
     pass
@@ -220,35 +197,8 @@ class _LabelParser:
         raise _SelectorError(f"found '{lit}', expected: identifier")
 
 
-def _key_errors(key: str) -> list[str]:
-    errors: list[str] = []
-    parts = key.split("/")
-    if len(parts) > 2:
-        return [
-            "a qualified name " + _QNAME_MSG + " with an optional DNS subdomain prefix and '/' "
-            "(e.g. 'example.com/MyName')"
-        ]
-    name = parts[-1]
-    if len(parts) == 2:
-        prefix = parts[0]
-        if not prefix:
-            errors.append("prefix part must be non-empty")
-        else:
-            if len(prefix) > 253:
-                errors.append("prefix part must be no more than 253 characters")
-            if not _DNS1123_SUBDOMAIN_RE.match(prefix):
-                errors.append("prefix part " + _SUBDOMAIN_MSG)
-    if not name:
-        errors.append("name part must be non-empty")
-    elif len(name) > 63:
-        errors.append("name part must be no more than 63 characters")
-    if not _QNAME_RE.match(name):
-        errors.append("name part " + _QNAME_MSG)
-    return errors
-
-
 def _check_key(key: str) -> None:
-    errors = _key_errors(key)
+    errors = qualified_name_errors(key)
     if errors:
         raise _SelectorError(f"<nil>: Invalid value: {_go_quote(key)}: " + "; ".join(errors))
 
@@ -269,8 +219,8 @@ def _requirement(key: str, operator: str, values: tuple[str, ...]) -> LabelRequi
         problems = []
         if len(value) > 63:
             problems.append("must be no more than 63 characters")
-        if not _LABEL_VALUE_RE.match(value):
-            problems.append(_LABEL_VALUE_MSG)
+        if not LABEL_VALUE_RE.match(value):
+            problems.append(LABEL_VALUE_MSG)
         if problems:
             errors.append(
                 f"values[{i}][{key}]: Invalid value: {_go_quote(value)}: " + "; ".join(problems)

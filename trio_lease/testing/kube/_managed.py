@@ -37,6 +37,7 @@ import unicodedata
 from typing import Any
 
 from ._resources import ResourceType
+from ._status import JSON
 
 __all__ = [
     "FieldSet",
@@ -49,7 +50,6 @@ __all__ = [
     "zero_object",
 ]
 
-JSON = dict[str, Any]
 Path = tuple[str, ...]
 FieldSet = set[Path]
 
@@ -99,29 +99,43 @@ def _walk(lhs: Any, rhs: Any, path: Path, changed: FieldSet, removed: FieldSet) 
     lmap = isinstance(lhs, dict) and bool(lhs)
     rmap = isinstance(rhs, dict) and bool(rhs)
     if not (lmap or rmap):
-        # A leaf: a scalar, a list (atomic here), null or an empty object.
-        if lhs is _ABSENT:
-            changed.add(path)
-        elif rhs is _ABSENT:
-            removed.add(path)
-        elif not _same(lhs, rhs):
-            changed.add(path)
+        _compare_leaf(lhs, rhs, path, changed, removed)
         return
-    if lhs is _ABSENT or not isinstance(lhs, dict):
-        changed.add(path)
-        lhs = {}
-    elif rhs is _ABSENT or not isinstance(rhs, dict):
-        if rhs is _ABSENT:
-            removed.add(path)
-        else:
-            changed.add(path)
-        rhs = _ABSENT if rhs is _ABSENT else {}
+    lhs, rhs = _as_maps(lhs, rhs, path, changed, removed)
     right = rhs if isinstance(rhs, dict) else {}
     for key in list(lhs) + [k for k in right if k not in lhs]:
         _walk(
             lhs.get(key, _ABSENT), _ABSENT if rhs is _ABSENT else right.get(key, _ABSENT),
             (*path, f"f:{key}"), changed, removed,
         )
+
+
+def _compare_leaf(lhs: Any, rhs: Any, path: Path, changed: FieldSet, removed: FieldSet) -> None:
+    """A leaf (a scalar, a list, atomic here, null or an empty object): added, removed or
+    changed."""
+    if lhs is _ABSENT:
+        changed.add(path)
+    elif rhs is _ABSENT:
+        removed.add(path)
+    elif not _same(lhs, rhs):
+        changed.add(path)
+
+
+def _as_maps(
+    lhs: Any, rhs: Any, path: Path, changed: FieldSet, removed: FieldSet
+) -> tuple[JSON, Any]:
+    """Both sides of a map node as maps to walk into, the node itself marked where one side
+    is no map (an absent right side stays absent: all below it is removed)."""
+    if lhs is _ABSENT or not isinstance(lhs, dict):
+        changed.add(path)
+        return {}, rhs
+    if rhs is _ABSENT:
+        removed.add(path)
+        return lhs, _ABSENT
+    if not isinstance(rhs, dict):
+        changed.add(path)
+        return lhs, {}
+    return lhs, rhs
 
 
 def changes(live: JSON, new: JSON) -> tuple[FieldSet, FieldSet]:
@@ -250,6 +264,16 @@ def encode_entries(entries: list[Entry]) -> list[JSON]:
     return out
 
 
+def _entries_before(live: JSON | None, given: Any) -> list[Entry]:
+    """The managers an update starts from: the request's list if it carries one (``[{}]``
+    clears them, the documented way), else the live object's."""
+    if isinstance(given, list) and given and all(item == {} for item in given):
+        return []
+    return decode_entries(given) or decode_entries(
+        (live or {}).get("metadata", {}).get("managedFields")
+    )
+
+
 def record_update(
     rt: ResourceType, live: JSON | None, new: JSON, given: Any, manager: str, now: str
 ) -> list[JSON]:
@@ -258,12 +282,7 @@ def record_update(
     ``live`` is None for a create; ``given`` is the list the request carried (used when non
     empty, as the real server lets a client rewrite it), else the live object's list.
     """
-    if isinstance(given, list) and given and all(item == {} for item in given):
-        entries: list[Entry] = []  # ``[{}]``: the documented way to clear them
-    else:
-        entries = decode_entries(given) or decode_entries(
-            (live or {}).get("metadata", {}).get("managedFields")
-        )
+    entries = _entries_before(live, given)
     changed, removed = changes(live if live is not None else zero_object(rt, new), new)
     for entry in entries:
         entry.fields -= changed | removed

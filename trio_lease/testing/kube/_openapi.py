@@ -14,14 +14,11 @@ schemas as one Swagger 2.0 document, in JSON only (the real server also speaks p
 
 from __future__ import annotations
 
-from typing import Any
-
 from ._cluster import Cluster
 from ._schemas import schemas_for
+from ._status import JSON
 
 __all__ = ["openapi_v2", "openapi_v3"]
-
-JSON = dict[str, Any]
 
 
 def _gv_path(group: str, version: str) -> str:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -39,12 +40,11 @@ from ._managed import Entry, apply_set, changes, decode_entries, encode_entries,
 from ._options import check_options
 from ._resources import ResourceType
 from ._smp import strategic_merge
-from ._status import ApiError, FieldError, status_body
+from ._status import JSON, ApiError, FieldError, status_body
 from ._store import MODIFIED_MSG
 
 __all__ = ["patch"]
 
-JSON = dict[str, Any]
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -67,14 +67,14 @@ def patch(emulator: Cluster, rt: ResourceType, namespace: str, name: str, reques
     existing = store.find(rt, namespace, name)
     if existing is None:
         raise ApiError.not_found(rt.plural, rt.group, name)
-    current = store.present(rt, existing)
-    if content_type == JSON_PATCH:
-        patched = apply_json_patch(current, _json_body(request))
-    elif content_type == STRATEGIC_PATCH:
-        patched = strategic_merge(current, _json_body(request))
-    else:
-        body = _json_body(request)
-        patched = merge_patch(current, body)
+    patched = _PATCHERS[content_type](store.present(rt, existing), _json_body(request))
+    _check_patched(rt, name, patched, existing)
+    return 200, store.update(rt, namespace, name, patched)[1]
+
+
+def _check_patched(rt: ResourceType, name: str, patched: Any, existing: JSON) -> None:
+    """A patched object names its object and, if it names a resourceVersion, the stored one;
+    a built-in object's patch without one updates unconditionally."""
     if not isinstance(patched, dict):
         raise ApiError.bad_request("the patch did not produce an object")
     meta = patched.get("metadata")
@@ -86,7 +86,6 @@ def patch(emulator: Cluster, rt: ResourceType, namespace: str, name: str, reques
         meta["resourceVersion"] = existing["metadata"]["resourceVersion"]  # unconditional
     elif rv and rv != existing["metadata"]["resourceVersion"]:
         raise ApiError.conflict(rt.plural, rt.group, name, MODIFIED_MSG)
-    return 200, store.update(rt, namespace, name, patched)[1]
 
 
 def _validate_options(request: Request, content_type: str) -> None:
@@ -195,37 +194,54 @@ def apply_json_patch(doc: JSON, operations: Any) -> Any:
         )
     doc = copy.deepcopy(doc)
     for op in operations:
-        kind = op.get("op")
-        if kind not in ("add", "remove", "replace", "move", "copy", "test"):
+        kind, path = op.get("op"), op.get("path")
+        if kind not in _OPERATIONS or not isinstance(path, str):
             raise _unprocessable()
-        path = op.get("path")
-        if not isinstance(path, str):
-            raise _unprocessable()
-        if kind in ("move", "copy"):
-            source = op.get("from")
-            found = _container(doc, source) if isinstance(source, str) else None
-            if found is None:
-                raise _unprocessable()
-            value = _remove(*found) if kind == "move" else copy.deepcopy(_get(*found))
-        else:
-            value = copy.deepcopy(op.get("value"))
+        value = _operand(doc, op, kind)
         found = _container(doc, path)
         if found is None:
             raise _unprocessable()
-        node, key = found
-        if kind in ("add", "move", "copy"):
-            _add(node, key, value)
-        elif kind == "remove":
-            _remove(node, key)
-        elif kind == "replace":
-            # v4 sets a missing key of an object too (its ``get`` does not fail there).
-            if isinstance(node, dict):
-                node[key] = value
-            else:
-                node[_index(node, key, adding=False)] = value
-        elif not _equal(_get(node, key), op.get("value"), "value" in op):
-            raise _unprocessable()
+        _OPERATIONS[kind](*found, value, op)
     return doc
+
+
+def _operand(doc: Any, op: JSON, kind: str) -> Any:
+    """The value an operation writes: ``from``'s (taken away by a move) or its ``value``."""
+    if kind not in ("move", "copy"):
+        return copy.deepcopy(op.get("value"))
+    source = op.get("from")
+    found = _container(doc, source) if isinstance(source, str) else None
+    if found is None:
+        raise _unprocessable()
+    return _remove(*found) if kind == "move" else copy.deepcopy(_get(*found))
+
+
+def _op_add(node: Any, key: str, value: Any, op: JSON) -> None:
+    _add(node, key, value)
+
+
+def _op_remove(node: Any, key: str, value: Any, op: JSON) -> None:
+    _remove(node, key)
+
+
+def _op_replace(node: Any, key: str, value: Any, op: JSON) -> None:
+    # v4 sets a missing key of an object too (its ``get`` does not fail there).
+    if isinstance(node, dict):
+        node[key] = value
+    else:
+        node[_index(node, key, adding=False)] = value
+
+
+def _op_test(node: Any, key: str, value: Any, op: JSON) -> None:
+    if not _equal(_get(node, key), op.get("value"), "value" in op):
+        raise _unprocessable()
+
+
+#: What each RFC 6902 operation does at its path (move and copy add what :func:`_operand` took).
+_OPERATIONS: dict[str, Callable[[Any, str, Any, JSON], None]] = {
+    "add": _op_add, "move": _op_add, "copy": _op_add, "remove": _op_remove,
+    "replace": _op_replace, "test": _op_test,
+}
 
 
 def _equal(current: Any, wanted: Any, given: bool) -> bool:
@@ -314,13 +330,12 @@ def _apply(emulator: Cluster, rt: ResourceType, namespace: str, name: str, reque
            manager: str) -> tuple[int, JSON]:
     store = emulator.store
     config = _decode_apply(request, rt)
-    meta = config["metadata"]
     force = _parse_bool(request.query.get("force", "false"))
     existing = store.find(rt, namespace, name)
     if existing is None:
         live: JSON = {"apiVersion": rt.api_version, "kind": rt.kind, "metadata": {}}
         live.update(zero_object(rt, config))
-        meta.pop("resourceVersion", None)  # WipeObjectMetaSystemFields on create
+        config["metadata"].pop("resourceVersion", None)  # WipeObjectMetaSystemFields on create
     else:
         live = store.present(rt, existing)
     merged = _merge(live, config)
@@ -328,37 +343,58 @@ def _apply(emulator: Cluster, rt: ResourceType, namespace: str, name: str, reque
     rv = merged["metadata"].get("resourceVersion")
     if existing is not None and rv != existing["metadata"]["resourceVersion"]:
         raise ApiError.conflict(rt.plural, rt.group, name, MODIFIED_MSG)
-    entries = decode_entries(live["metadata"].get("managedFields"))
-    applied = apply_set(config)
-    key = (manager, "Apply", "")
-    mine = next((e for e in entries if e.key == key), None)
-    if mine is not None:
-        others = set().union(*(e.fields for e in entries if e is not mine))
-        dropped = {p for p in mine.fields - applied
-                   if not any(q[: len(p)] == p for q in others | applied)}
-        _prune(merged, dropped)
-    changed, removed = changes(live, merged)
-    conflicts = [(e, p) for e in entries if e is not mine for p in sorted(e.fields & changed)]
-    if conflicts and not force:
-        raise _conflict(conflicts)
-    for entry in entries:
-        if entry is not mine:
-            entry.fields -= changed | removed
-    now = store.timestamp()
-    if mine is None:
-        mine = Entry(manager, "Apply", rt.api_version, now, applied)
-        entries.append(mine)
-    else:
-        mine.fields = applied
-        mine.api_version = rt.api_version
-        if changed or removed:
-            mine.time = now
-    managed = encode_entries(entries)
+    owners = _Owners(decode_entries(live["metadata"].get("managedFields")), manager, config)
+    owners.prune(merged)
+    managed = owners.after_apply(live, merged, rt.api_version, store.timestamp, force=force)
     if existing is None:
         _ensure_namespace(emulator, rt, namespace)
         merged["metadata"].pop("resourceVersion", None)
         return 201, store.create(rt, namespace, merged, managed_fields=managed)
     return 200, store.update(rt, namespace, name, merged, managed_fields=managed)[1]
+
+
+class _Owners:
+    """The field managers of an object one manager applies a configuration to."""
+
+    def __init__(self, entries: list[Entry], manager: str, config: JSON) -> None:
+        self.entries = entries
+        self.manager = manager
+        self.applied = apply_set(config)
+        key = (manager, "Apply", "")
+        self.mine = next((e for e in entries if e.key == key), None)
+        self.others = [e for e in entries if e is not self.mine]
+
+    def prune(self, merged: JSON) -> None:
+        """Remove from ``merged`` the fields this manager applied before and no longer does,
+        unless another manager (or this configuration, deeper down) still owns them."""
+        if self.mine is None:
+            return
+        owned = set().union(*(e.fields for e in self.others)) | self.applied
+        dropped = {p for p in self.mine.fields - self.applied
+                   if not any(q[: len(p)] == p for q in owned)}
+        _prune(merged, dropped)
+
+    def after_apply(
+        self, live: JSON, merged: JSON, api_version: str, timestamp: Callable[[], str],
+        *, force: bool,
+    ) -> list[JSON]:
+        """The managedFields once ``merged`` replaces ``live``; 409 on another manager's
+        changed fields unless forced (then they move to this manager)."""
+        changed, removed = changes(live, merged)
+        conflicts = [(e, p) for e in self.others for p in sorted(e.fields & changed)]
+        if conflicts and not force:
+            raise _conflict(conflicts)
+        for entry in self.others:
+            entry.fields -= changed | removed
+        now = timestamp()
+        if self.mine is None:
+            self.entries.append(Entry(self.manager, "Apply", api_version, now, self.applied))
+        else:
+            self.mine.fields = self.applied
+            self.mine.api_version = api_version
+            if changed or removed:
+                self.mine.time = now
+        return encode_entries(self.entries)
 
 
 def _ensure_namespace(emulator: Cluster, rt: ResourceType, namespace: str) -> None:
@@ -379,3 +415,9 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             target[key] = merge_patch(target.get(key), value)
     return target
+
+
+#: The patches other than apply: (the current object, the decoded patch) → the patched object.
+_PATCHERS: dict[str, Callable[[JSON, Any], Any]] = {
+    JSON_PATCH: apply_json_patch, STRATEGIC_PATCH: strategic_merge, MERGE_PATCH: merge_patch,
+}

@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from typing import Any
+
+from ._status import JSON
 
 __all__ = ["User", "forbidden_reason", "is_allowed"]
-
-JSON = dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)

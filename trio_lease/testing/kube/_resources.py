@@ -11,9 +11,8 @@ carry ``metadata.resourceVersion``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
-from ._status import ApiError, FieldError
+from ._status import JSON, ApiError, FieldError
 
 __all__ = [
     "BUILTIN_TYPES",
@@ -24,7 +23,6 @@ __all__ = [
     "types_from_crd",
 ]
 
-JSON = dict[str, Any]
 
 ALL_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
 
@@ -112,16 +110,8 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
 )
 
 
-def types_from_crd(crd: JSON) -> list[ResourceType]:
-    """The served versions of a CustomResourceDefinition; 422 if the CRD is malformed.
-
-    Checks what matters for serving: ``metadata.name`` must be ``<plural>.<group>`` (the
-    apiextensions validation message), names and at least one served version must exist.
-    """
-    name = crd.get("metadata", {}).get("name", "")
-    spec = crd.get("spec") or {}
-    group = spec.get("group", "")
-    names = spec.get("names") or {}
+def _crd_errors(name: str, group: str, names: JSON, versions: list[JSON]) -> list[FieldError]:
+    """What keeps a CRD from being served: its group, names and served versions."""
     plural = names.get("plural", "")
     errors = []
     if not group:
@@ -136,9 +126,24 @@ def types_from_crd(crd: JSON) -> list[ResourceType]:
                 "metadata.name", "Invalid", 'must be spec.names.plural+"."+spec.group', name
             )
         )
-    versions = [v for v in spec.get("versions") or [] if v.get("served", True)]
     if not versions:
         errors.append(FieldError("spec.versions", "Required", "must have at least one version"))
+    return errors
+
+
+def types_from_crd(crd: JSON) -> list[ResourceType]:
+    """The served versions of a CustomResourceDefinition; 422 if the CRD is malformed.
+
+    Checks what matters for serving: ``metadata.name`` must be ``<plural>.<group>`` (the
+    apiextensions validation message), names and at least one served version must exist.
+    """
+    name = crd.get("metadata", {}).get("name", "")
+    spec = crd.get("spec") or {}
+    group = spec.get("group", "")
+    names = spec.get("names") or {}
+    plural = names.get("plural", "")
+    versions = [v for v in spec.get("versions") or [] if v.get("served", True)]
+    errors = _crd_errors(name, group, names, versions)
     if errors:
         raise ApiError.invalid("CustomResourceDefinition", "apiextensions.k8s.io", name, errors)
     scope = spec.get("scope", "Namespaced")

@@ -27,15 +27,13 @@ All are allowed to every user, as the bootstrap ClusterRole ``system:basic-user`
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
 
 from ._rbac import User, is_allowed
-from ._status import ApiError, FieldError
+from ._status import JSON, ApiError, FieldError
 
 __all__ = ["REVIEW_GROUPS", "answer_review", "is_review_path", "review_from_protobuf"]
 
-JSON = dict[str, Any]
 Lookup = Callable[[str, str], Iterable[JSON]]
 
 _SSAR = ("authorization.k8s.io", "v1", "selfsubjectaccessreviews")
@@ -93,14 +91,26 @@ def answer_review(
     if kind == "SelfSubjectRulesReview":
         return _rules_review(user, body, lookup)
     if kind == "SelfSubjectReview":
-        groups = list(user.groups)
-        if "system:authenticated" not in groups:
-            groups.append("system:authenticated")
-        return {
-            "kind": kind, "apiVersion": f"{group}/{version}",
-            "metadata": {"creationTimestamp": None},
-            "status": {"userInfo": {"username": user.name, "groups": groups}},
-        }
+        return _self_review(user, f"{group}/{version}")
+    return _access_review(user, body, f"{group}/{version}", lookup)
+
+
+def _self_review(user: User, api_version: str) -> JSON:
+    """``SelfSubjectReview``: who the user is, ``system:authenticated`` among the groups."""
+    groups = list(user.groups)
+    if "system:authenticated" not in groups:
+        groups.append("system:authenticated")
+    return {
+        "kind": "SelfSubjectReview", "apiVersion": api_version,
+        "metadata": {"creationTimestamp": None},
+        "status": {"userInfo": {"username": user.name, "groups": groups}},
+    }
+
+
+def _access_review(user: User, body: JSON, api_version: str, lookup: Lookup) -> JSON:
+    """``SelfSubjectAccessReview``: whether the user may do what exactly one of its
+    attributes (resource or non-resource) describes; 422 otherwise."""
+    kind = "SelfSubjectAccessReview"
     spec = body.get("spec") or {}
     resource, non_resource = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
     errors = []
@@ -115,7 +125,7 @@ def answer_review(
             "exactly one of nonResourceAttributes or resourceAttributes must be specified",
         ))
     if errors:
-        raise ApiError.invalid(kind, group, "", errors)
+        raise ApiError.invalid(kind, api_version.split("/")[0], "", errors)
     if resource is not None:
         allowed = _resource_allowed(user, resource, lookup)
     else:
@@ -123,7 +133,7 @@ def answer_review(
     metadata = dict(body.get("metadata") or {})
     metadata.setdefault("creationTimestamp", None)
     return {
-        "kind": kind, "apiVersion": f"{group}/{version}", "metadata": metadata,
+        "kind": kind, "apiVersion": api_version, "metadata": metadata,
         "spec": spec, "status": {"allowed": allowed, "denied": False},
     }
 
@@ -166,27 +176,12 @@ def _rules_review(user: User, body: JSON, lookup: Lookup) -> JSON:
     if "system:masters" in user.groups:
         resource_rules += _ADMIN_RULES[0]
         non_resource_rules += _ADMIN_RULES[1]
-    bindings = [(b, "") for b in lookup("clusterrolebindings", "")]
-    bindings += [(b, namespace) for b in lookup("rolebindings", namespace)]
-    for binding, scope in bindings:
-        if not any(_is_subject(s, user, scope) for s in binding.get("subjects") or []):
-            continue
-        ref = binding.get("roleRef") or {}
-        plural = "clusterroles" if ref.get("kind") == "ClusterRole" else "roles"
-        for role in lookup(plural, "" if plural == "clusterroles" else scope):
-            if role["metadata"]["name"] != ref.get("name"):
-                continue
-            for rule in role.get("rules") or []:
-                if rule.get("nonResourceURLs"):
-                    non_resource_rules.append({"verbs": list(rule.get("verbs") or []),
-                                               "nonResourceURLs": list(rule["nonResourceURLs"])})
-                    continue
-                converted: JSON = {"verbs": list(rule.get("verbs") or []),
-                                   "apiGroups": list(rule.get("apiGroups") or []),
-                                   "resources": list(rule.get("resources") or [])}
-                if rule.get("resourceNames"):
-                    converted["resourceNames"] = list(rule["resourceNames"])
-                resource_rules.append(converted)
+    for rule in _bound_rules(user, namespace, lookup):
+        if rule.get("nonResourceURLs"):
+            non_resource_rules.append({"verbs": list(rule.get("verbs") or []),
+                                       "nonResourceURLs": list(rule["nonResourceURLs"])})
+        else:
+            resource_rules.append(_resource_rule(rule))
     return {
         "kind": "SelfSubjectRulesReview", "apiVersion": "authorization.k8s.io/v1",
         "metadata": {"creationTimestamp": None}, "spec": {"namespace": namespace},
@@ -196,6 +191,35 @@ def _rules_review(user: User, body: JSON, lookup: Lookup) -> JSON:
             "incomplete": False,
         },
     }
+
+
+def _bound_rules(user: User, namespace: str, lookup: Lookup) -> Iterator[JSON]:
+    """The rules of every role bound to the user: ClusterRoles, and the namespace's Roles."""
+    bindings = [(b, "") for b in lookup("clusterrolebindings", "")]
+    bindings += [(b, namespace) for b in lookup("rolebindings", namespace)]
+    for binding, scope in bindings:
+        if not _binds(binding, user, scope):
+            continue
+        ref = binding.get("roleRef") or {}
+        plural = "clusterroles" if ref.get("kind") == "ClusterRole" else "roles"
+        for role in lookup(plural, "" if plural == "clusterroles" else scope):
+            if role["metadata"]["name"] == ref.get("name"):
+                yield from _rules(role)
+
+
+def _rules(role: JSON | None) -> list[JSON]:
+    """A role's rules; none for a role that is not there."""
+    return (role or {}).get("rules") or []
+
+
+def _resource_rule(rule: JSON) -> JSON:
+    """A role's resource rule as a rules review lists it."""
+    converted: JSON = {"verbs": list(rule.get("verbs") or []),
+                       "apiGroups": list(rule.get("apiGroups") or []),
+                       "resources": list(rule.get("resources") or [])}
+    if rule.get("resourceNames"):
+        converted["resourceNames"] = list(rule["resourceNames"])
+    return converted
 
 
 def _check_kind(body: JSON, api_version: str, kind: str) -> None:
@@ -228,15 +252,24 @@ def _non_resource_allowed(user: User, attrs: JSON, lookup: Lookup) -> bool:
     roles = {r["metadata"]["name"]: r for r in lookup("clusterroles", "")}
     for binding in lookup("clusterrolebindings", ""):
         ref = binding.get("roleRef") or {}
-        if not any(_is_subject(s, user) for s in binding.get("subjects") or []):
+        if not _binds(binding, user):
             continue
-        for rule in (roles.get(ref.get("name", "")) or {}).get("rules") or []:
-            verbs = rule.get("verbs") or []
-            if ("*" in verbs or verb in verbs) and any(
-                _url_matches(url, path) for url in rule.get("nonResourceURLs") or []
-            ):
-                return True
+        if any(_allows_url(rule, verb, path) for rule in _rules(roles.get(ref.get("name", "")))):
+            return True
     return False
+
+
+def _allows_url(rule: JSON, verb: str, path: str) -> bool:
+    """Whether a non-resource rule allows ``verb`` on ``path``."""
+    verbs = rule.get("verbs") or []
+    if "*" not in verbs and verb not in verbs:
+        return False
+    return any(_url_matches(url, path) for url in rule.get("nonResourceURLs") or [])
+
+
+def _binds(binding: JSON, user: User, binding_namespace: str = "") -> bool:
+    """Whether the user is among a binding's subjects."""
+    return any(_is_subject(s, user, binding_namespace) for s in binding.get("subjects") or [])
 
 
 def _is_subject(subject: JSON, user: User, binding_namespace: str = "") -> bool:

@@ -15,13 +15,12 @@ reversed group (``io.akka.v1.Lease``). Other built-in kinds have no schema here.
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 from ._resources import ResourceType
+from ._status import JSON
 
 __all__ = ["schemas_for"]
 
-JSON = dict[str, Any]
 
 _META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 _MICRO = "io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime"

@@ -15,11 +15,9 @@ import dataclasses
 from typing import Any
 
 from ._labels import LabelRequirement, parse_labels
-from ._status import ApiError
+from ._status import JSON, ApiError
 
 __all__ = ["Selection", "exact_name", "parse_fields", "parse_labels"]
-
-JSON = dict[str, Any]
 
 
 # --- field selectors -------------------------------------------------------------------------

@@ -24,11 +24,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ._status import ApiError
+from ._status import JSON, ApiError
 
 __all__ = ["strategic_merge"]
 
-JSON = dict[str, Any]
 
 #: List fields with a merge strategy, by path: None for a list of scalars, else the merge key.
 _MERGE_LISTS: dict[tuple[str, ...], str | None] = {
@@ -52,37 +51,47 @@ def strategic_merge(original: JSON, patch: Any) -> JSON:
 
 def _merge_map(original: Any, patch: JSON, path: tuple[str, ...]) -> Any:
     directive = patch.get("$patch")
-    if directive == "delete":
-        return _DELETE
-    if directive == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
     if directive not in (None, "merge"):
-        raise ApiError.unknown(f"unknown patch type: {_go(directive)} in map: {_go(patch)}")
+        return _map_directive(directive, patch)
     out: JSON = dict(original) if isinstance(original, dict) else {}
     for key, value in patch.items():
         if key == "$patch" or key.startswith(_IGNORED_PREFIXES):
             continue
         if key.startswith(_DELETE_PREFIX):
-            field = key[len(_DELETE_PREFIX):]
-            current = out.get(field)
-            if isinstance(current, list) and isinstance(value, list):
-                out[field] = [item for item in current if item not in value]
+            _delete_from_list(out, key[len(_DELETE_PREFIX):], value)
             continue
-        if value is None:
-            out.pop(key, None)
-            continue
-        child = (*path, key)
-        if isinstance(value, dict):
-            merged = _merge_map(out.get(key), value, child)
-        elif isinstance(value, list) and child in _MERGE_LISTS:
-            merged = _merge_list(out.get(key), value, _MERGE_LISTS[child], child)
-        else:
-            merged = copy.deepcopy(value)
+        merged = _DELETE if value is None else _merge_value(out.get(key), value, (*path, key))
         if merged is _DELETE:
             out.pop(key, None)
         else:
             out[key] = merged
     return out
+
+
+def _map_directive(directive: Any, patch: JSON) -> Any:
+    """A map patch's ``$patch: delete`` or ``$patch: replace``; 500 for another directive."""
+    if directive == "delete":
+        return _DELETE
+    if directive == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+    raise ApiError.unknown(f"unknown patch type: {_go(directive)} in map: {_go(patch)}")
+
+
+def _delete_from_list(out: JSON, field: str, value: Any) -> None:
+    """``$deleteFromPrimitiveList/<field>``: the listed values leave that list."""
+    current = out.get(field)
+    if isinstance(current, list) and isinstance(value, list):
+        out[field] = [item for item in current if item not in value]
+
+
+def _merge_value(original: Any, value: Any, path: tuple[str, ...]) -> Any:
+    """A patch's value for one field merged into the original's: maps and the merge lists
+    by their strategy, anything else replaced."""
+    if isinstance(value, dict):
+        return _merge_map(original, value, path)
+    if isinstance(value, list) and path in _MERGE_LISTS:
+        return _merge_list(original, value, _MERGE_LISTS[path], path)
+    return copy.deepcopy(value)
 
 
 def _go(value: Any) -> str:
@@ -102,26 +111,40 @@ def _merge_list(original: Any, patch: list[Any], key: str | None, path: tuple[st
                 ) -> list[Any]:
     current = list(original) if isinstance(original, list) else []
     if key is None:  # scalars: the union, original order first
-        out: list[Any] = []
-        for item in [*current, *patch]:
-            if item not in out:
-                out.append(item)
-        return out
-    if any(isinstance(i, dict) and i.get("$patch") == "replace" for i in patch):
-        return [copy.deepcopy(i) for i in patch
-                if not (isinstance(i, dict) and i.get("$patch") == "replace")]
-    out = [copy.deepcopy(i) for i in current]
+        return _union(current, patch)
+    if any(_directive(i) == "replace" for i in patch):
+        return [copy.deepcopy(i) for i in patch if _directive(i) != "replace"]
+    out: list[Any] = [copy.deepcopy(i) for i in current]
     for item in patch:
-        if not isinstance(item, dict):
-            continue
-        index = next((n for n, o in enumerate(out)
-                      if isinstance(o, dict) and o.get(key) == item.get(key)), None)
-        if item.get("$patch") == "delete":
-            if index is not None:
-                del out[index]
-            continue
-        if index is None:
-            out.append({k: copy.deepcopy(v) for k, v in item.items() if k != "$patch"})
-        else:
-            out[index] = _merge_map(out[index], item, path)
+        if isinstance(item, dict):
+            _merge_item(out, item, key, path)
     return out
+
+
+def _union(current: list[Any], patch: list[Any]) -> list[Any]:
+    """A list of scalars merged: each value once, the original's in their order first."""
+    out: list[Any] = []
+    for item in [*current, *patch]:
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def _directive(item: Any) -> Any:
+    """The ``$patch`` directive of a list item; None for an item without one."""
+    return item.get("$patch") if isinstance(item, dict) else None
+
+
+def _merge_item(out: list[Any], item: JSON, key: str, path: tuple[str, ...]) -> None:
+    """One patch item into a list merged by ``key``: deleted, merged into its match, or added."""
+    index = next(
+        (n for n, o in enumerate(out) if isinstance(o, dict) and o.get(key) == item.get(key)),
+        None,
+    )
+    if item.get("$patch") == "delete":
+        if index is not None:
+            del out[index]
+    elif index is None:
+        out.append({k: copy.deepcopy(v) for k, v in item.items() if k != "$patch"})
+    else:
+        out[index] = _merge_map(out[index], item, path)

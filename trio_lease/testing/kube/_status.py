@@ -15,9 +15,11 @@ import json
 from typing import Any
 
 __all__ = [
-    "ApiError", "FieldError", "GoLiteral", "go_string_slice", "status_body", "storage_invalid_obj",
+    "JSON", "ApiError", "FieldError", "GoLiteral", "go_string_slice", "status_body",
+    "storage_invalid_obj",
 ]
 
+#: A decoded JSON object, as every module of the emulator handles objects and bodies.
 JSON = dict[str, Any]
 
 

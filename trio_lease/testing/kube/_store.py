@@ -26,17 +26,15 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from ._events import as_core_event
 from ._managed import record_update
 from ._prepare import prepare
 from ._resources import ResourceType
-from ._status import GO_UINT64_ZERO, ApiError, FieldError, storage_invalid_obj
+from ._status import GO_UINT64_ZERO, JSON, ApiError, FieldError, storage_invalid_obj
 
 __all__ = ["Event", "Store"]
 
-JSON = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 
 #: etcd's ``--max-request-bytes`` default (1.5 MiB).
@@ -249,46 +247,16 @@ class Store:
     ) -> tuple[int, JSON]:
         """PUT: (200, object) or (201, object) for a Lease created on update; see the module."""
         metadata = body.get("metadata") or {}
-        uid = metadata.get("uid") or ""
-        rv = metadata.get("resourceVersion") or ""
         existing = self.bucket(rt).get((namespace, name))
-        # GuaranteedUpdate(ignoreNotFound=true) checks the uid against the stored object, or an
-        # empty one when there is none (custom resources too); the StorageError becomes a 409.
-        if uid and (existing is None or existing["metadata"]["uid"] != uid):
-            actual = "" if existing is None else existing["metadata"]["uid"]
-            raise ApiError.conflict(
-                rt.plural, rt.group, name, storage_invalid_obj(
-                    rt.etcd_key(namespace, name),
-                    f"Precondition failed: UID in precondition: {uid}, "
-                    f"UID in object meta: {actual}",
-                ),
-            )
+        _check_uid(rt, namespace, name, metadata.get("uid") or "", existing)
         if existing is None:
             if not rt.create_on_update:
                 raise ApiError.not_found(rt.plural, rt.group, name)
             return 201, self.create(rt, namespace, body, managed_fields)
-        if not rv:
-            raise ApiError.invalid(
-                rt.plural, rt.group, name,
-                [FieldError("metadata.resourceVersion", "Invalid", "must be specified for an update", GO_UINT64_ZERO)],  # noqa: E501
-            )
-        if rv != existing["metadata"]["resourceVersion"]:
-            raise ApiError.conflict(rt.plural, rt.group, name, MODIFIED_MSG)
-        new = prepare(self, rt, body, namespace, existing)
-        # rest.BeforeUpdate: an update never changes these, nor removes a deletion timestamp.
-        for key in ("uid", "creationTimestamp", "resourceVersion", "generation",
-                    "deletionTimestamp", "deletionGracePeriodSeconds"):
-            if key in existing["metadata"]:
-                new["metadata"][key] = existing["metadata"][key]
-        if "deletionTimestamp" in existing["metadata"]:
-            _check_no_new_finalizers(rt, name, new, existing)
-        _set_managed(new, managed_fields if managed_fields is not None else record_update(
-            rt, existing, new, metadata.get("managedFields"), self.manager, self._timestamp()
-        ))
+        _check_resource_version(rt, name, metadata.get("resourceVersion") or "", existing)
+        new = self._updated(rt, namespace, name, body, existing, managed_fields)
         if new == existing:
             return 200, self.present(rt, existing)
-        if rt.custom and new.get("spec") != existing.get("spec"):
-            new["metadata"]["generation"] = existing["metadata"].get("generation", 1) + 1
         self._check_size(rt, namespace, new)
         if self.dry_run:  # DryRunnableStorage.GuaranteedUpdate: the stored resourceVersion
             return 200, self.present(rt, new)
@@ -301,6 +269,28 @@ class Store:
             self._commit(rt, "DELETED", new)
             self.removed.append((rt, new))
         return 200, self.present(rt, new)
+
+    def _updated(
+        self, rt: ResourceType, namespace: str, name: str, body: JSON, existing: JSON,
+        managed_fields: list[JSON] | None,
+    ) -> JSON:
+        """The object an update of ``existing`` to ``body`` would store (not yet versioned)."""
+        new = prepare(self, rt, body, namespace, existing)
+        # rest.BeforeUpdate: an update never changes these, nor removes a deletion timestamp.
+        for key in ("uid", "creationTimestamp", "resourceVersion", "generation",
+                    "deletionTimestamp", "deletionGracePeriodSeconds"):
+            if key in existing["metadata"]:
+                new["metadata"][key] = existing["metadata"][key]
+        if "deletionTimestamp" in existing["metadata"]:
+            _check_no_new_finalizers(rt, name, new, existing)
+        given = (body.get("metadata") or {}).get("managedFields")
+        _set_managed(new, managed_fields if managed_fields is not None else record_update(
+            rt, existing, new, given, self.manager, self._timestamp()
+        ))
+        if rt.custom and new.get("spec") != existing.get("spec"):
+            # A changed spec is a new generation (it differs from existing all the same).
+            new["metadata"]["generation"] = existing["metadata"].get("generation", 1) + 1
+        return new
 
     def write_status(self, rt: ResourceType, namespace: str, name: str, status: JSON) -> None:
         """A controller's status write (``UpdateStatus``): a new resourceVersion, MODIFIED."""
@@ -389,3 +379,31 @@ def _set_managed(obj: JSON, entries: list[JSON]) -> None:
         obj["metadata"]["managedFields"] = entries
     else:
         obj["metadata"].pop("managedFields", None)
+
+
+def _check_uid(
+    rt: ResourceType, namespace: str, name: str, uid: str, existing: JSON | None
+) -> None:
+    """An update's uid precondition: GuaranteedUpdate(ignoreNotFound=true) checks it against
+    the stored object, or an empty one when there is none (custom resources too); the
+    StorageError becomes a 409."""
+    if uid and (existing is None or existing["metadata"]["uid"] != uid):
+        actual = "" if existing is None else existing["metadata"]["uid"]
+        raise ApiError.conflict(
+            rt.plural, rt.group, name, storage_invalid_obj(
+                rt.etcd_key(namespace, name),
+                f"Precondition failed: UID in precondition: {uid}, "
+                f"UID in object meta: {actual}",
+            ),
+        )
+
+
+def _check_resource_version(rt: ResourceType, name: str, rv: str, existing: JSON) -> None:
+    """An update names the stored resourceVersion: 422 without one, 409 for another."""
+    if not rv:
+        raise ApiError.invalid(
+            rt.plural, rt.group, name,
+            [FieldError("metadata.resourceVersion", "Invalid", "must be specified for an update", GO_UINT64_ZERO)],  # noqa: E501
+        )
+    if rv != existing["metadata"]["resourceVersion"]:
+        raise ApiError.conflict(rt.plural, rt.group, name, MODIFIED_MSG)

@@ -34,11 +34,10 @@ from ._cluster import Cluster
 from ._events import EVENT_COLUMNS, event_row, from_core_event
 from ._http import Request
 from ._resources import ResourceType
-from ._status import ApiError
+from ._status import JSON, ApiError
 
 __all__ = ["as_table", "human_duration", "table_events", "table_version"]
 
-JSON = dict[str, Any]
 
 _NAME_DOC = (
     "Name must be unique within a namespace. Is required when creating resources, although "
@@ -133,22 +132,46 @@ def _lookup(obj: JSON, path: str) -> Any:
 
 def _cell(kind: str, value: Any, now: datetime) -> Any:
     """``cellForJSONValue`` of the CRD table convertor (strings print the value's text)."""
-    if value is None:
+    convert = _CELLS.get(kind)
+    if value is None or convert is None:
         return None
-    if kind == "string":
-        return value if isinstance(value, str) else _text(value)
-    if kind == "integer" and isinstance(value, int | float) and not isinstance(value, bool):
-        return int(value)
-    if kind == "number" and isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if kind == "boolean" and isinstance(value, bool):
-        return value
-    if kind == "date" and isinstance(value, str):
-        try:
-            return _age({"metadata": {"creationTimestamp": value}}, now)
-        except ValueError:
-            return "<invalid>"
-    return None
+    return convert(value, now)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _string_cell(value: Any, now: datetime) -> Any:
+    return value if isinstance(value, str) else _text(value)
+
+
+def _integer_cell(value: Any, now: datetime) -> Any:
+    return int(value) if _is_number(value) else None
+
+
+def _number_cell(value: Any, now: datetime) -> Any:
+    return float(value) if _is_number(value) else None
+
+
+def _boolean_cell(value: Any, now: datetime) -> Any:
+    return value if isinstance(value, bool) else None
+
+
+def _date_cell(value: Any, now: datetime) -> Any:
+    if not isinstance(value, str):
+        return None
+    try:
+        return _age({"metadata": {"creationTimestamp": value}}, now)
+    except ValueError:
+        return "<invalid>"
+
+
+#: A printer column's cell by its type; another type's cells are empty.
+_CELLS: dict[str, Callable[[Any, datetime], Any]] = {
+    "string": _string_cell, "integer": _integer_cell, "number": _number_cell,
+    "boolean": _boolean_cell, "date": _date_cell,
+}
 
 
 def _text(value: Any) -> str:

@@ -22,7 +22,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ._status import ApiError, FieldError
+from ._status import JSON, ApiError, FieldError
 
 __all__ = [
     "check_type_meta",
@@ -35,7 +35,6 @@ __all__ = [
     "validate_schema",
 ]
 
-JSON = dict[str, Any]
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 SUBDOMAIN_RE = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
@@ -139,25 +138,28 @@ def decode_lease(obj: JSON, warnings: list[str]) -> JSON:
         expected = _LEASE_SPEC_TYPES.get(key)
         if expected is None:
             warnings.append(f'unknown field "spec.{key}"')
-            continue
-        if value is None:
-            continue
-        if expected == "string" and not isinstance(value, str):
-            raise _go_type_error(key, "string", value)
-        if expected == "int32":
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise _go_type_error(key, "int32", value)
-            if not -(2**31) <= value <= _INT32_MAX:
-                raise _cannot_handle(
-                    "Lease", "v1", f"json: cannot unmarshal number {value} into Go struct "
-                    f"field LeaseSpec.spec.{key} of type int32",
-                )
-        if expected == "MicroTime":
-            if not isinstance(value, str):
-                raise _go_type_error(key, "string", value)
-            value = _parse_micro_time(value, "Lease")
-        clean[key] = value
+        elif value is not None:
+            clean[key] = _decode_lease_field(key, expected, value)
     return {key: clean[key] for key in _LEASE_SPEC_TYPES if key in clean}
+
+
+def _decode_lease_field(key: str, expected: str, value: Any) -> Any:
+    """One Lease spec field as its Go type decodes it (400 for a value it cannot hold)."""
+    if expected == "string" and not isinstance(value, str):
+        raise _go_type_error(key, "string", value)
+    if expected == "int32":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _go_type_error(key, "int32", value)
+        if not -(2**31) <= value <= _INT32_MAX:
+            raise _cannot_handle(
+                "Lease", "v1", f"json: cannot unmarshal number {value} into Go struct "
+                f"field LeaseSpec.spec.{key} of type int32",
+            )
+    if expected == "MicroTime":
+        if not isinstance(value, str):
+            raise _go_type_error(key, "string", value)
+        value = _parse_micro_time(value, "Lease")
+    return value
 
 
 def _go_type_error(key: str, go_type: str, value: Any = None) -> ApiError:
@@ -274,34 +276,47 @@ def validate_schema(
     body must be of type integer: "string"``.
     """
     expected = schema.get("type")
-    if expected in _JSON_TYPES and value is not None:
-        ok = isinstance(value, _JSON_TYPES[expected]) and not (
-            expected in ("integer", "number") and isinstance(value, bool)
-        )
-        if not ok:
-            got = _json_type_name(value)
-            errors.append(
-                FieldError(path, "Invalid", f"{path} in body must be of type {expected}: "
-                           f'"{got}"', got)
-            )
-            return value
+    wrong = _type_error(value, expected, path)
+    if wrong is not None:
+        errors.append(wrong)
+        return value
     if isinstance(value, dict) and expected == "object":
-        properties: JSON = schema.get("properties", {})
-        for required in schema.get("required", []):
-            if required not in value:
-                errors.append(FieldError(f"{path}.{required}" if path else required, "Required"))
-        keep = schema.get("x-kubernetes-preserve-unknown-fields", False) or not properties
-        kept: JSON = {}
-        for key, item in value.items():
-            child = f"{path}.{key}" if path else key
-            if key in properties:
-                kept[key] = validate_schema(item, properties[key], child, errors, pruned)
-            elif keep:
-                kept[key] = item
-            elif pruned is not None:
-                pruned.append(child)
-        return kept
+        return _validate_object(value, schema, path, errors, pruned)
     return value
+
+
+def _type_error(value: Any, expected: Any, path: str) -> FieldError | None:
+    """The error of a value not of the schema's type; None when it is (or is null)."""
+    if expected not in _JSON_TYPES or value is None:
+        return None
+    ok = isinstance(value, _JSON_TYPES[expected]) and not (
+        expected in ("integer", "number") and isinstance(value, bool)
+    )
+    if ok:
+        return None
+    got = _json_type_name(value)
+    return FieldError(path, "Invalid", f'{path} in body must be of type {expected}: "{got}"', got)
+
+
+def _validate_object(
+    value: JSON, schema: JSON, path: str, errors: list[FieldError], pruned: list[str] | None
+) -> JSON:
+    """An object against its schema: required fields, properties, and unknown fields pruned."""
+    properties: JSON = schema.get("properties", {})
+    for required in schema.get("required", []):
+        if required not in value:
+            errors.append(FieldError(f"{path}.{required}" if path else required, "Required"))
+    keep = schema.get("x-kubernetes-preserve-unknown-fields", False) or not properties
+    kept: JSON = {}
+    for key, item in value.items():
+        child = f"{path}.{key}" if path else key
+        if key in properties:
+            kept[key] = validate_schema(item, properties[key], child, errors, pruned)
+        elif keep:
+            kept[key] = item
+        elif pruned is not None:
+            pruned.append(child)
+    return kept
 
 
 def _json_type_name(value: Any) -> str:
@@ -340,15 +355,29 @@ def check_type_meta(
     if not isinstance(api_version, str) or not isinstance(given_kind, str):
         raise ApiError.bad_request("couldn't get version/kind; json parse error: wrong type")
     if custom:
-        if api_version and api_version != expected:
-            raise _wrong_version(api_version, expected)
-        if given_kind and given_kind != kind:
-            name = str((body.get("metadata") or {}).get("name") or "")
-            raise ApiError.invalid(
-                given_kind, group, name,
-                [FieldError("kind", "Invalid", f"must be {kind}", given_kind)],
-            )
-        return
+        _check_custom_type_meta(kind, group, expected, api_version, given_kind, body)
+    else:
+        _check_built_in_type_meta(kind, group, version, expected, api_version, given_kind)
+
+
+def _check_custom_type_meta(
+    kind: str, group: str, expected: str, api_version: str, given_kind: str, body: JSON
+) -> None:
+    """A custom resource's type meta: a wrong version is a 400, a wrong kind a 422."""
+    if api_version and api_version != expected:
+        raise _wrong_version(api_version, expected)
+    if given_kind and given_kind != kind:
+        name = str((body.get("metadata") or {}).get("name") or "")
+        raise ApiError.invalid(
+            given_kind, group, name,
+            [FieldError("kind", "Invalid", f"must be {kind}", given_kind)],
+        )
+
+
+def _check_built_in_type_meta(
+    kind: str, group: str, version: str, expected: str, api_version: str, given_kind: str
+) -> None:
+    """A built-in type's type meta: unknown to the scheme, or a known other version, is a 400."""
     body_group, _, body_version = (api_version or expected).rpartition("/")
     given_kind = given_kind or kind
     known = given_kind == kind and body_group == group and (

@@ -33,11 +33,9 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from ._events import as_core_event
 from ._resources import ResourceType
 from ._selectors import Selection
-from ._status import ApiError
+from ._status import JSON, ApiError
 
 __all__ = ["WatchCut", "WatchStream"]
-
-JSON = dict[str, Any]
 
 
 class WatchCut(Exception):
@@ -114,20 +112,10 @@ class WatchStream:
         if self.after and int(obj["metadata"].get("resourceVersion") or 0) <= self.after:
             return
         if self.selection is not None:
-            now_in = type_ != "DELETED" and self.selection.matches(obj)
-            if type_ == "DELETED":
-                was_in = self.selection.matches(obj)
-            else:
-                was_in = prev is not None and self.selection.matches(prev)
-            if not now_in and not was_in:
+            seen = _as_selected(self.selection, type_, obj, prev)
+            if seen is None:
                 return
-            if now_in and not was_in:
-                type_ = "ADDED"
-            elif was_in and not now_in and type_ != "DELETED":
-                rv = obj["metadata"].get("resourceVersion")
-                obj = json.loads(json.dumps(prev))
-                obj["metadata"]["resourceVersion"] = rv
-                type_ = "DELETED"
+            type_, obj = seen
         obj["apiVersion"] = self.rt.api_version
         if self.rt.legacy_event:
             obj = as_core_event(obj)
@@ -211,3 +199,26 @@ class WatchStream:
     async def aclose(self) -> None:
         """Stop the stream and release its buffer."""
         self.close()
+
+
+def _as_selected(
+    selection: Selection, type_: str, obj: JSON, prev: JSON | None
+) -> tuple[str, JSON] | None:
+    """An event as a watch with a selector sees it: an object that enters the selection is
+    ADDED, one that leaves it DELETED (as it was, at the new resourceVersion); None for an
+    event outside the selection before and after."""
+    now_in = type_ != "DELETED" and selection.matches(obj)
+    if type_ == "DELETED":
+        was_in = selection.matches(obj)
+    else:
+        was_in = prev is not None and selection.matches(prev)
+    if not now_in and not was_in:
+        return None
+    if not was_in:  # so now in
+        return "ADDED", obj
+    if not now_in and type_ != "DELETED":  # was in
+        rv = obj["metadata"].get("resourceVersion")
+        obj = json.loads(json.dumps(prev))
+        obj["metadata"]["resourceVersion"] = rv
+        return "DELETED", obj
+    return type_, obj
