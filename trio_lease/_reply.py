@@ -133,6 +133,17 @@ def encode_request(
     return b"".join(parts)
 
 
+def _not_a_reply(first: bytes) -> str | None:
+    """Why the first bytes of a reply cannot begin one (None: they may)."""
+    if first[:1] in (b"\x15", b"\x16") and first[1:2] in (b"", b"\x03"):
+        # A TLS record (an alert, a handshake) where a status line belongs: a plain-HTTP
+        # request reached a TLS server.
+        return TLS_REPLY
+    if first[:1] != b"H":  # llhttp skips leading line ends; h11 does not
+        return "the reply does not start with an HTTP/1.x status line"
+    return None
+
+
 class ReplyReader:
     """One reply, read from the bytes given to :meth:`receive_data` (sans I/O).
 
@@ -186,26 +197,31 @@ class ReplyReader:
     def receive_data(self, data: bytes) -> None:
         """Bytes from the server (parsed here); ``b""`` when it closed the connection."""
         if not data:
-            self._ended = True
-            if self._state == "to_close":
-                self._state = "done"
-                self._events.append(END)
+            self._closed()
             return
         if self._state == "done":
             self.trailing = True
             return
         if self._error is not None:
             return
-        if not self._seen and data[:1] in (b"\x15", b"\x16") and data[1:2] in (b"", b"\x03"):
-            # A TLS record (an alert, a handshake) where a status line belongs: a plain-HTTP
-            # request reached a TLS server.
-            self._error = ReplyError(TLS_REPLY)
-            return
-        if not self._seen and data[:1] != b"H":  # llhttp skips leading line ends; h11 does not
-            self._error = ReplyError("the reply does not start with an HTTP/1.x status line")
-            return
+        if not self._seen:
+            refused = _not_a_reply(data)
+            if refused is not None:
+                self._error = ReplyError(refused)
+                return
         self._seen = True
         before = len(self._events)
+        self._feed(data)
+        self._note_progress(len(self._events) > before, len(data))
+
+    def _closed(self) -> None:
+        self._ended = True
+        if self._state == "to_close":
+            self._state = "done"
+            self._events.append(END)
+
+    def _feed(self, data: bytes) -> None:
+        """Parse ``data``, keeping llhttp's and the callbacks' refusals as :attr:`_error`."""
         try:
             if data[-1] in _LINE_END:
                 # llhttp skips line ends after a reply without a callback: the last byte is
@@ -227,13 +243,16 @@ class ReplyReader:
                 self._error = ReplyError(_llhttp_says(exc))
             else:
                 self.trailing = True  # bytes after the reply that are not a reply: not reused
-        if len(self._events) == before and self._state in ("head", "body"):
-            self._since_progress += len(data)
-            if self._since_progress > MAX_HEAD and self._error is None:
-                what = "head" if self._in_head else "chunk framing or trailer section"
-                self._error = ReplyError(f"the reply's {what} is over {MAX_HEAD:,} bytes")
-        else:
+
+    def _note_progress(self, progressed: bool, size: int) -> None:
+        """Refuse a head, chunk framing or trailer that grows past MAX_HEAD with no event."""
+        if progressed or self._state not in ("head", "body"):
             self._since_progress = 0
+            return
+        self._since_progress += size
+        if self._since_progress > MAX_HEAD and self._error is None:
+            what = "head" if self._in_head else "chunk framing or trailer section"
+            self._error = ReplyError(f"the reply's {what} is over {MAX_HEAD:,} bytes")
 
     def next_event(self) -> Head | bytes | _Sentinel:
         """The next piece of the reply (see the class docstring); :class:`ReplyError`."""
