@@ -241,16 +241,17 @@ class Semaphore:
             yield granted
 
     async def _acquire(
-        self, stack: AsyncExitStack, timeout: float | None, *, wait: bool
+        self, stack: AsyncExitStack, patience: float | None, *, wait: bool
     ) -> tuple[int, Grant]:
-        """Take a slot, entering its hold into ``stack``; wait (if ``wait``) until one is free.
+        """Take a slot, entering its hold into ``stack``; wait (if ``wait``) until one is free,
+        for at most ``patience`` seconds (None: no limit).
 
         No cancel scope of this method is open while a slot's hold is entered: the hold's own
         scopes must outlive it (they close with ``stack``).
         """
         clock = anyio.current_time
         started = clock()
-        deadline = math.inf if timeout is None else started + timeout
+        deadline = math.inf if patience is None else started + patience
         family = self._slots.local
         ticket = anyio.Event()
         if wait:
@@ -263,7 +264,7 @@ class Semaphore:
                 with anyio.move_on_after(max(deadline - clock(), 0.0)):
                     await ticket.wait()
                 if not ticket.is_set():
-                    raise self._timeout(timeout, last_error)
+                    raise self._timeout(patience, last_error)
             while True:
                 outcome = await self._try_slots(stack, reserved)
                 if isinstance(outcome, tuple):
@@ -275,7 +276,7 @@ class Semaphore:
                         raise outcome.error
                     raise self._busy(busy)
                 if clock() >= deadline:
-                    raise self._timeout(timeout, last_error)
+                    raise self._timeout(patience, last_error)
                 if not self._still_reserved(reserved, busy):
                     # None yet, or it lapsed (paused past L), or the slot went to another:
                     # ask again, or this waiter would only ever race the looping holders.

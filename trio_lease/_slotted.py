@@ -211,7 +211,7 @@ class SlotFamily:
             receive(numbers[index], record)
 
         await follow_records(
-            self.backend, names, deliver, timeout=self.settings.lease_operation_timeout
+            self.backend, names, deliver, read_bound=self.settings.lease_operation_timeout
         )
 
 
@@ -233,13 +233,13 @@ async def withdraw_request(lease: Lease) -> None:
 
 
 async def follow_records(
-    backend: LeaseBackend, names: list[str], receive: SlotChange, *, timeout: float
+    backend: LeaseBackend, names: list[str], receive: SlotChange, *, read_bound: float
 ) -> None:
     """Call ``receive(index, record)`` for each change of the records ``names``, until cancelled.
 
     Through the process's shared watch (one stream per backend object, whatever the number of
     records). Each name's current state is delivered first, so a change between the caller's
-    last read and the subscription is not missed (that read is bounded by ``timeout``). Returns
+    last read and the subscription is not missed (that read is bounded by ``read_bound``). Returns
     at once for a backend without a watch (the callers also poll). A feed failure is not passed
     on: the callers' next read meets the error itself.
     """
@@ -249,7 +249,7 @@ async def follow_records(
 
     async def follow(index: int, name: str) -> None:
         async def first() -> LeaseRecord | None:
-            with anyio.fail_after(timeout):
+            with anyio.fail_after(read_bound):
                 return await backend.get(name)
 
         async def deliver(  # noqa: ASYNC124  the hub awaits its callbacks
