@@ -169,18 +169,24 @@ class LeaseProvider:
             raise LeaseConfigError(
                 f'{where}: lease-class must be set (e.g. lease-class = "sqlite")'
             )
+        settings = self._settings_for(config_path)
+        backend_keys = {k: v for k, v in section.items() if k not in SECTION_KEYS}
+        backend = build_backend(load_backend_class(lease_class, where), backend_keys, where)
+        self._backends[config_path] = (backend, settings)
+        return backend, settings
+
+    def _settings_for(self, config_path: str) -> LeaseSettings:
+        """The timings the section at ``config_path`` sets (unset ones follow from those set)."""
+        section = self._section(config_path)
+        where = f"{self._source} [{config_path}]"
         settings_keys = {k: v for k, v in section.items() if k in SETTINGS_KEYS}
         snake = [k for k in section if "_" in k and k.replace("_", "-") in SETTINGS_KEYS]
         if snake:
             raise LeaseConfigError(f"{where}: use kebab-case keys: {', '.join(snake)}")
         try:
-            settings = LeaseSettings.from_mapping(settings_keys)
+            return LeaseSettings.from_mapping(settings_keys)
         except LeaseConfigError as exc:
             raise LeaseConfigError(f"{where}: {exc}") from None
-        backend_keys = {k: v for k, v in section.items() if k not in SECTION_KEYS}
-        backend = build_backend(load_backend_class(lease_class, where), backend_keys, where)
-        self._backends[config_path] = (backend, settings)
-        return backend, settings
 
     def get_lease(self, name: str, config_path: str, owner: str) -> Lease:
         """The lease ``name`` for ``owner``, configured by the section at ``config_path``.
