@@ -299,7 +299,7 @@ def _exit_code(exc: LeaseError) -> int | None:
 
 def _message(exc: LeaseError) -> str:
     """``exc``'s message; settings that break several rules list one rule per line."""
-    problems: list[str] = getattr(exc, "problems", [])
+    problems = exc.problems if isinstance(exc, LeaseConfigError) else ()
     if len(problems) > 1:
         return "invalid lease settings:\n" + "\n".join(f"  - {p}" for p in problems)
     return str(exc)

@@ -314,10 +314,8 @@ def settings_from(args: argparse.Namespace, base: LeaseSettings | None = None) -
             return base
         return LeaseSettings.from_mapping(base.model_dump(exclude_unset=True) | given)
     except LeaseConfigError as exc:
-        error = LeaseConfigError(_named_flags(str(exc), args))
-        problems: list[str] = getattr(exc, "problems", [])
-        error.problems = [_named_flags(problem, args) for problem in problems]  # type: ignore[attr-defined]
-        raise error from None
+        problems = [_named_flags(problem, args) for problem in exc.problems]
+        raise LeaseConfigError(_named_flags(str(exc), args), problems=problems) from None
 
 
 def _named_flags(message: str, args: argparse.Namespace) -> str:
