@@ -357,8 +357,11 @@ def pytest_configure(config: pytest.Config) -> None:
 RESOURCE_CHECKED: tuple[str, ...] = (
     "tests/backends/",
     "tests/cli/",
+    "tests/core/",
+    "tests/hostile/",
     "tests/kube_emulator/",
     "tests/multiprocess/",
+    "tests/test_",
 )
 
 #: Loops whose runs keep ResourceWarning a warning: none. (uvloop's were left out while a
