@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import importlib.util
 import os
 import secrets
@@ -356,22 +357,37 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{layer}: {what} (slow)")
 
 
-#: Directories whose tests fail on a ResourceWarning (an unclosed socket, file or async
-#: generator), like on an unraisable exception everywhere (pyproject.toml filterwarnings).
-#: Empty for now: with it on in tests/backends, tests/cli,
-#: tests/kube_emulator and tests/multiprocess, sockets to etcd and subprocess pipes that some
-#: test leaves open are finalized by the garbage collector while a later test runs, and fail that
-#: test instead of their own. The watch paths' own checks stay (test_watch_closing.py).
-RESOURCE_CHECKED: tuple[str, ...] = ()
+#: Directories whose tests fail on a ResourceWarning (an unclosed socket, file, pipe, memory
+#: stream or async generator), as every test fails on an unraisable exception (pyproject.toml
+#: filterwarnings). A test on real resources collects garbage when it ends
+#: (:func:`_finalized_in_their_own_test`), so what it left open fails it, not a later test.
+RESOURCE_CHECKED: tuple[str, ...] = (
+    "tests/backends/",
+    "tests/cli/",
+    "tests/core/",
+    "tests/hostile/",
+    "tests/kube_emulator/",
+    "tests/multiprocess/",
+    "tests/test_",
+)
 
-
-#: On uvloop a ResourceWarning raised as an error while the loop closes its transports makes
-#: ``loop.close()`` hang (seen with tests/backends/etcd/test_handover.py), so there it stays a
-#: warning: :func:`_resource_checked` leaves uvloop's runs out.
-UNCHECKED_LOOPS = ("uvloop",)
+#: Loops whose runs keep ResourceWarning a warning: none. (uvloop's were left out while a
+#: test's unclosed etcd sockets were finalized as errors during ``loop.close()``, which then
+#: hung; that test closes its backends now.)
+UNCHECKED_LOOPS: tuple[str, ...] = ()
 
 #: httpx's and httpcore's own nested body generators, which no caller can close (pyproject.toml).
 HTTPX_GENERATORS = "ignore:Async generator 'http(x|core)\\.:ResourceWarning"
+
+
+@pytest.fixture(autouse=True)
+def _finalized_in_their_own_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test on real resources, collect garbage: an object it left unclosed (a socket, a
+    pipe, an async generator) is finalized now, and its ResourceWarning or unraisable exception
+    fails this test, not a later one."""
+    yield
+    if layer_of(request.node) is not None:
+        gc.collect()
 
 
 def _resource_checked(item: pytest.Item) -> bool:

@@ -45,7 +45,8 @@ class Replica:
         self.log: list[str] = []
         self._port: int | None = None
         self._listening = threading.Event()
-        threading.Thread(target=self._read_log, daemon=True).start()
+        self._reader = threading.Thread(target=self._read_log, daemon=True)
+        self._reader.start()
 
     def _read_log(self) -> None:
         assert self.process.stderr is not None
@@ -71,6 +72,15 @@ class Replica:
         assert body["replica"] == self.name
         return {p: state["fencing_token"] for p, state in body["partitions"].items()}
 
+    def close(self) -> None:
+        """Kill the replica if it still runs, reap it, and close its log pipe once read."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self._reader.join(timeout=30)
+        assert self.process.stderr is not None
+        self.process.stderr.close()
+
     def stop(self) -> int:
         """SIGTERM: uvicorn shuts down gracefully (the lifespan's exit), then re-raises the
         signal so that the exit status says what stopped it; the exit code."""
@@ -89,9 +99,7 @@ def replicas(tmp_path: Path) -> Iterator[Callable[[str], Replica]]:
 
     yield start
     for replica in started:
-        if replica.process.poll() is None:
-            replica.process.kill()
-            replica.process.wait()
+        replica.close()
 
 
 def balanced_views(running: list[Replica], timeout: float = 60) -> Views:

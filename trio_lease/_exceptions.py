@@ -20,6 +20,8 @@ passwords): backends build messages from names, verbs and status codes only.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = [
     "AcquireTimeout",
     "BackendAuthError",
@@ -84,7 +86,17 @@ class AcquireTimeout(LeaseError, TimeoutError):
 
 
 class LeaseConfigError(LeaseError, ValueError):
-    """The settings, configuration file or arguments are invalid; the message names the fix."""
+    """The settings, configuration file or arguments are invalid; the message names the fix.
+
+    ``problems`` lists each rule a set of settings breaks, one sentence each (the message joins
+    them), for a reader that shows one per line, as the ``trio-lease`` command does; it is empty
+    for an error whose message is one sentence.
+    """
+
+    def __init__(self, *args: object, problems: Iterable[str] = ()) -> None:
+        super().__init__(*args)
+        #: Each rule that failed, in the order the message gives them; empty when not listed.
+        self.problems: tuple[str, ...] = tuple(problems)
 
 
 class BackendError(LeaseError):

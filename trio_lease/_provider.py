@@ -169,11 +169,15 @@ class LeaseProvider:
             raise LeaseConfigError(
                 f'{where}: lease-class must be set (e.g. lease-class = "sqlite")'
             )
-        settings = _section_settings(section, where)
+        settings = self._settings_for(config_path)
         backend_keys = {k: v for k, v in section.items() if k not in SECTION_KEYS}
         backend = build_backend(load_backend_class(lease_class, where), backend_keys, where)
         self._backends[config_path] = (backend, settings)
         return backend, settings
+
+    def _settings_for(self, config_path: str) -> LeaseSettings:
+        """The timings the section at ``config_path`` sets (unset ones follow from those set)."""
+        return _section_settings(self._section(config_path), f"{self._source} [{config_path}]")
 
     def get_lease(self, name: str, config_path: str, owner: str) -> Lease:
         """The lease ``name`` for ``owner``, configured by the section at ``config_path``.

@@ -232,10 +232,9 @@ class LeaseSettings(BaseModel):
                 for err in exc.errors()
                 for rule in _rules(err)
             ]
-            error = LeaseConfigError(f"invalid lease settings: {'; '.join(problems)}")
-            #: Each rule that failed, for a reader that shows one per line (the CLI).
-            error.problems = problems  # type: ignore[attr-defined]
-            raise error from None
+            raise LeaseConfigError(
+                f"invalid lease settings: {'; '.join(problems)}", problems=problems
+            ) from None
 
     @property
     def derived(self) -> frozenset[str]:

@@ -102,7 +102,9 @@ async def _running(produce: Produce[T]) -> AsyncIterator[MemoryObjectReceiveStre
                 failures.append(single if isinstance(single, Exception) else exc)
 
     outcome = Outcome()
-    with outcome.settled():  # the caller's own error bare, also after its deadline passed
+    # `with send` here too: a producer cancelled before its first step (asyncio) never ran its
+    # own `with send`, and the stream would be left to the garbage collector.
+    with outcome.settled(), send:  # the caller's own error bare, also after its deadline passed
         async with anyio.create_task_group() as tg:
             tg.start_soon(feed)
             try:

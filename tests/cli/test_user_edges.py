@@ -216,6 +216,41 @@ def test_akka_leases_work_with_the_default_timings(cli: Cli) -> None:
     assert "lower --holder-deadline (at most 9s)" in refused.stderr
 
 
+def test_check_of_a_config_section_checks_the_timings_run_uses(cli: Cli) -> None:
+    """`check --config F --section S` checks the section's timings as `run` would use them
+    (it checked the command's defaults): a combination the lease kind refuses fails `check`
+    (exit 1) as it fails `run` (exit 78), both naming the section's key and the option; the
+    option given over the section fixes it for both."""
+    emulator = start_emulator(cli)
+    config = cli.tmp / "leases.toml"
+    config.write_text(
+        f'[leases.akka]\nlease-class = "kubernetes"\nkubeconfig = "{emulator.kubeconfig}"\n'
+        'lease-kind = "akka.io/v1"\nheartbeat-timeout = "15s"\nheartbeat-interval = "2s"\n\n'
+        f'[leases.halves]\nlease-class = "kubernetes"\nkubeconfig = "{emulator.kubeconfig}"\n'
+        'heartbeat-timeout = "2.5s"\n'
+    )
+    _, child = cli.child("once", sleep=0)
+    for section, names in [
+        ("leases.akka", f"holder-deadline in {config} [leases.akka], or --"),
+        ("leases.halves", f"heartbeat-timeout in {config} [leases.halves], or --heartbeat-timeout"),
+    ]:
+        where = ["--config", str(config), "--section", section]
+        check = cli.run("check", *where)
+        assert check.returncode == 1, (section, check.stdout, check.stderr)
+        assert "the timings do not work" in check.stdout
+        assert names in check.stdout
+        run = cli.run("run", "job", *where, "--", *child)
+        assert run.returncode == 78, (section, run.stderr)
+        assert names in run.stderr
+        if section == "leases.akka":
+            assert "lower holder_deadline (to at most 9 s)" in run.stderr
+        assert TRACEBACK not in check.stdout + check.stderr + run.stderr
+    fixed = ["--config", str(config), "--section", "leases.akka", "--holder-deadline", "9s"]
+    assert cli.run("check", *fixed).returncode == 0
+    assert cli.run("run", "job", *fixed, "--", *child).returncode == 0
+    assert emulator.lease("job", "akka.io") is not None
+
+
 def test_check_status_and_run_agree_on_a_missing_namespace(cli: Cli) -> None:
     """With `--namespace nosuchns`: check reports the problem (exit 1), status and run exit 78,
     all saying the namespace does not exist (check said OK, status showed an empty table)."""

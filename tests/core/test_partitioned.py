@@ -154,10 +154,11 @@ async def test_keys_may_change_while_running() -> None:
         return fn
 
     senders = []
-    async with anyio.create_task_group() as tg:
+    async with contextlib.AsyncExitStack() as streams, anyio.create_task_group() as tg:
         for owner in ("a", "b"):
             send, receive = anyio.create_memory_object_stream[Iterable[str]](1)
-            senders.append(send)
+            senders.append(await streams.enter_async_context(send))
+            await streams.enter_async_context(receive)  # the caller's to close
             tg.start_soon(
                 functools.partial(
                     run_partitioned,
@@ -660,7 +661,7 @@ async def test_a_bad_key_set_from_the_stream_comes_out_bare() -> None:
     async def fn(key: str, grant: Grant) -> None:
         await anyio.sleep_forever()
 
-    async with send:
+    async with send, receive:
         await send.send(["k1"])
         await send.send(["k1", ""])
         with pytest.raises(LeaseConfigError, match="non-empty string") as caught:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from datetime import timedelta
 
 import pytest
@@ -149,6 +150,22 @@ def test_every_failed_inequality_is_listed_at_once_with_unset_values_marked() ->
     assert "lease_operation_timeout = 3 s (derived: heartbeat_interval / 2, at most 5 s)" in message
     with pytest.raises(LeaseConfigError, match=r"heartbeat_timeout = 120 s \(default\)"):
         LeaseSettings(heartbeat_interval=70)
+
+
+def test_each_failed_rule_is_in_the_errors_problems() -> None:
+    """`LeaseConfigError.problems` lists each failed rule of the message, as a tuple that
+    survives pickling; an error of one sentence has none."""
+    with pytest.raises(LeaseConfigError) as info:
+        LeaseSettings(heartbeat_timeout=10, heartbeat_interval=6, holder_deadline=9.9)
+    problems = info.value.problems
+    assert isinstance(problems, tuple)
+    assert [problem.split(" must")[0] for problem in problems] == [
+        "heartbeat_interval",
+        "holder_deadline",
+    ]
+    assert str(info.value) == f"invalid lease settings: {'; '.join(problems)}"
+    assert pickle.loads(pickle.dumps(info.value)).problems == problems
+    assert LeaseConfigError("one sentence").problems == ()
 
 
 def test_kebab_case_keys_and_strings() -> None:

@@ -248,21 +248,29 @@ class HostileServer:
 
 
 class _Body(httpx.AsyncByteStream):
+    """A reply's chunks as an httpx response body: an iterator object, not an async generator,
+    so a reader that stops early leaves nothing for the garbage collector (:meth:`aclose`
+    closes the chunks)."""
+
     def __init__(self, reply: Reply, request: httpx.Request) -> None:
         self._reply = reply
         self._request = request
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    def __aiter__(self) -> _Body:
+        return self
+
+    async def __anext__(self) -> bytes:
         assert self._reply.chunks is not None
         try:
-            async for chunk in self._reply.chunks:
-                yield chunk
+            return await anext(self._reply.chunks)
         except StreamCut:
             raise httpx.RemoteProtocolError(
                 "peer closed connection without sending complete message body",
                 request=self._request,
             ) from None
-        self._reply.done()
+        except StopAsyncIteration:
+            self._reply.done()
+            raise
 
     async def aclose(self) -> None:
         assert self._reply.chunks is not None

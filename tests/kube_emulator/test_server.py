@@ -141,6 +141,27 @@ async def test_a_reply_is_one_write_as_the_api_servers_net_http_sends_it() -> No
     assert isinstance(end, h11.EndOfMessage)
 
 
+class _GoneClient(_RecordingStream):
+    """A client that sent its request and hung up: every write fails."""
+
+    async def send(self, item: bytes) -> None:
+        raise anyio.BrokenResourceError
+
+
+async def test_a_watch_whose_client_left_before_its_head_is_closed() -> None:
+    """A watch whose client is gone before the reply's head could be written is closed (its
+    event buffer released), not left for the garbage collector to warn about."""
+    emulator = KubeEmulator()
+    request = h11.Connection(h11.CLIENT)
+    asked = request.send(
+        h11.Request(method="GET", target=f"{LEASES}?watch=1", headers=[("Host", "x")])
+    )
+    ended = request.send(h11.EndOfMessage()) or b""
+    await _serve_connection(emulator, _GoneClient([asked + ended]))
+    (watch,) = emulator.watches
+    assert watch.closed
+
+
 async def test_watch_is_chunked_and_streams_events() -> None:
     """A watch over the network is a chunked stream of events, ended after timeoutSeconds."""
     emulator = KubeEmulator()

@@ -33,7 +33,7 @@ from .._host import reraise, sole_error
 from .._waiting import WAITING_LOG
 from ._admin import add_admin_commands
 from ._manifests import add_manifests_command
-from ._options import add_timing_options, settings_for_kind
+from ._options import add_timing_options, check_settings
 from ._run import add_run_command
 
 __all__ = ["build_parser", "main"]
@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = _subparsers(parser).get("check")
     if check is not None:  # it checks the timings run would use: it takes run's timing options
         add_timing_options(check)
-        check.set_defaults(settings_for_kind=None)
+        check.set_defaults(run_settings=None)
     return parser
 
 
@@ -171,7 +171,7 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"trio-lease: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     if getattr(args, "command_name", None) == "check":
-        args.settings_for_kind = settings_for_kind(args)
+        args.run_settings = check_settings(args)
     return _dispatch(args)
 
 
@@ -299,7 +299,7 @@ def _exit_code(exc: LeaseError) -> int | None:
 
 def _message(exc: LeaseError) -> str:
     """``exc``'s message; settings that break several rules list one rule per line."""
-    problems: list[str] = getattr(exc, "problems", [])
+    problems = exc.problems if isinstance(exc, LeaseConfigError) else ()
     if len(problems) > 1:
         return "invalid lease settings:\n" + "\n".join(f"  - {p}" for p in problems)
     return str(exc)

@@ -40,6 +40,7 @@ __all__ = [
     "ANYIO_BACKENDS",
     "CLI_DEFAULTS",
     "add_backend_options",
+    "check_settings",
     "default_owner",
     "duration",
     "env",
@@ -47,6 +48,7 @@ __all__ = [
     "env_value",
     "lease_name",
     "open_backend",
+    "run_settings",
     "source_of",
 ]
 
@@ -263,13 +265,31 @@ TIMINGS = (*CLI_DEFAULTS, "holder_deadline")
 WALL_CLOCK_KINDS = ("akka.io/v1",)
 
 
-def settings_for_kind(args: argparse.Namespace) -> Callable[[str], LeaseSettings]:
-    """``settings_from`` for a lease kind named later (``check`` learns it from the section
-    or kubeconfig): given to ``check`` as ``args.settings_for_kind``."""
+def check_settings(args: argparse.Namespace) -> Callable[[LeaseBackend], LeaseSettings]:
+    """:func:`run_settings` for the backend ``check`` builds from the same options, with the
+    ``--config`` section's timings as ``run`` reads them: given to ``check`` as
+    ``args.run_settings``."""
 
-    def settings(kind: str) -> LeaseSettings:
-        return settings_from(argparse.Namespace(**(vars(args) | {"lease_kind": kind})))
+    def settings(backend: LeaseBackend) -> LeaseSettings:
+        section = LeaseProvider(args.config)._settings_for(args.section) if args.config else None
+        return run_settings(args, backend, section)
 
+    return settings
+
+
+def run_settings(
+    args: argparse.Namespace, backend: LeaseBackend, section: LeaseSettings | None = None
+) -> LeaseSettings:
+    """The timings ``run`` holds a lease with, checked against ``backend``'s rules (a
+    Kubernetes lease kind's): :func:`settings_from` the options over ``section`` (the
+    ``--config`` section's timings), then the backend's own check, as the lease makes it.
+    ``check`` checks the same. A broken rule is a configuration error naming the section's
+    TOML keys and the options that set what it names."""
+    settings = settings_from(args, section)
+    try:
+        backend.validate_settings(settings)
+    except LeaseConfigError as exc:
+        raise LeaseConfigError(_named_flags(str(exc), args)) from None
     return settings
 
 
@@ -294,20 +314,33 @@ def settings_from(args: argparse.Namespace, base: LeaseSettings | None = None) -
             return base
         return LeaseSettings.from_mapping(base.model_dump(exclude_unset=True) | given)
     except LeaseConfigError as exc:
-        error = LeaseConfigError(_named_flags(str(exc), args))
-        problems: list[str] = getattr(exc, "problems", [])
-        error.problems = [_named_flags(problem, args) for problem in problems]  # type: ignore[attr-defined]
-        raise error from None
+        problems = [_named_flags(problem, args) for problem in exc.problems]
+        raise LeaseConfigError(_named_flags(str(exc), args), problems=problems) from None
 
 
 def _named_flags(message: str, args: argparse.Namespace) -> str:
-    """A settings message followed by the options (or variables) that set what it names."""
-    sources = []
+    """A settings message followed by what sets the settings it names: the option (or
+    variable) that gave it, else the ``--config`` section's TOML key (and the option that
+    would override it)."""
+    sources, keys, flags = [], [], []
     for option in TIMINGS:
-        if option in message:
-            given = option in getattr(args, _GIVEN, ()) or env(option) is None
-            sources.append(f"--{option.replace('_', '-')}" if given else _env_name(option))
-    return f"{message} (set by {', '.join(sources)})" if sources else message
+        if option not in message:
+            continue
+        flag = f"--{option.replace('_', '-')}"
+        if option in getattr(args, _GIVEN, ()):
+            sources.append(flag)
+        elif env(option) is not None:
+            sources.append(_env_name(option))
+        elif getattr(args, "config", None):
+            keys.append(option.replace("_", "-"))
+            flags.append(flag)
+        else:
+            sources.append(flag)
+    named = [", ".join(sources)] if sources else []
+    if keys:
+        where = f"{args.config} [{args.section}]"
+        named.append(f"{', '.join(keys)} in {where}, or {', '.join(flags)} over it")
+    return f"{message} (set by {'; '.join(named)})" if named else message
 
 
 def _fit_wall_clock_kind(args: argparse.Namespace, settings: LeaseSettings) -> LeaseSettings:
@@ -360,8 +393,8 @@ def open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]
             )
         provider = LeaseProvider(args.config)
         backend, section_settings = provider._backend_for(args.section)
-        return backend, settings_from(args, section_settings)
-    settings = settings_from(args)  # validate before opening anything
+        return backend, run_settings(args, backend, section_settings)
+    settings_from(args)  # validate before opening anything
     name = chosen_backend(args)
     config: dict[str, Any] = {}
     sources: list[str] = []
@@ -385,7 +418,8 @@ def open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]
         )
     where = ", ".join(sources) or f"the {name} backend"
     cls = load_backend_class(name, source_of(args, "backend"))
-    return build_backend(cls, config, where), settings
+    backend = build_backend(cls, config, where)
+    return backend, run_settings(args, backend)
 
 
 def _on_command_line(args: argparse.Namespace, dest: str) -> bool:

@@ -27,12 +27,13 @@ async def test_the_holder_is_told_and_the_requester_gets_the_lease_next(
 ) -> None:
     """request_handover on etcd: grant.handover_requested fires (through the shared feed, long
     before a renewal), the requester is next."""
-    holder = Lease("job", "a", etcd_backend_factory(), SLOW)
-    requester = Lease("job", "b", etcd_backend_factory(), SLOW)
+    first, second = etcd_backend_factory(), etcd_backend_factory()
+    holder = Lease("job", "a", first, SLOW)
+    requester = Lease("job", "b", second, SLOW)
     order: list[str] = []
     held = anyio.Event()
     with anyio.fail_after(20):
-        async with anyio.create_task_group() as tg:
+        async with first, second, anyio.create_task_group() as tg:
 
             async def hold() -> None:
                 async with holder.held() as grant:

@@ -42,7 +42,12 @@ async def _until(condition: Callable[[], bool], limit: float = 8) -> None:
 
 
 async def test_waiters_share_one_stream_and_a_takeover_ends_the_holder() -> None:
-    """200 waiters on 200 leases: one watch stream; a foreign write ends the holder's grant."""
+    """200 waiters on 200 leases: one label watch stream per backend (a stream that ended, by
+    a timeout or a slow machine, is followed by one more, which the backend counts); a foreign
+    write ends the holder's grant."""
+    from trio_lease._shared_watch import _feeds
+    from trio_lease.backends.kubernetes._feed import KubernetesFeed
+
     count = 200
     emulator = KubeEmulator()
     got: list[str] = []
@@ -69,9 +74,20 @@ async def test_waiters_share_one_stream_and_a_takeover_ends_the_holder() -> None
             tg.start_soon(hold)
             for i in range(count):
                 tg.start_soon(contend, f"job-{i}")
-            await _until(lambda: len(emulator.open_watches()) == 2)  # one per backend
-            await anyio.sleep(0.5)
-            assert len(emulator.open_watches()) == 2
+
+            def feeds() -> list[KubernetesFeed]:
+                found = [_feeds.get(owner), _feeds.get(waiting)]
+                return [feed for feed in found if isinstance(feed, KubernetesFeed)]
+
+            await _until(lambda: len(feeds()) == 2 and len(emulator.open_watches()) >= 2)
+            await anyio.sleep(0.5)  # room for a watch per waiter, were there any
+            watches = [r for r in emulator.requests if r.query.get("watch") == "1"]
+            # Every watch the server saw is a label stream one of the two feeds sent: one each,
+            # and one more after each stream that ended (the restarts this run had).
+            sent = sum(feed.streams for feed in feeds())
+            assert 2 <= len(watches) <= sent, (len(watches), sent)
+            assert all(not feed.individual for feed in feeds())
+            assert all(r.query.get("labelSelector") for r in watches)
             assert all(w.name is None and w.selection is not None
                        for w in emulator.open_watches())
             requests = len(emulator.requests)

@@ -166,7 +166,9 @@ class KubernetesBackend(LeaseBackend):
                     "akka.io/v1 leases follow Akka's wall-clock expiry (spec.time + "
                     "heartbeat_timeout - 2 * heartbeat_interval, assuming clock skew below "
                     "heartbeat_interval), so holder_deadline must be <= heartbeat_timeout - 3 * "
-                    f"heartbeat_interval: {settings.deadline:g} s > {limit:g} s"
+                    f"heartbeat_interval: {settings.deadline:g} s > {limit:g} s; lower "
+                    f"holder_deadline (to at most {limit:g} s) or heartbeat_interval, or raise "
+                    "heartbeat_timeout"
                 )
         if self._api.request_timeout is None:
             self._api.request_timeout = settings.lease_operation_timeout

@@ -96,24 +96,24 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def _timing_problem(args: argparse.Namespace, backend: KubernetesBackend) -> CheckProblem | None:
-    """The timings ``trio-lease run`` would use with these options (its defaults, else the
-    timing options given) checked against the lease kind's rules; None if they hold.
+    """The timings ``trio-lease run`` would use with these options (the ``--config``
+    section's, else its defaults, under the timing options given) checked against the lease
+    kind's rules; None if they hold.
 
-    ``args.settings_for_kind`` (set by the ``trio-lease`` command, which owns the timing
-    options) gives those timings for a lease kind; without it there is nothing to check.
+    ``args.run_settings`` (set by the ``trio-lease`` command, which owns the timing options)
+    is the function ``run`` gets its timings from; without it there is nothing to check.
     """
-    settings_for_kind: Callable[[str], LeaseSettings] | None = getattr(
-        args, "settings_for_kind", None
+    run_settings: Callable[[KubernetesBackend], LeaseSettings] | None = getattr(
+        args, "run_settings", None
     )
-    if settings_for_kind is None:
+    if run_settings is None:
         return None
     try:
-        backend.validate_settings(settings_for_kind(backend.kind.name))
+        run_settings(backend)
     except LeaseConfigError as exc:
         return CheckProblem(
             f"the timings do not work for {backend.kind.name} leases: {exc}",
-            "change the options the message names (--heartbeat-timeout, --heartbeat-interval, "
-            "--holder-deadline, ...)",
+            "change a setting the message names where it says it is set (set by ...)",
         )
     return None
 

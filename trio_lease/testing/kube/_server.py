@@ -181,8 +181,8 @@ async def _serve_connection(emulator: Cluster, stream: ByteStream) -> None:
                     head = h11.Response(
                         status_code=response.status, headers=headers, reason=_phrase(response)
                     )
-                    await _send(conn, stream, head)
-                    try:
+                    try:  # the stream is closed also when the client is gone before its head
+                        await _send(conn, stream, head)
                         async for chunk in response.stream:
                             await _send(conn, stream, h11.Data(data=chunk))
                     except WatchCut:
