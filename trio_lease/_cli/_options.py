@@ -379,23 +379,38 @@ def open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]
             "use --backend"
         )
     if args.config:
-        if not args.section:
-            raise LeaseConfigError("--config needs --section (the TOML section of the lease)")
-        given = [flag.flag for flag in BACKEND_FLAGS if _on_command_line(args, flag.dest)]
-        if _on_command_line(args, "sqlite_path"):
-            given.insert(0, "--sqlite-path")
-        if _on_command_line(args, "backend"):
-            given.insert(0, "--backend")
-        if given:
-            raise LeaseConfigError(
-                f"{', '.join(given)}: with --config the section configures the backend; set "
-                "the key there, or leave out --config"
-            )
-        provider = LeaseProvider(args.config)
-        backend, section_settings = provider._backend_for(args.section)
-        return backend, run_settings(args, backend, section_settings)
+        return _open_from_section(args)
     settings_from(args)  # validate before opening anything
     name = chosen_backend(args)
+    config, sources = _backend_config(args, name)
+    where = ", ".join(sources) or f"the {name} backend"
+    cls = load_backend_class(name, source_of(args, "backend"))
+    backend = build_backend(cls, config, where)
+    return backend, run_settings(args, backend)
+
+
+def _open_from_section(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]:
+    """The backend and settings of ``--config FILE --section S``: no backend option beside it."""
+    if not args.section:
+        raise LeaseConfigError("--config needs --section (the TOML section of the lease)")
+    given = [flag.flag for flag in BACKEND_FLAGS if _on_command_line(args, flag.dest)]
+    if _on_command_line(args, "sqlite_path"):
+        given.insert(0, "--sqlite-path")
+    if _on_command_line(args, "backend"):
+        given.insert(0, "--backend")
+    if given:
+        raise LeaseConfigError(
+            f"{', '.join(given)}: with --config the section configures the backend; set "
+            "the key there, or leave out --config"
+        )
+    provider = LeaseProvider(args.config)
+    backend, section_settings = provider._backend_for(args.section)
+    return backend, run_settings(args, backend, section_settings)
+
+
+def _backend_config(args: argparse.Namespace, name: str) -> tuple[dict[str, Any], list[str]]:
+    """The constructor keys of backend ``name`` its options and variables give, and their
+    sources (flags and variables, for messages)."""
     config: dict[str, Any] = {}
     sources: list[str] = []
     if name == "sqlite" and args.sqlite_path:
@@ -407,19 +422,23 @@ def open_backend(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSettings]
                 check_endpoints(value, source_of(args, flag.dest))
             config[flag.key] = value
             sources.append(source_of(args, flag.dest))
+    if name == "etcd":
+        _etcd_credentials(args, config, sources)
+    return config, sources
+
+
+def _etcd_credentials(args: argparse.Namespace, config: dict[str, Any], sources: list[str]) -> None:
+    """The etcd password from its variable (unless a file gives it); a user name that carries a
+    password is refused without echoing it."""
     password = os.environ.get(PASSWORD_VARIABLE)
-    if name == "etcd" and "password-file" not in config and password is not None:
+    if "password-file" not in config and password is not None:
         config["password"] = password
         sources.append(PASSWORD_VARIABLE)
-    if name == "etcd" and ":" in str(config.get("username", "")):  # never echo the value
+    if ":" in str(config.get("username", "")):  # never echo the value
         raise LeaseConfigError(
             f"{source_of(args, 'user')}: give the user name only; its password goes in "
             f"--password-file or {PASSWORD_VARIABLE}, never on a command line"
         )
-    where = ", ".join(sources) or f"the {name} backend"
-    cls = load_backend_class(name, source_of(args, "backend"))
-    backend = build_backend(cls, config, where)
-    return backend, run_settings(args, backend)
 
 
 def _on_command_line(args: argparse.Namespace, dest: str) -> bool:
