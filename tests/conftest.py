@@ -29,6 +29,7 @@ import functools
 import gc
 import importlib.util
 import os
+import re
 import secrets
 import sys
 import time
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pytest
 
-from trio_lease import Lease, LeaseBackend, LeaseSettings
+from trio_lease import Lease, LeaseBackend, LeaseLost, LeaseSettings
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
 from trio_lease.testing import FaultyBackend, virtual_time_backends
 
@@ -280,10 +281,28 @@ def _bounded(test: Callable[..., Awaitable[None]], limit: float) -> Callable[...
 
     @functools.wraps(test)
     async def bounded(**kwargs: Any) -> None:
-        with anyio.fail_after(limit):
-            await test(**kwargs)
+        try:
+            with anyio.fail_after(limit):
+                await test(**kwargs)
+        except BaseExceptionGroup as group:  # a test's own task group: find a starved holder
+            starved = _starved_in(group)
+            if starved is None:
+                raise
+            raise starved from group  # the STARVED rule reruns the test
 
     return bounded
+
+
+def _starved_in(group: BaseExceptionGroup[BaseException]) -> LeaseLost | None:
+    """A LeaseLost in ``group`` that says its holder was starved (:data:`STARVED`), if any."""
+    for leaf in group.exceptions:
+        if isinstance(leaf, BaseExceptionGroup):
+            found = _starved_in(leaf)
+            if found is not None:
+                return found
+        elif isinstance(leaf, LeaseLost) and re.search(STARVED, f"LeaseLost: {leaf}"):
+            return leaf
+    return None
 
 
 def _store_of(item: pytest.Item) -> Store | None:

@@ -110,6 +110,9 @@ def test_ctrl_c_while_starting_ends_without_a_traceback(cli: Cli) -> None:
     ``import coverage`` in a bare ``except:`` that swallows a KeyboardInterrupt."""
     env = {key: value for key, value in cli.env.items() if not key.startswith("COVERAGE_")}
     started = 2 * _interpreter_start(env)
+    _, once = cli.child("once", sleep=0)
+    # A database to watch: `status --watch` of a missing one says so and ends on its own.
+    assert cli.run("run", "job", *FAST, "--", *once).returncode == 0
     _, child = cli.child("never", sleep=30)
     for argv in (["run", "job", *FAST, "--", *child], ["status", "--watch"]):
         for delay in (0.0, 0.15, 0.45, 1.05):
