@@ -374,6 +374,14 @@ def layer_of(item: pytest.Item) -> str | None:
 def pytest_configure(config: pytest.Config) -> None:
     for layer, what in LAYERS.items():
         config.addinivalue_line("markers", f"{layer}: {what} (slow)")
+    # On xdist workers (`-n`), unless --dist was given: a worker that has run out of tests takes
+    # some from another's queue, so the long tests (started first, LONG_FIRST) do not leave one
+    # worker running alone at the end. Set here, not in addopts: `-p no:xdist` must still work.
+    given = [*config.invocation_params.args, *os.environ.get("PYTEST_ADDOPTS", "").split()]
+    if getattr(config.option, "dist", None) == "load" and not any(
+        arg.startswith("--dist") for arg in given
+    ):
+        config.option.dist = "worksteal"
 
 
 #: Directories whose tests fail on a ResourceWarning (an unclosed socket, file, pipe, memory
