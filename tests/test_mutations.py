@@ -270,7 +270,21 @@ MUTATIONS = [
         "                await _clear(key, lease)\n",
         "                pass\n",
         f"{PARTITIONED}::test_a_crash_replaced_at_once_fails_over_within_l"
-        "[asyncio-replaced-after-half-l]",
+        "[asyncio-replacement-replaced-after-half-l]",
+    ),
+    Mutation(
+        "7a no member asks a holder that stopped renewing for its key",
+        "trio_lease/_partitioned.py",
+        "        lease.unchanged_for() < 2 * settings.heartbeat_interval",
+        "        True or lease.unchanged_for() < 2 * settings.heartbeat_interval",
+        f"{PARTITIONED}::test_a_crash_replaced_at_once_fails_over_within_l",
+    ),
+    Mutation(
+        "4.1 a contender's own handover request keeps its count of the holder's expiry",
+        "trio_lease/_writing.py",
+        "                self._state.observation = algo.Observation(stored.version, seen.since)",
+        "                pass",
+        "tests/core/test_handover.py::test_asking_a_dead_holder_costs_the_requester_nothing",
     ),
     Mutation(
         "replies: a host lets the body's own exception out bare",

@@ -433,11 +433,13 @@ async def _hold_key(
     """Ask for the key, hold it and run ``fn`` (again after a loss, and after an error of
     ``fn`` unless ``stop_on_error``).
 
-    A handover is asked only of a holder still in the group that may still be renewing the key:
-    a request writes the record, and a write restarts the expiry countdown. So no request goes
-    to a crashed holder, nor to a live member whose record of the key has already stood
-    unchanged for L in this member's view (it lost or left the key and renews it no more; the
-    key is taken at once instead of L after the request).
+    A handover is asked only of a holder still in the group that was seen renewing the key
+    lately (within ``2R + T``: a live holder renews every R): a request writes the record, and
+    every other member watching it counts the holder's expiry again from that write. So no
+    request goes to a member that died after the others last saw it alive (its keys move L
+    after its last renewal, not L after a request), nor to a live member that lost or left the
+    key (it renews it no more; the key is taken when its record has stood for L). A live holder
+    not asked still releases the key when its own view of the members moves it.
 
     A failing ``fn`` is run again with the key still held, on this member: the assignment is a
     function of the membership, so a key released for others would come back here (or, handed
@@ -446,12 +448,7 @@ async def _hold_key(
     """
     record = lease.last_record
     asked = False
-    if (
-        record is not None
-        and not record.is_free
-        and record.holder in members
-        and lease.takeover_in() > 0
-    ):
+    if record is not None and not record.is_free and record.holder in members and _renewing(lease):
         try:
             asked = await lease.request_handover()
         except LeaseError as exc:
@@ -489,12 +486,24 @@ async def _hold_key(
                 errors.fail_library(exc)
                 return
     finally:
-        if asked and not granted:
+        record = lease.last_record
+        if asked and not granted and (record is None or record.is_free or _renewing(lease)):
             # The key moved on before it was handed over: withdraw the request, or its
-            # release would stay closed to the member that gets it now, for L.
+            # release would stay closed to the member that gets it now, for L. Not from a
+            # holder that stopped renewing: it releases nothing, a request on a held record
+            # reserves nothing, and the write would postpone the key's takeover by L.
             bound = lease.settings.lease_operation_timeout
             with anyio.CancelScope(shield=True), anyio.move_on_after(bound):
                 await withdraw_request(lease)
+
+
+def _renewing(lease: _KeyLease) -> bool:
+    """Whether the key's holder was seen renewing lately: its record changed within 2R + T (a
+    live holder renews every R, each write within T)."""
+    settings = lease.settings
+    return (
+        lease.unchanged_for() < 2 * settings.heartbeat_interval + settings.lease_operation_timeout
+    )
 
 
 class _KeyLeases:
@@ -578,6 +587,10 @@ class _KeyLease(Lease):
         """Seconds until the key's record as last seen may be taken over, by this lease's own
         observation (0 when it is free, unseen, or has stood unchanged for L)."""
         return self._reader.takeover_in()
+
+    def unchanged_for(self) -> float:
+        """Seconds the key's record has stood unchanged in this lease's view (0 when unseen)."""
+        return self._reader.unchanged_for()
 
 
 class _FirstAttempts(LeaseObserver):

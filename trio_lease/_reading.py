@@ -93,6 +93,14 @@ class RecordReader:
         state = self._state
         return algo.expires_in(record, state.observation, state.clock(), state.settings)
 
+    def unchanged_for(self) -> float:
+        """Seconds since this lease first saw the record's current version (0 when none was
+        seen): how long the holder has not renewed, as far as this lease knows."""
+        state = self._state
+        if state.last_record is None or state.observation is None:
+            return 0.0
+        return max(0.0, state.clock() - state.observation.since)
+
     def holder(self) -> str | None:
         """The holder identity as last read (None when free or never read).
 

@@ -161,6 +161,7 @@ class GrantWriter:
         """Write ``handover_to`` into ``record`` by compare-and-swap on its version, bounded by
         T, its answer checked (echo): the stored record, or None on a conflict."""
         asked = dataclasses.replace(record, handover_to=handover_to)
+        seen = self._state.observation
         what = "asking for a handover" if handover_to else "withdrawing a handover request"
         try:
             with anyio.fail_after(self._state.settings.lease_operation_timeout):
@@ -181,6 +182,14 @@ class GrantWriter:
             )
         assert isinstance(stored, LeaseRecord)
         self._state.observe(stored)
+        if seen is not None and seen.version == record.version:
+            # Only this write changed the record since ``seen``: the holder has not renewed, so
+            # its expiry still counts from then (an unanswered request to a dead holder costs
+            # its asker nothing). The watch may have shown ``stored`` already, or a later
+            # renewal, which restarts the countdown as any change does.
+            now = self._state.observation
+            if now is not None and now.version == stored.version:
+                self._state.observation = algo.Observation(stored.version, seen.since)
         return stored
 
     async def _write_grant(self, decision: algo.Write) -> Holding | None:

@@ -11,12 +11,15 @@ from trio_lease import (
     AcquireTimeout,
     BackendUnavailable,
     Lease,
+    LeaseBusy,
     LeaseConfigError,
+    LeaseLost,
     LeaseRecord,
     SingletonContext,
     run_singleton,
 )
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
+from trio_lease.testing import FaultyBackend
 
 from .conftest import SETTINGS
 
@@ -79,6 +82,43 @@ async def test_a_third_contender_waits_out_the_reservation_if_the_requester_neve
         assert taken.fencing_token == 2
     assert anyio.current_time() - start == pytest.approx(L, abs=0.1)
     assert store.records["job"].handover_to == ""  # a new grant clears the request
+
+
+async def test_asking_a_dead_holder_costs_the_requester_nothing() -> None:
+    """A request is a write, but not the holder's: the requester, which saw the record stand
+    unchanged before asking, takes the lease L after it first saw that version, not L after its
+    request. A contender that did not write the request counts from when it saw it (to it, the
+    write is a change like a renewal)."""
+    store = MemoryStore()
+    dying = FaultyBackend(MemoryBackend(store))
+    holder = Lease("job", "a", dying, SETTINGS)
+    requester = Lease("job", "b", MemoryBackend(store), SETTINGS)
+    other = Lease("job", "c", MemoryBackend(store), SETTINGS)
+    acquired = anyio.Event()
+
+    async def hold() -> None:
+        with pytest.raises(LeaseLost):
+            async with holder.held():
+                acquired.set()
+                dying.pause()  # the holder dies: it renews no more
+                await anyio.sleep_forever()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold)
+        await acquired.wait()
+        await requester.read()
+        seen = anyio.current_time()
+        await anyio.sleep(L / 3)
+        assert await requester.request_handover()
+        for lease, expires_in in ((requester, L - L / 3), (other, L)):
+            with pytest.raises(LeaseBusy) as busy:
+                async with lease.try_held():
+                    pass
+            assert busy.value.expires_in == pytest.approx(expires_in, abs=0.1)
+        async with requester.held() as grant:
+            taken = anyio.current_time()
+            assert grant.fencing_token == 2
+    assert taken - seen == pytest.approx(L, abs=0.1)
 
 
 async def test_run_singleton_stops_fn_gracefully_and_hands_over() -> None:

@@ -284,31 +284,45 @@ async def test_time_to_balance_after_a_join_and_after_a_crash() -> None:
 
 
 @pytest.mark.parametrize("delay", [0.5, 7.5], ids=["replaced-at-once", "replaced-after-half-l"])
-async def test_a_crash_replaced_at_once_fails_over_within_l(delay: float) -> None:
+@pytest.mark.parametrize("asker", ["replacement", "member"])
+async def test_a_crash_replaced_at_once_fails_over_within_l(delay: float, asker: str) -> None:
     """Measured on virtual time, 12 keys on three members: one crashes and its replacement joins
     ``delay`` later (0.5 s, or L/2: a process's start on a loaded machine); every key runs again,
-    balanced over the live members, within L + R + T + wait_interval of the crash (the
-    replacement never counts the dead member alive, and the dead member's keys it gets are
-    cleared for it by a member that watched them stand for L)."""
+    balanced over the live members, within L + R + T + wait_interval of the crash: the
+    replacement never counts the dead member alive, the dead member's keys it gets are cleared
+    for it by a member that watched them stand for L, and the members that still list the dead
+    one do not ask it for its keys once it has stopped renewing (a request is a write: every
+    other member would count the dead member's expiry from it). ``asker`` picks the names whose
+    assignments make the case: the replacement, were it to count the dead member alive, or a
+    member that still lists it, would ask it for keys that then go to another member."""
     store = MemoryStore()
     s = SETTINGS
     keys = [f"k{i:02}" for i in range(12)]
     where: dict[str, str] = {}
+
     def ident(owner: str) -> str:
         return f"{owner}_{incarnation()}"
 
-    def asked_in_vain(c: str, d: str) -> set[str]:
-        """The keys of ``c`` (dead) that ``d``, counting ``c`` alive, would ask it for and that
-        then go to a or b: a request writes the record, so they would wait L more."""
+    def asked_in_vain(c: str, d: str) -> int:
+        """How many keys of ``c`` (dead) ``asker`` would ask ``c`` for that then go to a member
+        that cannot have them cleared for it: a and b list ``c`` alive until L after its last renewal, so once ``d`` joins
+        they start their keys of the assignment to a, b, ``c`` and ``d``; ``d`` would too if it
+        counted ``c`` alive."""
         dead = set(assign(keys, [ident(o) for o in ("a", "b", c)])[ident(c)])
-        wrongly = set(assign(keys, [ident(o) for o in ("a", "b", c, d)])[ident(d)])
+        four = assign(keys, [ident(o) for o in ("a", "b", c, d)])
         after = assign(keys, [ident(o) for o in ("a", "b", d)])
-        return dead & wrongly & set(after[ident("a")] + after[ident("b")])
+        # Who asks, and who gets the key then: for the replacement's requests, a or b; for a
+        # member's, the other one (a key going to the replacement is cleared for it).
+        pairs = [(d, "a"), (d, "b")] if asker == "replacement" else [("a", "b"), ("b", "a")]
+        return sum(
+            len(dead & set(four[ident(who)]) & set(after[ident(then)])) for who, then in pairs
+        )
 
-    # Identities hash differently in every process (their incarnation id): pick names for the
-    # dead member and its replacement that make the case to pin.
-    names = itertools.product((f"c{i}" for i in range(30)), (f"d{i}" for i in range(30)))
-    c, d = next(pair for pair in names if asked_in_vain(*pair))
+    # Identities hash differently in every process (their incarnation id): pick the names of the
+    # dead member and its replacement that make the case.
+    names = list(itertools.product((f"c{i}" for i in range(30)), (f"d{i}" for i in range(30))))
+    c, d = max(names, key=lambda pair: asked_in_vain(*pair))
+    assert asked_in_vain(c, d) >= 1
     backends = {owner: _OwnProcess(MemoryBackend(store)) for owner in ("a", "b", c, d)}
 
     def work(member: str) -> Callable[[str, Grant], Awaitable[None]]:
@@ -391,8 +405,13 @@ async def test_a_key_its_live_holder_renews_no_more_is_taken_at_once_when_it_mov
         c_scope = await tg.start(member, "c")
         tg.start_soon(
             functools.partial(
-                run_partitioned, keys, fn, name="jobs", owner="b",
-                backend=_OwnProcess(MemoryBackend(store)), settings=s,
+                run_partitioned,
+                keys,
+                fn,
+                name="jobs",
+                owner="b",
+                backend=_OwnProcess(MemoryBackend(store)),
+                settings=s,
             )
         )
         await anyio.sleep(s.heartbeat_timeout + s.wait_interval)  # b has watched them for L
@@ -439,8 +458,13 @@ async def test_a_failing_key_backs_off_on_its_member_while_every_other_key_runs_
             for owner in ("a", "b"):
                 tg.start_soon(
                     functools.partial(
-                        run_partitioned, keys, work(owner), name="jobs", owner=owner,
-                        backend=_OwnProcess(MemoryBackend(store)), settings=s,
+                        run_partitioned,
+                        keys,
+                        work(owner),
+                        name="jobs",
+                        owner=owner,
+                        backend=_OwnProcess(MemoryBackend(store)),
+                        settings=s,
                     )
                 )
             await anyio.sleep(20 * RETRY_CAP)
@@ -458,7 +482,8 @@ async def test_a_failing_key_backs_off_on_its_member_while_every_other_key_runs_
     assert max(gaps) <= RETRY_CAP
     assert min(gaps[-5:]) >= RETRY_CAP / 2  # capped, still retried
     told = [
-        (name, details) for step, name, details in observer.calls
+        (name, details)
+        for step, name, details in observer.calls
         if step == "key_failed" and details["key"] == "k0"
     ]
     assert len(told) == len(failed_at)
@@ -484,8 +509,13 @@ async def test_stop_on_error_ends_the_member_with_the_key_error_bare() -> None:
 
     with pytest.raises(KeyError) as caught:
         await run_partitioned(
-            ["k1", "k2", "k3"], fn, name="jobs", owner="a",
-            backend=MemoryBackend(store), settings=SETTINGS, stop_on_error=True,
+            ["k1", "k2", "k3"],
+            fn,
+            name="jobs",
+            owner="a",
+            backend=MemoryBackend(store),
+            settings=SETTINGS,
+            stop_on_error=True,
         )
     assert type(caught.value) is KeyError
     assert caught.value.args == ("bad tenant",)
@@ -506,8 +536,13 @@ async def test_stop_on_error_keeps_every_error_of_keys_failing_together() -> Non
 
     with pytest.raises(ExceptionGroup) as caught:
         await run_partitioned(
-            ["k1", "k2"], fn, name="jobs", owner="a",
-            backend=MemoryBackend(MemoryStore()), settings=SETTINGS, stop_on_error=True,
+            ["k1", "k2"],
+            fn,
+            name="jobs",
+            owner="a",
+            backend=MemoryBackend(MemoryStore()),
+            settings=SETTINGS,
+            stop_on_error=True,
         )
     assert sorted(str(exc) for exc in caught.value.exceptions) == ["k1", "k2"]
     assert all(type(exc) is ValueError for exc in caught.value.exceptions)
@@ -541,7 +576,11 @@ async def test_inputs_are_refused_up_front_naming_the_argument() -> None:
 
     backend = FaultyBackend(MemoryBackend(MemoryStore()))
     good: dict[str, object] = {
-        "keys": ["k1"], "fn": fn, "name": "jobs", "owner": "a", "backend": backend,
+        "keys": ["k1"],
+        "fn": fn,
+        "name": "jobs",
+        "owner": "a",
+        "backend": backend,
     }
     cases: list[tuple[dict[str, object], type[Exception], str]] = [
         ({"name": ""}, LeaseConfigError, "name"),
@@ -574,8 +613,12 @@ async def test_an_object_with_an_async_call_is_a_valid_fn() -> None:
 
     with anyio.move_on_after(5):
         await run_partitioned(
-            ["k1"], Consumer(), name="jobs", owner="a",
-            backend=MemoryBackend(MemoryStore()), settings=SETTINGS,
+            ["k1"],
+            Consumer(),
+            name="jobs",
+            owner="a",
+            backend=MemoryBackend(MemoryStore()),
+            settings=SETTINGS,
         )
     assert ran == ["k1"]
 
@@ -631,8 +674,13 @@ async def test_a_member_leaving_with_many_keys_leaves_first_and_releases_a_few_a
     async with anyio.create_task_group() as tg:
         tg.start_soon(
             functools.partial(
-                run_partitioned, keys, work("a"), name="jobs", owner="a",
-                backend=_OwnProcess(MemoryBackend(store)), settings=s,
+                run_partitioned,
+                keys,
+                work("a"),
+                name="jobs",
+                owner="a",
+                backend=_OwnProcess(MemoryBackend(store)),
+                settings=s,
             )
         )
         tg.start_soon(b)
@@ -666,7 +714,11 @@ async def test_a_bad_key_set_from_the_stream_comes_out_bare() -> None:
         await send.send(["k1", ""])
         with pytest.raises(LeaseConfigError, match="non-empty string") as caught:
             await run_partitioned(
-                receive, fn, name="jobs", owner="a",
-                backend=MemoryBackend(MemoryStore()), settings=SETTINGS,
+                receive,
+                fn,
+                name="jobs",
+                owner="a",
+                backend=MemoryBackend(MemoryStore()),
+                settings=SETTINGS,
             )
     assert type(caught.value) is LeaseConfigError
