@@ -390,6 +390,8 @@ def pytest_configure(config: pytest.Config) -> None:
 #: (:func:`_finalized_in_their_own_test`), so what it left open fails it, not a later test.
 RESOURCE_CHECKED: tuple[str, ...] = (
     "tests/backends/",
+    "tests/benchmarks/",
+    "tests/campaign/",
     "tests/cli/",
     "tests/core/",
     "tests/hostile/",

@@ -117,7 +117,7 @@ class AkkaHost:
                     outcome = hold.on_lost(LeaseLost(self._state.name, hold.holding.lost_cause))
                     if inspect.isawaitable(outcome):
                         await outcome
-                except Exception:
+                except Exception:  # the user's callback: its error is logged, the host goes on
                     logger.exception("lease %r: the on_lost callback raised", self._state.name)
 
     async def release(self) -> bool:

@@ -383,7 +383,7 @@ class Holding:
         try:
             with anyio.move_on_after(bound) as scope:
                 current = await self._backend.get(self.name)
-        except Exception as exc:
+        except Exception as exc:  # the SPI boundary: any failure leaves the renewal unconfirmed
             self._last_error = f"{type(exc).__name__}: {exc}"
             return False
         if scope.cancelled_caught:

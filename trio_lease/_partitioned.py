@@ -466,7 +466,7 @@ async def _hold_key(
                             await fn(key, grant)
                         except LeaseLost:
                             raise
-                        except Exception as exc:
+                        except Exception as exc:  # fn's own error: reported, retried or kept
                             if anyio.current_time() - began >= RETRY_CAP:
                                 failures = 0
                             failures += 1

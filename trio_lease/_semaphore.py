@@ -398,7 +398,7 @@ class Semaphore:
         """Follow the slots' records (a watch failure only logs: the waiter also polls)."""
         try:
             await self._slots.follow(range(limit), receive)
-        except Exception as exc:
+        except Exception as exc:  # a hint only: the waiter also polls, so a failure only logs
             logger.info("semaphore %r: following the slots failed: %s", self._name, exc)
 
     def _busy(self, busy: dict[int, LeaseBusy]) -> LeaseBusy:

@@ -114,21 +114,32 @@ async def test_each_key_runs_on_one_member_at_a_time_and_moves(world: World) -> 
                 settings=s,
             )
 
+    # Each step settles within 4R on virtual time. On a real store this test checks who runs
+    # what, not how fast (the virtual-time tests below do): a loaded machine may starve a
+    # member's renewals for a while, so a step there may take up to 10 L.
+    within = 4 * s.heartbeat_interval if not world.tolerance else 10 * s.heartbeat_timeout
+
+    async def settles(shares: list[int], members: set[str]) -> None:
+        with anyio.move_on_after(within):
+            while (
+                sorted(Counter(where.values()).values()) != shares
+                or set(where.values()) != members
+                or sum(running.values()) != len(keys)
+            ):
+                await anyio.sleep(0.01)
+        assert sorted(Counter(where.values()).values()) == shares
+        assert set(where.values()) == members
+        assert sum(running.values()) == len(keys)
+
     scopes = {owner: anyio.CancelScope() for owner in ("a", "b", "c")}
     async with anyio.create_task_group() as tg:
         tg.start_soon(member, "a", scopes["a"])
         tg.start_soon(member, "b", scopes["b"])
-        await anyio.sleep(4 * s.heartbeat_interval)
-        assert sorted(Counter(where.values()).values()) == [3, 3]
+        await settles([3, 3], {"a", "b"})
         tg.start_soon(member, "c", scopes["c"])
-        await anyio.sleep(4 * s.heartbeat_interval)
-        assert sorted(Counter(where.values()).values()) == [2, 2, 2]
-        assert sum(running.values()) == 6
+        await settles([2, 2, 2], {"a", "b", "c"})
         scopes["c"].cancel()
-        await anyio.sleep(4 * s.heartbeat_interval)
-        assert set(where.values()) == {"a", "b"}
-        assert sorted(Counter(where.values()).values()) == [3, 3]
-        assert sum(running.values()) == 6
+        await settles([3, 3], {"a", "b"})
         tg.cancel_scope.cancel()
     assert most == 1
     for key_tokens in tokens.values():

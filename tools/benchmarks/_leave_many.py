@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import percentile
-from ._rebalance import Rig, Unsettled, command_line, run_on_stores
+from ._rebalance import Rig, Unsettled, command_line, run_on_stores, starved_members
 
 FULL: dict[str, Any] = {"keys": 2000, "L": 15.0, "R": 3.0, "repetitions": 2, "members": 3}
 SMOKE: dict[str, Any] = {"keys": 30, "L": 2.0, "R": 0.4, "repetitions": 1, "members": 3}
@@ -126,11 +126,13 @@ def render(results: dict[str, Any]) -> str:
 
 def _one(store: dict[str, Any], plan: dict[str, Any], workdir: Path) -> list[dict[str, Any]]:
     """One repetition as a list of one sample; a repetition that did not settle (members lost
-    their group leases) is a sample saying so."""
+    their group leases) is a sample saying so, with the members' lines saying they lost a lease
+    by its deadline (starved of CPU or of the store), if any."""
     try:
         sample = repetition(store, plan, workdir)
     except Unsettled as exc:
-        sample = {"error": str(exc)[:300], "loadavg": list(os.getloadavg())}
+        sample = {"error": str(exc)[:300], "loadavg": list(os.getloadavg()),
+                  "starved": starved_members(workdir)}
     print(store["backend"], json.dumps(sample), flush=True)
     return [sample]
 

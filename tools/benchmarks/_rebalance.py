@@ -79,6 +79,21 @@ class Unsettled(RuntimeError):
     """The keys did not balance within the step's time limit."""
 
 
+#: What a member logs when it lost a lease by its deadline, no renewal confirmed in time.
+STARVED = "no renewal was confirmed before the holder's deadline"
+
+
+def starved_members(workdir: Path) -> list[str]:
+    """The members' log lines (their ``*.err`` in ``workdir``) saying they lost a lease by its
+    deadline: a member starved of CPU or of the store, not a fault of the assignment."""
+    return [
+        line.strip()
+        for path in sorted(workdir.glob("*.err"))
+        for line in path.read_text(errors="replace").splitlines()
+        if STARVED in line
+    ][:5]
+
+
 @dataclass
 class Replay:
     """The keys' state built from events in timestamp order."""

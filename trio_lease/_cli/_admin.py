@@ -383,7 +383,7 @@ async def _checked_get(backend: LeaseBackend, name: str) -> LeaseRecord | None:
         record = await backend.get(name)
     except LeaseError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # the SPI boundary: a backend's own bug, made typed and chained
         raise BackendProtocolError(
             f"reading lease {name!r}: {backend!r} raised {type(exc).__name__}"
         ) from exc
