@@ -316,9 +316,9 @@ async def test_a_crash_replaced_at_once_fails_over_within_l(delay: float, asker:
 
     def asked_in_vain(c: str, d: str) -> int:
         """How many keys of ``c`` (dead) ``asker`` would ask ``c`` for that then go to a member
-        that cannot have them cleared for it: a and b list ``c`` alive until L after its last renewal, so once ``d`` joins
-        they start their keys of the assignment to a, b, ``c`` and ``d``; ``d`` would too if it
-        counted ``c`` alive."""
+        that cannot have them cleared for it: a and b list ``c`` alive until L after its last
+        renewal, so once ``d`` joins they start their keys of the assignment to a, b, ``c`` and
+        ``d``; ``d`` would too if it counted ``c`` alive."""
         dead = set(assign(keys, [ident(o) for o in ("a", "b", c)])[ident(c)])
         four = assign(keys, [ident(o) for o in ("a", "b", c, d)])
         after = assign(keys, [ident(o) for o in ("a", "b", d)])

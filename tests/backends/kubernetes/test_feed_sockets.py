@@ -85,7 +85,7 @@ async def test_waiters_share_one_stream_and_a_takeover_ends_the_holder() -> None
             # Every watch the server saw is a label stream one of the two feeds sent: one each,
             # and one more after each stream that ended (the restarts this run had).
             sent = sum(feed.streams for feed in feeds())
-            assert 2 <= len(watches) <= sent, (len(watches), sent)
+            assert 2 <= len(watches) <= sent, (len(watches), sent, [r.query for r in watches])
             assert all(not feed.individual for feed in feeds())
             assert all(r.query.get("labelSelector") for r in watches)
             assert all(w.name is None and w.selection is not None
