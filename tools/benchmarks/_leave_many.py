@@ -1,6 +1,7 @@
 """A member leaving with many keys: how soon its keys run again on the others.
 
-    python -m tools.benchmarks._leave_many [--smoke] [--backend sqlite|etcd ...] [--out DIR]
+    python -m tools.benchmarks._leave_many [--smoke] [--backend sqlite|etcd ...] [--keys K]
+        [--repetitions N] [--R SECONDS] [--out DIR]
 
 Each repetition starts three member processes (tools/benchmarks/_partition_member.py) together
 on an empty store (a fresh SQLite file, a fresh etcd prefix) with K keys, waits until the keys
@@ -145,6 +146,7 @@ def run(plan: dict[str, Any], backends: list[str], out: Path, mode: str) -> dict
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repetitions", type=int, help="repetitions per backend")
     parser.add_argument("--R", type=float, help="the heartbeat interval (seconds)")
+    parser.add_argument("--keys", type=int, help="the number of keys (default 2000)")
 
 
 def main() -> None:

@@ -39,14 +39,22 @@ import httpx
 
 from ..._abc import LeaseBackend, LeaseRecord
 from ..._endpoints import redact_url, url_problem
-from ..._exceptions import BackendAuthError, BackendError, ConflictError, LeaseConfigError
+from ..._exceptions import (
+    BackendAuthError,
+    BackendError,
+    ConflictError,
+    LeaseConfigError,
+    LeaseError,
+)
 from ..._settings import SECTION_KEYS
-from ..._wire import INT64_MAX
+from ..._slots import is_urgent
+from ..._wire import INT64_MAX, Malformed
 from ...abc import Changes, Emit
+from ._batch import Batch, Write
 from ._client import EtcdClient
 from ._codec import b64, encode_record
 from ._feed import OWN_WRITES_KEPT, PAGE, EtcdFeed, prefix_end
-from ._replies import RangeState, read_prefix_names, read_range, read_txn, read_watch_result
+from ._replies import RangeState, read_prefix_names, read_range, read_watch_result
 from ._tls import TLSFileError, make_ssl_context
 
 __all__ = ["EtcdBackend"]
@@ -161,6 +169,8 @@ class EtcdBackend(LeaseBackend):
         )
         #: Revisions of held states this object wrote → lease name (see :class:`EtcdFeed`).
         self._own_writes: dict[int, str] = {}
+        #: The batch the writes joining now go into, urgent (True) or not (:mod:`._batch`).
+        self._pending: dict[bool, Batch] = {}
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
@@ -240,31 +250,62 @@ class EtcdBackend(LeaseBackend):
     ) -> LeaseRecord | None:
         """Put ``record`` if ``compare`` holds; return it with its new version, else None.
 
-        ``above``: the revision compared against; a success must be newer than it.
+        ``above``: the revision compared against; a success must be newer than it. The write
+        joins the batch of the writes waiting with it (:mod:`._batch`): one txn, each write
+        compared on its own.
         """
         key = b64(self._key(record.name))
-        body = {
-            "compare": [{**compare, "key": key, "result": "EQUAL"}],
-            "success": [{"request_put": {"key": key, "value": b64(encode_record(record))}}],
-            "failure": [],
-        }
-        revision = await self._client.call(
-            "kv/txn",
-            body,
-            write=True,
-            read=functools.partial(read_txn, above=above),
-            subject=f" for lease {record.name!r}",
+        write = Write(
+            record.name,
+            {**compare, "key": key, "result": "EQUAL"},
+            {"request_put": {"key": key, "value": b64(encode_record(record))}},
+            above,
+            held=bool(record.holder and not record.handover_to),
         )
-        if revision is None:
+        urgent = is_urgent()
+        batch = self._pending.get(urgent)
+        if batch is None or not batch.takes(record.name):
+            batch = self._pending[urgent] = Batch(urgent)
+        index = batch.add(write)
+        try:
+            await batch.wait(self._send_batch, _subject)
+        except BaseException:
+            batch.withdraw(index)  # only before the send: this write is then not sent
+            raise
+        outcome = batch.outcome(index)
+        if isinstance(outcome, LeaseError):
+            raise outcome
+        if outcome is None:
             return None
-        if record.holder and not record.handover_to:
-            # Only a held state's event may be skipped undecoded (._feed): a release or a
-            # handover request is news to the waiters and holders of this process.
+        return dataclasses.replace(record, version=str(outcome))
+
+    async def _send_batch(self, batch: Batch) -> list[int | Malformed | None]:
+        """Send ``batch`` as one txn (closed when the request takes its slot); its answers."""
+
+        def body() -> dict[str, Any]:
+            if self._pending.get(batch.urgent) is batch:
+                del self._pending[batch.urgent]
+            return batch.body()
+
+        answers = await self._client.call(
+            "kv/txn", body, write=True, read=batch.read, subject=lambda: _subject(batch)
+        )
+        assert batch.sent is not None
+        # Only a held state's event may be skipped undecoded (._feed): a release or a
+        # handover request is news to the waiters and holders of this process. A txn has
+        # one revision, so it is remembered only when every write it made is a held state.
+        written = [
+            write
+            for write, answer in zip(batch.sent, answers, strict=True)
+            if isinstance(answer, int)
+        ]
+        revisions = {answer for answer in answers if isinstance(answer, int)}
+        if written and len(revisions) == 1 and all(w.held for w in written):
             own = self._own_writes
-            own[revision] = record.name
+            own[revisions.pop()] = written[0].name
             if len(own) > OWN_WRITES_KEPT:
                 del own[next(iter(own))]
-        return dataclasses.replace(record, version=str(revision))
+        return answers
 
     async def create(self, record: LeaseRecord) -> LeaseRecord:
         stored = await self._swap(record, {"target": "CREATE", "create_revision": "0"})
@@ -348,3 +389,15 @@ class EtcdBackend(LeaseBackend):
                 pass  # a read: retrying it is safe
             await anyio.sleep(backoff * random.uniform(0.5, 1.0))
             backoff = min(backoff * 2, WATCH_BACKOFF_MAX)
+
+
+def _subject(batch: Batch) -> str:
+    """What a batch's messages name: its lease, or how many and the first few."""
+    names = [write.name for write in (batch.sent or []) if write is not None]
+    if not names:
+        names = [write.name for write in batch.writes if write is not None]
+    if len(names) == 1:
+        return f" for lease {names[0]!r}"
+    shown = ", ".join(repr(name) for name in names[:3])
+    more = ", ..." if len(names) > 3 else ""
+    return f" for {len(names)} leases ({shown}{more})"

@@ -66,6 +66,13 @@ __all__ = ["MAX_WATCH_LINE", "EtcdClient"]
 
 T = TypeVar("T")
 API = "/v3"
+#: A request's JSON body, or the function that makes it once the request has a slot.
+Body = dict[str, Any] | Callable[[], dict[str, Any]]
+
+
+def _where(path: str, subject: str | Callable[[], str], endpoint: str) -> str:
+    """The request as messages name it (``kv/txn for lease 'x' at http://...``)."""
+    return f"{path}{subject() if callable(subject) else subject} at {endpoint}"
 
 
 #: Unary requests in flight per client. Without a cap, a burst of acquisitions (1,000 leases
@@ -187,18 +194,20 @@ class EtcdClient:
     async def call(
         self,
         path: str,
-        body: dict[str, Any],
+        body: Body,
         *,
         write: bool,
         read: Callable[[JsonObject], T],
-        subject: str = "",
+        subject: str | Callable[[], str] = "",
     ) -> T:
         """POST ``body`` to ``/v3/<path>``; the answer read by ``read``, or a mapped error.
 
         ``write`` says whether the request changes state: a write is sent at most once past
         the connection stage (never retried on an unknown outcome). ``read`` turns the answer
         object into a checked value (see :mod:`._replies`); ``subject`` (``" for lease 'x'"``)
-        goes into messages.
+        goes into messages. ``body`` may be a function, called each time the request has taken
+        a request slot, just before it is sent (a batch closes then, :mod:`._batch`); it must
+        return the same body every time. ``subject`` may be a function, called once it has.
         """
         reauthenticated = False
         failures: list[str] = []
@@ -207,10 +216,10 @@ class EtcdClient:
         attempts = 0
         while attempts < len(self.endpoints):
             endpoint = self.endpoints[self._current]
-            where = f"{path}{subject} at {endpoint}"
             try:
                 status, content = await self._post(endpoint, path, body)
             except SEND_FAILURES as exc:
+                where = _where(path, subject, endpoint)
                 self._move_on_from(endpoint)
                 rejected = untrusted_certificate(exc)
                 if rejected is None and not isinstance(exc, CONNECT_FAILURES):
@@ -226,6 +235,7 @@ class EtcdClient:
             except BackendProtocolError:  # an answer that cannot be read (over the body cap)
                 self._move_on_from(endpoint)
                 raise
+            where = _where(path, subject, endpoint)
             if status == 200:
                 try:
                     return read_answer(content, where, read, write=write)
@@ -264,14 +274,15 @@ class EtcdClient:
             f"and has quorum"
         )
 
-    async def _post(self, endpoint: str, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    async def _post(self, endpoint: str, path: str, body: Body) -> tuple[int, bytes]:
         """One POST to ``endpoint``, authenticating there first if needed."""
         slots = self._slots
         await slots.acquire()  # renewals first; bounded by the caller's deadline
         try:
+            payload = body() if callable(body) else body
             bounds, headers = self._timeouts(stream=False)
             await self._authorize(endpoint, headers, bounds)
-            return await self._send(endpoint, path, body, headers, bounds)
+            return await self._send(endpoint, path, payload, headers, bounds)
         finally:
             slots.release()
 

@@ -16,10 +16,11 @@ watched lease with no key) and watches from that read's revision on. The stream 
 progress notifications, so an idle stream still moves the resume point forward.
 
 Most events a holder's stream carries are its own renewals. The backend remembers the revision
-of each held state it wrote (a txn writes one key, and its header revision is that write's
-``mod_revision``); a line whose events are all such writes is skipped before it is decoded
-(:meth:`EtcdFeed._own_write`), and only moves the resume point. A release or a handover request
-is never skipped: the waiters and holders of this process must see it.
+of each txn of held states it wrote (a txn's header revision is the ``mod_revision`` of every
+key it wrote; a batched txn, :mod:`._batch`, writes several); a line whose events are all such
+writes is skipped before it is decoded (:meth:`EtcdFeed._own_write`), and only moves the resume
+point. A release or a handover request is never skipped: the waiters and holders of this
+process must see it.
 
 Every reopening waits a jittered pause that doubles up to
 :data:`~._backend.WATCH_BACKOFF_MAX` while streams end without delivering anything, as the
@@ -188,7 +189,7 @@ class EtcdFeed(WatchFeed):
         revisions = [int(found) for found in _MOD_REVISION.findall(line)]
         if not revisions or any(revision not in own for revision in revisions):
             return None
-        for revision in revisions:
+        for revision in set(revisions):  # a batched txn's events share its revision
             del own[revision]
         self.own_skipped += 1
         return PrefixBatch([], max(revisions), False, False)

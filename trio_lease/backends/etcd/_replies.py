@@ -45,6 +45,7 @@ __all__ = [
     "read_range",
     "read_token",
     "read_txn",
+    "read_txns",
     "read_watch_result",
 ]
 
@@ -152,6 +153,52 @@ def read_txn(answer: JsonObject, *, above: int = 0) -> int | None:
             f"{revision} in a txn that succeeded, not above the compared revision {above}",
         )
     return revision
+
+
+def read_txns(answer: JsonObject, *, above: list[int]) -> list[int | Malformed | None]:
+    """Per write of a batched txn (one nested txn each, in order): the revision it was written
+    at, None if its own compare failed, or the :class:`Malformed` that makes its outcome unknown.
+
+    The outer txn has no compare, so it must have succeeded, with one ``response_txn`` per
+    write; an outer answer that is not so is unreadable as a whole (raises). Every write that
+    succeeded was written at the txn's header revision, which must be above the revision that
+    write compared against (``above``, 0 for a create) and, when the nested ``response_put``
+    carries one, equal to it.
+    """
+    if "succeeded" not in answer or not _boolean(answer["succeeded"], "succeeded"):
+        raise Malformed("succeeded", "the batch txn has no compare, so it must have succeeded")
+    header = obj(answer.get("header"), "header")
+    revision = _int64(header.get("revision"), "header.revision", low=1, required=True)
+    responses = _optional_list(answer, "responses")
+    if len(responses) != len(above):
+        raise Malformed("responses", f"{len(responses)} answers to {len(above)} writes")
+    results: list[int | Malformed | None] = []
+    for index, (response, compared) in enumerate(zip(responses, above, strict=True)):
+        path = f"responses[{index}].response_txn"
+        try:
+            nested = obj(obj(response, f"responses[{index}]").get("response_txn"), path)
+            succeeded = nested.get("succeeded", False)
+            if not _boolean(succeeded, f"{path}.succeeded"):
+                results.append(None)
+                continue
+            puts = _optional_list(nested, "responses", f"{path}.responses")
+            if len(puts) != 1:
+                raise Malformed(f"{path}.responses", f"{len(puts)} answers to one put")
+            put = obj(obj(puts[0], f"{path}.responses[0]").get("response_put"), f"{path}.put")
+            put_header = obj(put.get("header", {}), f"{path}.put.header")
+            own = _int64(put_header.get("revision"), f"{path}.put.header.revision")
+            if own not in (0, revision):
+                raise Malformed(f"{path}.put.header.revision", "is not the txn's revision")
+            if revision <= compared:
+                raise Malformed(
+                    "header.revision",
+                    f"{revision} in a write that succeeded, not above the compared revision "
+                    f"{compared}",
+                )
+            results.append(revision)
+        except Malformed as exc:
+            results.append(exc)
+    return results
 
 
 @dataclass(frozen=True, slots=True)
