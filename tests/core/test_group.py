@@ -18,6 +18,7 @@ from trio_lease import Group, LeaseConfigError, LeaseLost, Membership
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
 from trio_lease.testing import FaultyBackend
 
+from ._own_process import OwnProcess
 from .conftest import SETTINGS
 
 pytestmark = pytest.mark.anyio
@@ -29,16 +30,8 @@ def world(every_world: World) -> World:
     return every_world
 
 
-class _OwnProcess(FaultyBackend):
-    """A client of the store standing for a process of its own (its own store key)."""
-
-    @property
-    def store_key(self) -> Hashable:
-        return ("own process", id(self))
-
-
-def _group(world: World, owner: str) -> tuple[Group, _OwnProcess]:
-    backend = _OwnProcess(world.backend())
+def _group(world: World, owner: str) -> tuple[Group, OwnProcess]:
+    backend = OwnProcess(world.backend())
     return Group("workers", owner, backend, world.settings), backend
 
 
@@ -50,7 +43,7 @@ async def _until(membership: Membership, count: int) -> None:
 
 
 def _crashing(
-    crasher: Group, backend: _OwnProcess, cut: anyio.Event, cut_at: list[float]
+    crasher: Group, backend: OwnProcess, cut: anyio.Event, cut_at: list[float]
 ) -> Callable[[], Coroutine[Any, Any, None]]:
     """A member that joins, and once ``cut`` is set is cut off from the store (its time noted in
     ``cut_at``) until it loses its lease."""
@@ -220,7 +213,7 @@ async def test_a_dead_members_slot_is_taken_back_and_reused(world: World) -> Non
     stayer, _ = _group(world, "stayer")
     slots: list[int] = []
 
-    async def crasher(group: Group, backend: _OwnProcess, joined: anyio.Event) -> None:
+    async def crasher(group: Group, backend: OwnProcess, joined: anyio.Event) -> None:
         with contextlib.suppress(LeaseLost):
             async with group.joined() as membership:
                 slots.append(membership.slot)
