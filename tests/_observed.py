@@ -11,6 +11,7 @@ import pytest
 
 from trio_lease import Lease, LeaseLost, LeaseObserver
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
+from trio_lease.testing import FaultyBackend
 
 from .conftest import SETTINGS
 
@@ -63,3 +64,22 @@ async def lose(lease: Lease, change: Callable[[MemoryStore], object]) -> None:
         async with lease.held():
             change(backend.store)
             await anyio.sleep(SETTINGS.heartbeat_timeout)
+
+
+def failing(backend: FaultyBackend) -> None:
+    """Every request of ``backend`` fails from now on (BackendUnavailable)."""
+    backend.error_rate = 1.0
+
+
+async def fail_until_lost(
+    observer: LeaseObserver, fail: Callable[[FaultyBackend], object] = failing
+) -> FaultyBackend:
+    """A lease told to ``observer``, on a FaultyBackend over memory, is granted; ``fail`` breaks
+    the backend; the scope ends in LeaseLost within L. Returns the backend."""
+    backend = FaultyBackend(MemoryBackend())
+    lease = Lease("job", "me", backend, SETTINGS, observers=[observer])
+    with pytest.raises(LeaseLost):
+        async with lease.held():
+            fail(backend)
+            await anyio.sleep(SETTINGS.heartbeat_timeout)
+    return backend

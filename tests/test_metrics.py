@@ -17,13 +17,13 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from trio_lease import Lease, LeaseInfo, LeaseLost
+from trio_lease import Lease, LeaseInfo
 from trio_lease.backends.memory import MemoryBackend
 from trio_lease.health import HealthServer
 from trio_lease.metrics import LOSS_CAUSES, RENEWAL_CAUSES, PrometheusMetrics, cause_category
 from trio_lease.testing import FaultyBackend
 
-from ._observed import lose, takeover, wait_behind_a_holder
+from ._observed import fail_until_lost, lose, takeover, wait_behind_a_holder
 from .conftest import REAL_TIME_SETTINGS, SETTINGS
 
 pytestmark = pytest.mark.anyio
@@ -153,12 +153,7 @@ async def test_a_failing_store_counts_renewal_failures_then_a_deadline_loss() ->
     """Every request failing: renewal_failures_total{cause="unavailable"} rises, then one loss
     with cause="deadline"; no free text ever becomes a label value."""
     registry, metrics = observed(CollectorRegistry())
-    backend = FaultyBackend(MemoryBackend())
-    lease = Lease("job", "me", backend, SETTINGS, observers=[metrics])
-    with pytest.raises(LeaseLost):
-        async with lease.held():
-            backend.error_rate = 1.0
-            await anyio.sleep(SETTINGS.heartbeat_timeout)
+    await fail_until_lost(metrics)
     failures = value(registry, "trio_lease_renewal_failures_total", name="job", cause="unavailable")
     assert failures >= 2
     assert value(registry, "trio_lease_losses_total", name="job", cause="deadline") == 1
@@ -174,12 +169,7 @@ async def test_a_failing_store_counts_renewal_failures_then_a_deadline_loss() ->
 async def test_hung_renewals_count_as_timeouts() -> None:
     """A store that stops answering: renewal failures with cause="timeout"."""
     registry, metrics = observed(CollectorRegistry())
-    backend = FaultyBackend(MemoryBackend())
-    lease = Lease("job", "me", backend, SETTINGS, observers=[metrics])
-    with pytest.raises(LeaseLost):
-        async with lease.held():
-            backend.pause()
-            await anyio.sleep(SETTINGS.heartbeat_timeout)
+    backend = await fail_until_lost(metrics, FaultyBackend.pause)
     backend.resume()
     assert value(registry, "trio_lease_renewal_failures_total", name="job", cause="timeout") >= 1
 

@@ -24,13 +24,12 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from trio_lease import AcquireTimeout, Lease, LeaseLost
+from trio_lease import AcquireTimeout, Lease
 from trio_lease import tracing as tracing_module
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
-from trio_lease.testing import FaultyBackend
 from trio_lease.tracing import OpenTelemetryTracing
 
-from ._observed import lose, takeover, wait_behind_a_holder
+from ._observed import fail_until_lost, lose, takeover, wait_behind_a_holder
 from .conftest import SETTINGS
 
 pytestmark = pytest.mark.anyio
@@ -172,12 +171,7 @@ async def test_a_takeover_ends_the_hold_span_with_an_error_and_a_loss_event(
 
 async def test_failing_renewals_are_events_of_the_hold_span(traced: Traced) -> None:
     """A store that stops answering: renewal_failed events (cause, time left), then the loss."""
-    backend = FaultyBackend(MemoryBackend())
-    lease = Lease("job", "me", backend, SETTINGS, observers=[traced.tracing])
-    with pytest.raises(LeaseLost):
-        async with lease.held():
-            backend.error_rate = 1.0
-            await anyio.sleep(SETTINGS.heartbeat_timeout)
+    await fail_until_lost(traced.tracing)
     hold = traced.one("trio_lease.hold")
     failed = events(hold, "trio_lease.renewal_failed")
     assert len(failed) >= 2 and attrs(hold)["trio_lease.renewal_failures"] == len(failed)

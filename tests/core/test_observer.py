@@ -9,18 +9,16 @@ import anyio
 import pytest
 
 import trio_lease._observer as observer_module
-from tests._observed import lose, takeover, wait_behind_a_holder
+from tests._observed import fail_until_lost, lose, takeover, wait_behind_a_holder
 from trio_lease import (
     Lease,
     LeaseInfo,
-    LeaseLost,
     LeaseObserver,
     LeaseProvider,
     add_observer,
     remove_observer,
 )
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
-from trio_lease.testing import FaultyBackend
 
 from ._recorder import Recorder
 from .conftest import SETTINGS
@@ -80,12 +78,7 @@ async def test_a_takeover_tells_lost_with_its_cause_and_no_release(everywhere: R
 async def test_failing_renewals_are_told_with_time_left_before_the_loss() -> None:
     """A store that stops answering: renewal_failed with shrinking time_left, then lost."""
     recorder = Recorder()
-    backend = FaultyBackend(MemoryBackend())
-    lease = Lease("job", "me", backend, SETTINGS, observers=[recorder])
-    with pytest.raises(LeaseLost):
-        async with lease.held():
-            backend.error_rate = 1.0
-            await anyio.sleep(SETTINGS.heartbeat_timeout)
+    await fail_until_lost(recorder)
     failed = recorder.details("renewal_failed")
     assert len(failed) >= 2
     left = [f["time_left"] for f in failed]
