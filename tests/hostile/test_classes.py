@@ -259,12 +259,15 @@ async def test_a_write_answer_that_does_not_show_the_grant_is_not_a_grant(lie: s
     assert truth is None or truth.holder != lease.identity
 
 
-async def test_an_etcd_txn_answered_success_with_the_old_revision_is_not_a_grant() -> None:
-    """A txn answered ``succeeded`` at the revision it compared against (not applied): no grant."""
+async def _no_grant_on_a_txn_success_at(shift: int) -> EtcdFake:
+    """try_held() on a free etcd record whose txn is answered ``succeeded`` at the revision it
+    compared against plus ``shift`` (the store unchanged) raises a LeaseError, no grant yielded;
+    returns the fake."""
+
     def rule(request: Request) -> Reply | None:
         if request.path.endswith("/kv/txn"):
             compare = (request.json() or {}).get("compare") or [{}]
-            revision = compare[0].get("mod_revision", "0")
+            revision = int(compare[0].get("mod_revision", "0")) + shift
             return _json(200, {"header": {"revision": str(revision)}, "succeeded": True})
         return None
 
@@ -275,6 +278,12 @@ async def test_an_etcd_txn_answered_success_with_the_old_revision_is_not_a_grant
         with pytest.raises(LeaseError):
             async with lease.try_held():
                 pytest.fail("a grant the store does not show was yielded")
+    return fake
+
+
+async def test_an_etcd_txn_answered_success_with_the_old_revision_is_not_a_grant() -> None:
+    """A txn answered ``succeeded`` at the revision it compared against (not applied): no grant."""
+    fake = await _no_grant_on_a_txn_success_at(shift=0)
     truth = fake.truth("job")
     assert truth is not None and truth.holder == ""
 
@@ -655,17 +664,4 @@ async def test_an_advisory_field_out_of_float_range_never_escapes_untyped() -> N
 async def test_an_etcd_txn_success_below_the_compared_revision_is_not_a_grant() -> None:
     """A txn answered ``succeeded`` at a revision lower than the mod_revision it compared (no
     etcd can do that; the store unchanged): no grant is yielded."""
-    def rule(request: Request) -> Reply | None:
-        if request.path.endswith("/kv/txn"):
-            compare = (request.json() or {}).get("compare") or [{}]
-            revision = int(compare[0].get("mod_revision", "0")) - 1
-            return _json(200, {"header": {"revision": str(revision)}, "succeeded": True})
-        return None
-
-    fake, _, backend = _etcd(rule)
-    fake.seed("job", "", 3, 10.0)
-    async with backend:
-        lease = Lease("job", "me", backend, SETTINGS)
-        with pytest.raises(LeaseError):
-            async with lease.try_held():
-                pytest.fail("a grant the store does not show was yielded")
+    await _no_grant_on_a_txn_success_at(shift=-1)
