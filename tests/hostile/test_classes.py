@@ -32,6 +32,7 @@ from trio_lease import (
     BackendUnavailable,
     ConflictError,
     Lease,
+    LeaseBackend,
     LeaseBusy,
     LeaseConfigError,
     LeaseError,
@@ -373,6 +374,17 @@ def _bookmark_stream() -> Reply:
                  chunks=lines())
 
 
+async def _watch_for_ten_seconds(scripted: Scripted, backend: LeaseBackend) -> None:
+    """Watch lease job of ``backend`` for 10 s; the fake can end it early through
+    ``scripted.scope``."""
+    with anyio.CancelScope() as scope:
+        scripted.scope = scope
+        with anyio.move_on_after(10):
+            async with backend, backend.watch("job") as stream:
+                async for _ in stream:
+                    pass
+
+
 async def test_kubernetes_watch_streams_ending_after_one_bookmark_do_not_spin() -> None:
     """Every watch stream ends after one BOOKMARK: re-watching is paced (not a loop)."""
     def rule(request: Request) -> Reply | None:
@@ -384,12 +396,7 @@ async def test_kubernetes_watch_streams_ending_after_one_bookmark_do_not_spin() 
     fake.seed(COORDINATION, "job", "someone", 3, 10)
     backend = fake.backend(COORDINATION, url=None, transport=HostileTransport(scripted),
                            token="t", watch_poll_interval=1.0)
-    with anyio.CancelScope() as scope:
-        scripted.scope = scope
-        with anyio.move_on_after(10):
-            async with backend, backend.watch("job") as stream:
-                async for _ in stream:
-                    pass
+    await _watch_for_ten_seconds(scripted, backend)
     watches = [r for r in scripted.requests if r.query.get("watch") in ("1", "true")]
     # Paced by watch_poll_interval (1 s) after a stream that delivered nothing: <= 2 per second.
     assert len(watches) <= 22, f"{len(watches)} watch requests in 10 s"
@@ -408,12 +415,7 @@ async def test_etcd_watch_streams_ending_after_one_progress_notification_do_not_
 
     fake, scripted, backend = _etcd(rule)
     fake.seed("job", "someone", 3, 10.0)
-    with anyio.CancelScope() as scope:
-        scripted.scope = scope
-        with anyio.move_on_after(10):
-            async with backend, backend.watch("job") as stream:
-                async for _ in stream:
-                    pass
+    await _watch_for_ten_seconds(scripted, backend)
     watches = [r for r in scripted.requests if r.path.endswith("/watch")]
     # The watch backs off (from 50 ms, doubling to 2 s) between streams that brought nothing.
     assert len(watches) <= 20, f"{len(watches)} watch requests in 10 s"
