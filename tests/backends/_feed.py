@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 import pytest
 from anyio.abc import TaskGroup
 
-from trio_lease import Lease, LeaseBackend, LeaseLost, LeaseRecord, LeaseSettings
+from trio_lease import (
+    Lease,
+    LeaseBackend,
+    LeaseConfigError,
+    LeaseLost,
+    LeaseRecord,
+    LeaseSettings,
+)
 from trio_lease._abc import Watched, WatchFeed
 
 #: Renewals far apart (20 s) and records long-lived: only the watch can act within a test.
@@ -52,6 +59,31 @@ async def running(feed: WatchFeed, *names: str) -> AsyncIterator[Published]:
             tg.start_soon(feed.run, watched, lambda name, state: published.append((name, state)))
             yield published
             tg.cancel_scope.cancel()
+
+
+async def refused_after(
+    feed: WatchFeed, change: Callable[[], Awaitable[object]]
+) -> tuple[Published, LeaseConfigError]:
+    """Run ``feed`` on lease job; once it has published one state, ``change()`` the file; wait
+    until the run ends in LeaseConfigError. Returns what it published and that error."""
+    watched = Watched()
+    watched.add("job")
+    published: Published = []
+    failed: list[LeaseConfigError] = []
+
+    async def follow() -> None:
+        try:
+            await feed.run(watched, lambda name, state: published.append((name, state)))
+        except LeaseConfigError as exc:
+            failed.append(exc)
+
+    with anyio.fail_after(LIMIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            await until(lambda: len(published) == 1)
+            await change()
+            await until(lambda: bool(failed))
+    return published, failed[0]
 
 
 async def a_foreign_write_cancels_the_holder(mine: LeaseBackend, other: LeaseBackend) -> None:
