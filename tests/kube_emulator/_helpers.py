@@ -24,6 +24,14 @@ LEASE_YML = Path(__file__).resolve().parents[2] / "lease.yml"
 JSON = dict[str, Any]
 
 
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Both backends on real time: these tests use real sockets (a test module takes this
+    fixture by importing it)."""
+    backend: str = request.param
+    return backend
+
+
 def client(emulator: KubeEmulator, token: str | None = None, **kwargs: Any) -> httpx.AsyncClient:
     """An httpx client talking to ``emulator`` in-process, with a bearer token if given."""
     headers = dict(kwargs.pop("headers", {}))

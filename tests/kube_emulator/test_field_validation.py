@@ -17,17 +17,11 @@ import pytest
 from trio_lease.testing.kube import KubeEmulator
 
 from ._helpers import AKKA, LEASE_YML, LEASES, lease, needs_kubectl, run_kubectl, served
+from ._helpers import anyio_backend as anyio_backend
 
 pytestmark = pytest.mark.anyio
 
 STRICT = 'Lease in version "v1" cannot be handled as a Lease: strict decoding error: '
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Both backends on real time: these tests use real sockets."""
-    backend: str = request.param
-    return backend
 
 
 def _akka(name: str, **spec: object) -> dict[str, object]:
