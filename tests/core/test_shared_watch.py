@@ -195,6 +195,7 @@ async def _follow(
 async def _follow_in(
     scope: anyio.CancelScope, hub: SharedWatch, name: str, into: list[State | FeedFailure]
 ) -> None:
+    """:func:`_follow` within ``scope``: cancelling it makes this subscriber leave."""
     with scope:
         await _follow(hub, name, into)
 
@@ -239,12 +240,7 @@ async def test_next_subscriber_reruns_the_same_feed_when_its_host_leaves() -> No
     second: list[State | FeedFailure] = []
     async with anyio.create_task_group() as tg:
         host_scope = anyio.CancelScope()
-
-        async def host() -> None:
-            with host_scope:
-                await _follow(hub, "job", first)
-
-        tg.start_soon(host)
+        tg.start_soon(_follow_in, host_scope, hub, "job", first)
         await _settle()
         tg.start_soon(_follow, hub, "job", second)
         await _settle()
@@ -419,13 +415,8 @@ async def test_unwatched_names_are_dropped() -> None:
     states: list[State | FeedFailure] = []
     async with anyio.create_task_group() as tg:
         other = anyio.CancelScope()
-
-        async def follow_other() -> None:
-            with other:
-                await _follow(hub, "other", [])
-
         tg.start_soon(_follow, hub, "job", states)
-        tg.start_soon(follow_other)
+        tg.start_soon(_follow_in, other, hub, "other", [])
         await _settle()
         assert backend.feed.watching("other")
         other.cancel()
@@ -517,12 +508,7 @@ async def test_a_hub_fetched_before_its_last_subscriber_left_still_shares_one_ru
     late: list[State | FeedFailure] = []
     async with anyio.create_task_group() as tg:
         leaving = anyio.CancelScope()
-
-        async def leave_soon() -> None:
-            with leaving:
-                await _follow(_hub(backend), "other", [])
-
-        tg.start_soon(leave_soon)
+        tg.start_soon(_follow_in, leaving, _hub(backend), "other", [])
         await _settle()
         fetched = _hub(backend)  # as Holding._renew_when_turn does, before start_soon
         leaving.cancel()
