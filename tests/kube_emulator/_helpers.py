@@ -52,6 +52,18 @@ def lease(name: str, **spec: Any) -> JSON:
     }
 
 
+def akka_lease(name: str, **spec: Any) -> JSON:
+    """An akka.io/v1 Lease body (the custom resource of lease.yml) with ``spec`` fields."""
+    return {"apiVersion": "akka.io/v1", "kind": "Lease", "metadata": {"name": name}, "spec": spec}
+
+
+def with_akka_crd() -> KubeEmulator:
+    """An emulator serving the akka.io/v1 Lease custom resource (lease.yml applied)."""
+    emulator = KubeEmulator()
+    emulator.apply(LEASE_YML.read_text())
+    return emulator
+
+
 async def create(http: httpx.AsyncClient, name: str, **spec: Any) -> JSON:
     """POST a Lease and return the created object (asserting 201)."""
     response = await http.post(LEASES, json=lease(name, **spec))
