@@ -19,8 +19,13 @@ R = TypeVar("R")
 
 def ready(slot: int, t: float, pid: int | None = None) -> Event:
     """A worker process is up (its pid 1000 + slot unless given)."""
-    return {"ev": "ready", "t": t, "slot": slot, "identity": f"w{slot}",
-            "pid": 1000 + slot if pid is None else pid}
+    return {
+        "ev": "ready",
+        "t": t,
+        "slot": slot,
+        "identity": f"w{slot}",
+        "pid": 1000 + slot if pid is None else pid,
+    }
 
 
 def pause(slot: int, t0: float, t1: float, kind: str = "pause-long") -> Event:

@@ -71,7 +71,11 @@ class _Members:
 
         with contextlib.suppress(LeaseLost):
             await run_partitioned(
-                self.keys, fn, name="jobs", owner=owner, backend=self.backends[owner],
+                self.keys,
+                fn,
+                name="jobs",
+                owner=owner,
+                backend=self.backends[owner],
                 settings=SETTINGS,
             )
 
