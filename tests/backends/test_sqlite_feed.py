@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import sqlite3
 from pathlib import Path
@@ -16,6 +15,7 @@ from trio_lease.backends.sqlite import SqliteBackend
 from trio_lease.backends.sqlite._feed import SqliteFeed
 
 from ._feed import LIMIT, a_foreign_write_cancels_the_holder, running, start_waiters, until
+from ._sqlite import another_program
 
 pytestmark = pytest.mark.anyio
 
@@ -30,13 +30,6 @@ def anyio_backend(real_time_backend: str) -> str:
 def path(tmp_path: Path) -> Path:
     """The database file of the test."""
     return tmp_path / "leases.sqlite3"
-
-
-def another_program(path: Path, *statements: str) -> None:
-    """Run ``statements`` on ``path`` through a connection of its own, as another program."""
-    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        for statement in statements:
-            conn.execute(statement)
 
 
 def counting_connections(backend: SqliteBackend) -> list[int]:
