@@ -44,11 +44,12 @@ def anyio_backend(request: pytest.FixtureRequest) -> str | tuple[str, dict[str, 
 
 
 @asynccontextmanager
-async def _sqlite(tmp_path: Path) -> AsyncIterator[Callable[[], LeaseBackend]]:
+async def _closing(new: Callable[[], LeaseBackend]) -> AsyncIterator[Callable[[], LeaseBackend]]:
+    """A maker of backends (each ``new()``), every one it made closed when the block ends."""
     made: list[LeaseBackend] = []
 
     def make() -> LeaseBackend:
-        made.append(SqliteBackend(tmp_path / "leases.db", watch_interval=0.005))
+        made.append(new())
         return made[-1]
 
     try:
@@ -58,23 +59,22 @@ async def _sqlite(tmp_path: Path) -> AsyncIterator[Callable[[], LeaseBackend]]:
             await backend.aclose()
 
 
+def _sqlite(tmp_path: Path) -> AbstractAsyncContextManager[Callable[[], LeaseBackend]]:
+    return _closing(lambda: SqliteBackend(tmp_path / "leases.db", watch_interval=0.005))
+
+
 @asynccontextmanager
 async def _kubernetes(tmp_path: Path) -> AsyncIterator[Callable[[], LeaseBackend]]:
-    made: list[LeaseBackend] = []
     async with KubeEmulator().serve(tls=False) as server:
 
-        def make() -> LeaseBackend:
+        def new() -> LeaseBackend:
             config = ClusterConfig(
                 server=server.url, namespace="default", credentials=Credentials()
             )
-            made.append(KubernetesBackend(config, watch_poll_interval=1))
-            return made[-1]
+            return KubernetesBackend(config, watch_poll_interval=1)
 
-        try:
+        async with _closing(new) as make:
             yield make
-        finally:
-            for backend in made:
-                await backend.aclose()
 
 
 @asynccontextmanager
@@ -82,18 +82,10 @@ async def _etcd(tmp_path: Path) -> AsyncIterator[Callable[[], LeaseBackend]]:
     from tests.etcd_server import etcd_cluster
     from trio_lease.backends.etcd import EtcdBackend
 
-    made: list[LeaseBackend] = []
+    prefix = f"scopes-{tmp_path.name}/"
     with etcd_cluster(size=1) as cluster:
-
-        def make() -> LeaseBackend:
-            made.append(EtcdBackend(cluster.endpoints, prefix=f"scopes-{tmp_path.name}/"))
-            return made[-1]
-
-        try:
+        async with _closing(lambda: EtcdBackend(cluster.endpoints, prefix=prefix)) as make:
             yield make
-        finally:
-            for backend in made:
-                await backend.aclose()
 
 
 STORES = {"sqlite": _sqlite, "kubernetes": _kubernetes, "etcd": _etcd}

@@ -7,7 +7,6 @@ prometheus_client's own parser.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import subprocess
 import sys
@@ -18,12 +17,13 @@ import pytest
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from trio_lease import Lease, LeaseInfo, LeaseLost
-from trio_lease.backends.memory import MemoryBackend, MemoryStore
+from trio_lease import Lease, LeaseInfo
+from trio_lease.backends.memory import MemoryBackend
 from trio_lease.health import HealthServer
 from trio_lease.metrics import LOSS_CAUSES, RENEWAL_CAUSES, PrometheusMetrics, cause_category
 from trio_lease.testing import FaultyBackend
 
+from ._observed import fail_until_lost, lose, takeover, wait_behind_a_holder
 from .conftest import REAL_TIME_SETTINGS, SETTINGS
 
 pytestmark = pytest.mark.anyio
@@ -118,25 +118,12 @@ async def test_held_gauge_stays_1_while_another_owner_of_the_process_still_holds
 async def test_handover_wait_is_observed_in_the_histogram() -> None:
     """A contender that waited ~3.9 s for the holder's release lands in the (2.5, 5] bucket."""
     registry, metrics = observed(CollectorRegistry())
-    store = MemoryStore()
-    holder = Lease("job", "a", MemoryBackend(store), SETTINGS)
-    waiter = Lease("job", "b", MemoryBackend(store), SETTINGS, observers=[metrics])
-    async with anyio.create_task_group() as tg:
 
-        async def hold_for_a_while() -> None:
-            async with holder.held():
-                await anyio.sleep(4)
-
-        async def take() -> None:
-            async with waiter.held():
-                pass
-
-        tg.start_soon(hold_for_a_while)
-        await anyio.sleep(0.1)
-        tg.start_soon(take)
-        await anyio.sleep(1)
+    def no_holder_yet() -> None:
         # Waiting: the series exists, at 0 (so "no leader" queries see it).
         assert registry.get_sample_value("trio_lease_held", {"name": "job"}) == 0
+
+    await wait_behind_a_holder(metrics, meanwhile=no_holder_yet)
     bucket = "trio_lease_handover_wait_seconds_bucket"
     assert value(registry, bucket, name="job", le="2.5") == 0
     assert value(registry, bucket, name="job", le="5.0") == 1
@@ -148,17 +135,7 @@ async def test_handover_wait_is_observed_in_the_histogram() -> None:
 async def test_a_takeover_counts_a_loss_taken_over_and_drops_the_gauge() -> None:
     """A foreign takeover: losses_total{cause="taken_over"} 1, held 0, no release counted."""
     registry, metrics = observed(CollectorRegistry())
-    store = MemoryStore()
-    lease = Lease("job", "me", MemoryBackend(store), SETTINGS, observers=[metrics])
-    with pytest.raises(LeaseLost):
-        async with lease.held():
-            record = store.records["job"]
-            store._commit(
-                dataclasses.replace(
-                    record, holder="intruder", fencing_token=record.fencing_token + 1
-                )
-            )
-            await anyio.sleep(SETTINGS.heartbeat_timeout)
+    await lose(Lease("job", "me", MemoryBackend(), SETTINGS, observers=[metrics]), takeover)
     assert value(registry, "trio_lease_losses_total", name="job", cause="taken_over") == 1
     assert value(registry, "trio_lease_held", name="job") == 0
     assert value(registry, "trio_lease_releases_total", name="job", written="true") == 0
@@ -167,12 +144,8 @@ async def test_a_takeover_counts_a_loss_taken_over_and_drops_the_gauge() -> None
 async def test_a_deleted_record_counts_a_loss_deleted() -> None:
     """The record deleted under the holder: losses_total{cause="deleted"}."""
     registry, metrics = observed(CollectorRegistry())
-    store = MemoryStore()
-    lease = Lease("job", "me", MemoryBackend(store), SETTINGS, observers=[metrics])
-    with pytest.raises(LeaseLost):
-        async with lease.held():
-            store.delete("job")
-            await anyio.sleep(SETTINGS.heartbeat_timeout)
+    lease = Lease("job", "me", MemoryBackend(), SETTINGS, observers=[metrics])
+    await lose(lease, lambda store: store.delete("job"))
     assert value(registry, "trio_lease_losses_total", name="job", cause="deleted") == 1
 
 
@@ -180,12 +153,7 @@ async def test_a_failing_store_counts_renewal_failures_then_a_deadline_loss() ->
     """Every request failing: renewal_failures_total{cause="unavailable"} rises, then one loss
     with cause="deadline"; no free text ever becomes a label value."""
     registry, metrics = observed(CollectorRegistry())
-    backend = FaultyBackend(MemoryBackend())
-    lease = Lease("job", "me", backend, SETTINGS, observers=[metrics])
-    with pytest.raises(LeaseLost):
-        async with lease.held():
-            backend.error_rate = 1.0
-            await anyio.sleep(SETTINGS.heartbeat_timeout)
+    await fail_until_lost(metrics)
     failures = value(registry, "trio_lease_renewal_failures_total", name="job", cause="unavailable")
     assert failures >= 2
     assert value(registry, "trio_lease_losses_total", name="job", cause="deadline") == 1
@@ -201,12 +169,7 @@ async def test_a_failing_store_counts_renewal_failures_then_a_deadline_loss() ->
 async def test_hung_renewals_count_as_timeouts() -> None:
     """A store that stops answering: renewal failures with cause="timeout"."""
     registry, metrics = observed(CollectorRegistry())
-    backend = FaultyBackend(MemoryBackend())
-    lease = Lease("job", "me", backend, SETTINGS, observers=[metrics])
-    with pytest.raises(LeaseLost):
-        async with lease.held():
-            backend.pause()
-            await anyio.sleep(SETTINGS.heartbeat_timeout)
+    backend = await fail_until_lost(metrics, FaultyBackend.pause)
     backend.resume()
     assert value(registry, "trio_lease_renewal_failures_total", name="job", cause="timeout") >= 1
 

@@ -19,7 +19,7 @@ import pytest
 import trustme
 
 from tests.conftest import REAL_LOOPS
-from trio_lease import LeaseError
+from trio_lease import LeaseBackend, LeaseError
 from trio_lease.backends.etcd import EtcdBackend
 from trio_lease.backends.kubernetes import KubernetesBackend
 
@@ -80,25 +80,25 @@ def ca_file(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-async def _etcd_error(endpoint: str, **options: Any) -> str:
-    backend = EtcdBackend([endpoint], connect_timeout=5, request_timeout=5, **options)
+async def _get_error(backend: LeaseBackend) -> str:
+    """The text of the LeaseError a read of ``backend`` raises (the backend closed after)."""
     try:
         with pytest.raises(LeaseError) as caught:
             await backend.get("job")
     finally:
         await backend.aclose()
     return str(caught.value)
+
+
+async def _etcd_error(endpoint: str, **options: Any) -> str:
+    return await _get_error(
+        EtcdBackend([endpoint], connect_timeout=5, request_timeout=5, **options)
+    )
 
 
 async def _kube_error(server: str, **options: Any) -> str:
     section = {"server": server, "token": "t", "namespace": "default", **options}
-    backend = KubernetesBackend.from_config(section)
-    try:
-        with pytest.raises(LeaseError) as caught:
-            await backend.get("job")
-    finally:
-        await backend.aclose()
-    return str(caught.value)
+    return await _get_error(KubernetesBackend.from_config(section))
 
 
 async def test_etcd_https_to_a_plain_http_server_says_use_http(plain_port: int) -> None:

@@ -24,12 +24,12 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from trio_lease import AcquireTimeout, Lease, LeaseLost
+from trio_lease import AcquireTimeout, Lease
 from trio_lease import tracing as tracing_module
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
-from trio_lease.testing import FaultyBackend
 from trio_lease.tracing import OpenTelemetryTracing
 
+from ._observed import fail_until_lost, lose, takeover, wait_behind_a_holder
 from .conftest import SETTINGS
 
 pytestmark = pytest.mark.anyio
@@ -86,14 +86,6 @@ def span_id(span: ReadableSpan) -> int:
     return found
 
 
-def takeover(store: MemoryStore, name: str = "job") -> None:
-    """Another holder writes the record, as a contender that judged it expired would."""
-    record = store.records[name]
-    store._commit(
-        dataclasses.replace(record, holder="intruder", fencing_token=record.fencing_token + 1)
-    )
-
-
 async def test_held_makes_acquire_hold_release_spans_in_one_trace(traced: Traced) -> None:
     """held(): acquire (in the caller's span) → hold → release, identified, renewals counted."""
     lease = Lease("job", "me", MemoryBackend(), SETTINGS, observers=[traced.tracing])
@@ -132,19 +124,7 @@ async def test_held_makes_acquire_hold_release_spans_in_one_trace(traced: Traced
 
 async def test_a_waiting_contenders_acquire_span_covers_its_wait(traced: Traced) -> None:
     """The acquire span starts when the wait did, ends at the grant, and names the holder."""
-    store = MemoryStore()
-    holder = Lease("job", "a", MemoryBackend(store), SETTINGS)
-    waiter = Lease("job", "b", MemoryBackend(store), SETTINGS, observers=[traced.tracing])
-    async with anyio.create_task_group() as tg:
-
-        async def hold_for_a_while() -> None:
-            async with holder.held():
-                await anyio.sleep(4)
-
-        tg.start_soon(hold_for_a_while)
-        await anyio.sleep(0.1)
-        async with waiter.held():
-            pass
+    holder, _ = await wait_behind_a_holder(traced.tracing)
     acquire = traced.one("trio_lease.acquire")
     assert seconds(acquire) == pytest.approx(3.9, abs=0.1)
     assert seconds(acquire) == pytest.approx(attrs(acquire)["trio_lease.waited_s"], abs=1e-6)
@@ -177,12 +157,7 @@ async def test_a_takeover_ends_the_hold_span_with_an_error_and_a_loss_event(
     traced: Traced,
 ) -> None:
     """A foreign takeover: hold span ended, error status, loss event with the cause; no release."""
-    store = MemoryStore()
-    lease = Lease("job", "me", MemoryBackend(store), SETTINGS, observers=[traced.tracing])
-    with pytest.raises(LeaseLost):
-        async with lease.held():
-            takeover(store)
-            await anyio.sleep(SETTINGS.heartbeat_timeout)
+    await lose(Lease("job", "me", MemoryBackend(), SETTINGS, observers=[traced.tracing]), takeover)
     hold = traced.one("trio_lease.hold")
     assert hold.status.status_code is trace.StatusCode.ERROR
     assert "intruder" in (hold.status.description or "")
@@ -196,12 +171,7 @@ async def test_a_takeover_ends_the_hold_span_with_an_error_and_a_loss_event(
 
 async def test_failing_renewals_are_events_of_the_hold_span(traced: Traced) -> None:
     """A store that stops answering: renewal_failed events (cause, time left), then the loss."""
-    backend = FaultyBackend(MemoryBackend())
-    lease = Lease("job", "me", backend, SETTINGS, observers=[traced.tracing])
-    with pytest.raises(LeaseLost):
-        async with lease.held():
-            backend.error_rate = 1.0
-            await anyio.sleep(SETTINGS.heartbeat_timeout)
+    await fail_until_lost(traced.tracing)
     hold = traced.one("trio_lease.hold")
     failed = events(hold, "trio_lease.renewal_failed")
     assert len(failed) >= 2 and attrs(hold)["trio_lease.renewal_failures"] == len(failed)
@@ -233,23 +203,10 @@ class SpyTracerProvider(trace.NoOpTracerProvider):
 
 async def hold_then_lose(tracing: OpenTelemetryTracing) -> None:
     """A wait, a released grant, then a grant lost to a takeover, all observed by ``tracing``."""
-    store = MemoryStore()
-    other = Lease("job", "a", MemoryBackend(store), SETTINGS)
-    lease = Lease("job", "me", MemoryBackend(store), SETTINGS, observers=[tracing])
-    async with anyio.create_task_group() as tg:
-
-        async def hold_briefly() -> None:
-            async with other.held():
-                await anyio.sleep(1)
-
-        tg.start_soon(hold_briefly)
-        await anyio.sleep(0.1)
-        async with lease.held():
-            await anyio.sleep(SETTINGS.heartbeat_interval + 0.1)
-    with pytest.raises(LeaseLost):
-        async with lease.held():
-            takeover(store)
-            await anyio.sleep(SETTINGS.heartbeat_timeout)
+    _, lease = await wait_behind_a_holder(
+        tracing, holding=1, body=SETTINGS.heartbeat_interval + 0.1
+    )
+    await lose(lease, takeover)
 
 
 async def test_without_an_sdk_nothing_is_recorded_and_nothing_fails(

@@ -25,9 +25,11 @@ import pytest
 from trio_lease import BackendUnavailable, ConflictError, LeaseRecord
 from trio_lease.backends.sqlite import SqliteBackend
 
+from ._sqlite import shell
+
 # SQLite uses worker threads: real time on both backends; another program's connection.
 from .test_sqlite_edits import anyio_backend as anyio_backend
-from .test_sqlite_edits import shell, stored
+from .test_sqlite_edits import stored
 
 pytestmark = pytest.mark.anyio
 

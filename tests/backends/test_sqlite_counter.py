@@ -22,9 +22,10 @@ import pytest
 from trio_lease import BackendProtocolError, LeaseConfigError, LeaseRecord
 from trio_lease.backends.sqlite import SqliteBackend
 
+from ._sqlite import another_program, shell
+
 # SQLite uses worker threads: real time on both backends; another program's connection.
 from .test_sqlite_edits import anyio_backend as anyio_backend
-from .test_sqlite_edits import shell
 
 pytestmark = pytest.mark.anyio
 
@@ -75,10 +76,12 @@ async def test_raising_the_counter_and_text_counters_are_left_alone(tmp_path: Pa
     path = tmp_path / "leases.sqlite3"
     async with SqliteBackend(path) as backend:
         await held_at_four(backend)
-    with shell(path) as conn:
-        conn.execute("UPDATE version_counter SET value = 10")
-        conn.execute("UPDATE version_counter SET value = 'x'")
-        conn.execute("UPDATE version_counter SET value = 3")
+    another_program(
+        path,
+        "UPDATE version_counter SET value = 10",
+        "UPDATE version_counter SET value = 'x'",
+        "UPDATE version_counter SET value = 3",
+    )
     assert counter(path) == 3
 
 
@@ -88,9 +91,9 @@ async def test_a_counter_row_lost_with_a_text_value_is_restored_on_open(tmp_path
     path = tmp_path / "leases.sqlite3"
     async with SqliteBackend(path) as backend:
         await held_at_four(backend)
-    with shell(path) as conn:
-        conn.execute("UPDATE version_counter SET value = NULL")
-        conn.execute("DELETE FROM version_counter")
+    another_program(
+        path, "UPDATE version_counter SET value = NULL", "DELETE FROM version_counter"
+    )
     async with SqliteBackend(path) as backend:
         assert (await backend.create(LeaseRecord("other", "bob", 5.0, 1))).version == "5"
 

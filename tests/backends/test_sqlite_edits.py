@@ -11,10 +11,7 @@ tables (another program's, which runs inside our writes) is refused on open.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -32,6 +29,8 @@ from trio_lease import (
 from trio_lease.backends.sqlite import SqliteBackend
 from trio_lease.backends.sqlite._file import TRIGGERS
 
+from ._sqlite import shell
+
 pytestmark = pytest.mark.anyio
 
 #: Renewals a minute apart: within a test only the watch can tell the holder of an edit.
@@ -44,13 +43,6 @@ FAST = LeaseSettings(heartbeat_timeout=6, heartbeat_interval=0.2, lease_operatio
 def anyio_backend(real_time_backend: str) -> str:
     """SQLite uses worker threads: real time on both backends."""
     return real_time_backend
-
-
-@contextlib.contextmanager
-def shell(path: Path) -> Iterator[sqlite3.Connection]:
-    """Another program's connection to the file, committing each statement."""
-    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        yield conn
 
 
 def stored(path: Path, name: str = "job") -> tuple[str, object, object]:

@@ -15,19 +15,18 @@ import contextlib
 import dataclasses
 import os
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import pytest
 
 from trio_lease import LeaseConfigError, LeaseRecord
-from trio_lease._abc import Watched
 from trio_lease.backends.sqlite import SqliteBackend
+
+from ._feed import LIMIT, refused_after
 
 pytestmark = pytest.mark.anyio
 
-LIMIT = 30  # seconds: a hang guard, never a timing assert
 GONE = "was removed or emptied while this process used it"
 REPLACED = "was replaced by another file while this process used it"
 
@@ -52,12 +51,6 @@ async def replace(path: Path) -> None:
         await other.names()
     remove(path)
     os.replace(fresh, path)
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Wait (polling) until ``condition()`` holds."""
-    while not condition():
-        await anyio.sleep(0.01)
 
 
 @pytest.mark.parametrize("how", ["replaced", "removed"])
@@ -149,25 +142,9 @@ async def test_the_shared_watch_stops_following_a_replaced_file(tmp_path: Path) 
     path = tmp_path / "leases.sqlite3"
     async with SqliteBackend(path, watch_interval=0.01) as backend:
         await backend.create(LeaseRecord("job", "alice", 30.0, 1))
-        feed = backend.watch_feed()
-        watched = Watched()
-        watched.add("job")
-        published: list[str] = []
-        failed: list[LeaseConfigError] = []
-
-        async def follow() -> None:
-            try:
-                await feed.run(watched, lambda name, state: published.append(name))
-            except LeaseConfigError as exc:
-                failed.append(exc)
-
-        with anyio.fail_after(LIMIT):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(follow)
-                await until(lambda: published == ["job"])
-                await replace(path)
-                await until(lambda: bool(failed))
-    assert REPLACED in str(failed[0])
+        published, failed = await refused_after(backend.watch_feed(), lambda: replace(path))
+    assert published[0][0] == "job"
+    assert REPLACED in str(failed)
 
 
 async def test_a_watch_stops_following_a_removed_file(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.backends._handover import hand_over
 from trio_lease import Lease, LeaseRecord, LeaseSettings
 from trio_lease.backends.sqlite import SqliteBackend
 from trio_lease.backends.sqlite._file import TRIGGERS
@@ -58,24 +59,8 @@ async def test_the_holder_is_told_and_the_requester_gets_the_lease_next(tmp_path
     path = tmp_path / "leases.sqlite3"
     holder = Lease("job", "a", SqliteBackend(path, watch_interval=0.01), SLOW)
     requester = Lease("job", "b", SqliteBackend(path, watch_interval=0.01), SLOW)
-    order: list[str] = []
-    held = anyio.Event()
     with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
-
-            async def hold() -> None:
-                async with holder.held() as grant:
-                    order.append(f"a:{grant.fencing_token}")
-                    held.set()
-                    await grant.handover_requested.wait()
-                    assert grant.handover_to == requester.identity
-                    order.append("a:asked")
-
-            tg.start_soon(hold)
-            await held.wait()
-            assert await requester.request_handover()
-            async with requester.held() as grant:
-                order.append(f"b:{grant.fencing_token}")
+        order, _ = await hand_over(holder, requester)
     assert order == ["a:1", "a:asked", "b:2"]
 
 

@@ -27,13 +27,13 @@ import pytest
 
 from tests._watching import first_state
 from trio_lease import Lease, LeaseConfigError, LeaseLost, LeaseRecord, LeaseSettings
-from trio_lease._abc import Watched
 from trio_lease.backends.sqlite import SqliteBackend
 from trio_lease.backends.sqlite._identity import DatabaseFile
 
+from ._feed import LIMIT, refused_after, until
+
 pytestmark = pytest.mark.anyio
 
-LIMIT = 30  # seconds: a hang guard, never a timing assert
 WENT_BACK = "went back in time while this process used it"
 #: Renewals a minute apart: nothing is written unless a test writes.
 SLOW = LeaseSettings(heartbeat_timeout=180, heartbeat_interval=60, lease_operation_timeout=2)
@@ -78,12 +78,6 @@ def idle(*backends: SqliteBackend) -> Iterator[None]:
             if backend._feed is not None:
                 stack.enter_context(backend._feed._lock)
         yield
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Wait (polling) until ``condition()`` holds."""
-    while not condition():
-        await anyio.sleep(0.01)
 
 
 def calls(backend: SqliteBackend, job: LeaseRecord) -> dict[str, Callable[[], Awaitable[object]]]:
@@ -159,27 +153,14 @@ async def test_the_shared_watch_stops_following_a_file_that_went_back(tmp_path: 
         job = await backend.create(LeaseRecord("job", "alice", 30.0, 1))
         backup = snapshot(path)
         job = await backend.update(dataclasses.replace(job, holder="bob"), job.version)
-        feed = backend.watch_feed()
-        watched = Watched()
-        watched.add("job")
-        published: list[LeaseRecord | None] = []
-        failed: list[LeaseConfigError] = []
 
-        async def follow() -> None:
-            try:
-                await feed.run(watched, lambda name, state: published.append(state))
-            except LeaseConfigError as exc:
-                failed.append(exc)
+        async def go_back() -> None:
+            with idle(backend):
+                restore(path, backup)
 
-        with anyio.fail_after(LIMIT):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(follow)
-                await until(lambda: published == [job])
-                with idle(backend):
-                    restore(path, backup)
-                await until(lambda: bool(failed))
-    assert WENT_BACK in str(failed[0])
-    assert published == [job]
+        published, failed = await refused_after(backend.watch_feed(), go_back)
+    assert WENT_BACK in str(failed)
+    assert published == [("job", job)]
 
 
 async def test_a_waiter_does_not_take_a_lease_a_restore_showed_free(tmp_path: Path) -> None:

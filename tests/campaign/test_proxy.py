@@ -40,6 +40,22 @@ async def proxied_echo() -> AsyncIterator[FaultProxy]:
         tg.cancel_scope.cancel()
 
 
+@asynccontextmanager
+async def echo_client() -> AsyncIterator[tuple[FaultProxy, SocketStream]]:
+    """A client connected through the fault proxy of :func:`proxied_echo`."""
+    async with (
+        proxied_echo() as proxy,
+        await anyio.connect_tcp("127.0.0.1", proxy.port) as client,
+    ):
+        yield proxy, client
+
+
+async def is_reset(client: SocketStream) -> None:
+    """The connection was broken under ``client``: its next receive fails."""
+    with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
+        await client.receive()
+
+
 async def _receive_exactly(stream: SocketStream, size: int) -> list[bytes]:
     chunks: list[bytes] = []
     while sum(map(len, chunks)) < size:
@@ -74,40 +90,35 @@ async def test_latency_delays_each_direction() -> None:
 @pytest.mark.anyio
 async def test_reset_breaks_open_connections() -> None:
     """reset() closes every open connection at once."""
-    async with proxied_echo() as proxy:
-        with anyio.fail_after(10):
-            async with await anyio.connect_tcp("127.0.0.1", proxy.port) as client:
-                await client.send(b"x")
-                await _receive_exactly(client, 1)
-                assert proxy.reset() == 2  # our side and the upstream side
-                with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
-                    await client.receive()
+    with anyio.fail_after(10):
+        async with echo_client() as (proxy, client):
+            await client.send(b"x")
+            await _receive_exactly(client, 1)
+            assert proxy.reset() == 2  # our side and the upstream side
+            await is_reset(client)
 
 
 @pytest.mark.anyio
 async def test_blackhole_stalls_then_resets() -> None:
     """A blackhole moves no bytes; when it ends, the stalled connection is reset."""
-    async with proxied_echo() as proxy:
-        with anyio.fail_after(10):
-            async with await anyio.connect_tcp("127.0.0.1", proxy.port) as client:
-                proxy.blackhole()
-                await client.send(b"x")
-                with anyio.move_on_after(0.3) as scope:
-                    await client.receive()
-                assert scope.cancelled_caught
-                proxy.clear()
-                with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
-                    await client.receive()
+    with anyio.fail_after(10):
+        async with echo_client() as (proxy, client):
+            proxy.blackhole()
+            await client.send(b"x")
+            with anyio.move_on_after(0.3) as scope:
+                await client.receive()
+            assert scope.cancelled_caught
+            proxy.clear()
+            await is_reset(client)
 
 
 @pytest.mark.anyio
 async def test_slicer_splits_responses() -> None:
     """Responses arrive in slices no larger than the slice size."""
-    async with proxied_echo() as proxy:
-        with anyio.fail_after(10):
-            async with await anyio.connect_tcp("127.0.0.1", proxy.port) as client:
-                proxy.slicer(4, 0.01)
-                await client.send(b"0123456789abcdef")
-                chunks = await _receive_exactly(client, 16)
-                assert b"".join(chunks) == b"0123456789abcdef"
-                assert max(map(len, chunks)) <= 4
+    with anyio.fail_after(10):
+        async with echo_client() as (proxy, client):
+            proxy.slicer(4, 0.01)
+            await client.send(b"0123456789abcdef")
+            chunks = await _receive_exactly(client, 16)
+            assert b"".join(chunks) == b"0123456789abcdef"
+            assert max(map(len, chunks)) <= 4

@@ -6,17 +6,11 @@ from typing import Any
 
 import pytest
 
-from tools.campaign._schecker import SemaphoreReport, check_semaphore, waits_from_events
+from tests.campaign._histories import checker, pause, ready
+from tools.campaign._schecker import check_semaphore, waits_from_events
 
-MARGIN = 0.66
-L = 2.0
-BOUND = 3.0
 LIMIT = 2
-
-
-def ready(worker: int, t: float, pid: int | None = None) -> dict[str, Any]:
-    return {"ev": "ready", "t": t, "slot": worker, "identity": f"w{worker}",
-            "pid": 1000 + worker if pid is None else pid}
+run_check = checker(check_semaphore, limit=LIMIT)
 
 
 def want(worker: int, t: float) -> dict[str, Any]:
@@ -42,10 +36,6 @@ def write(t: float, seat: int, token: int, ok: bool, writer: str = "w0") -> dict
     return {"t": t, "r": f"slot{seat}", "token": token, "w": writer, "ok": ok}
 
 
-def pause(worker: int, t0: float, t1: float, kind: str = "pause-long") -> dict[str, Any]:
-    return {"kind": kind, "target": worker, "t0": t0, "t1": t1, "seconds": t1 - t0}
-
-
 def clean_history() -> list[dict[str, Any]]:
     """Three workers at limit 2 taking turns on slots 0 and 1."""
     return [
@@ -54,26 +44,6 @@ def clean_history() -> list[dict[str, Any]]:
         *hold(2, 0, 2, 4.1, 8.0, wanted=1.0), *hold(0, 1, 2, 5.1, 9.0, wanted=4.1),
         *hold(1, 0, 3, 8.1, 12.0, wanted=5.1), *hold(2, 1, 3, 9.1, 11.0, wanted=8.1),
     ]
-
-
-def run_check(
-    events: list[dict[str, Any]],
-    writes: list[dict[str, Any]] | None = None,
-    nemesis: list[dict[str, Any]] | None = None,
-    outage_kinds: frozenset[str] = frozenset(),
-) -> SemaphoreReport:
-    return check_semaphore(
-        events=sorted(events, key=lambda e: e["t"]),
-        writes=writes or [],
-        nemesis=nemesis if nemesis is not None else [pause(0, 30.0, 31.0)],
-        limit=LIMIT,
-        margin=MARGIN,
-        heartbeat_timeout=L,
-        bound=BOUND,
-        stop=19.0,
-        run_end=20.0,
-        outage_kinds=outage_kinds,
-    )
 
 
 def test_clean_history_passes() -> None:

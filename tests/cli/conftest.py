@@ -170,6 +170,25 @@ class Cli:
         code = running.wait()
         return Result(code, running.stdout(), running.stderr())
 
+    def run_serving(self, loop: str, metrics_port: str = "0") -> tuple[Path, Running]:
+        """`trio-lease run job` on ``loop`` with a probe server on a free port and metrics on
+        ``metrics_port`` ("0": on the probe server): (its child's log, the process)."""
+        log, child = self.child("child")
+        running = self.start(
+            "run",
+            "job",
+            "--anyio-backend",
+            loop,
+            *FAST,
+            "--health-port",
+            "0",
+            "--metrics-port",
+            metrics_port,
+            "--",
+            *child,
+        )
+        return log, running
+
     def status(self, *names: str, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
         """``trio-lease status --json NAMES``, parsed."""
         result = self.run("status", "--json", *names, env=env)

@@ -68,21 +68,8 @@ def test_health_and_metrics_on_separate_ports_while_the_command_runs(cli: Cli, l
     """--health-port 0 --metrics-port P: two servers; /healthz 200, /readyz?leader=1 200 while
     the command runs, /metrics with trio_lease_held 1 and the process collector; both close
     when the run ends (on both event loops of the CLI)."""
-    log, child = cli.child("child")
     metrics_port = _free_port()
-    running = cli.start(
-        "run",
-        "job",
-        "--anyio-backend",
-        loop,
-        *FAST,
-        "--health-port",
-        "0",
-        "--metrics-port",
-        str(metrics_port),
-        "--",
-        *child,
-    )
+    log, running = cli.run_serving(loop, str(metrics_port))
     urls = served(running, 2)
     assert urls["/metrics"] == f"http://127.0.0.1:{metrics_port}"
     assert urls["/healthz"] == urls["/readyz"] != urls["/metrics"]

@@ -102,20 +102,7 @@ def idle_connections(port: int, count: int) -> Iterator[list[socket.socket]]:
 
 def start_holder(cli: Cli, loop: str) -> tuple[Running, str, int]:
     """A holder of "job" with one probe and metrics server: (process, base URL, port)."""
-    log, child = cli.child("child")
-    running = cli.start(
-        "run",
-        "job",
-        "--anyio-backend",
-        loop,
-        *FAST,
-        "--health-port",
-        "0",
-        "--metrics-port",
-        "0",
-        "--",
-        *child,
-    )
+    log, running = cli.run_serving(loop)
     base = served(running, 1)["/healthz"]
     wait_for_event(log, "start", running)
     assert until_status(base + "/readyz?leader=1", 200).status_code == 200

@@ -12,10 +12,36 @@ import os
 import signal
 import sqlite3
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from .conftest import FAST, PATIENCE, SETTINGS, Cli, L, process_alive, read_events, wait_for_event
+from .conftest import (
+    FAST,
+    PATIENCE,
+    SETTINGS,
+    Cli,
+    L,
+    Running,
+    process_alive,
+    read_events,
+    wait_for_event,
+)
+
+
+def holder_and_waiter(
+    cli: Cli,
+) -> tuple[tuple[Path, Running, dict[str, Any]], tuple[Path, Running]]:
+    """`trio-lease run job` as owner "first", its command started, and as "second", waiting
+    for the lease: (first's log, process, start event), (second's log, process)."""
+    first_log, first_child = cli.child("first")
+    first = cli.start("run", "job", "--owner", "first", *FAST, "--", *first_child)
+    first_start = wait_for_event(first_log, "start", first)
+    second_log, second_child = cli.child("second", sleep=0.1)
+    second = cli.start("run", "job", "--owner", "second", *FAST, "--", *second_child)
+    second.wait_for_stderr("waiting for 'job'")
+    return (first_log, first, first_start), (second_log, second)
 
 
 def test_concurrent_runs_of_one_name_never_overlap(cli: Cli) -> None:
@@ -38,12 +64,7 @@ def test_concurrent_runs_of_one_name_never_overlap(cli: Cli) -> None:
 def test_kill_9_of_the_holder_hands_over_only_after_the_heartbeat_timeout(cli: Cli) -> None:
     """After kill -9 of the holding `trio-lease run`, its command dies with it, and the waiting
     run starts its command no sooner than L after the holder's last renewal."""
-    first_log, first_child = cli.child("first")
-    first = cli.start("run", "job", "--owner", "first", *FAST, "--", *first_child)
-    first_start = wait_for_event(first_log, "start", first)
-    second_log, second_child = cli.child("second", sleep=0.1)
-    second = cli.start("run", "job", "--owner", "second", *FAST, "--", *second_child)
-    second.wait_for_stderr("waiting for 'job'")
+    (first_log, first, first_start), (second_log, second) = holder_and_waiter(cli)
 
     # Kill right after a renewal lands. A read begun at `renewed_after` still showed the old
     # version, so the holder's last renewal committed after it: no contender may take over
@@ -99,12 +120,7 @@ def test_busy_lease_gives_exit_75_with_no_wait_and_124_on_timeout(cli: Cli) -> N
 def test_forced_release_makes_the_holder_stop_its_command_and_exit_125(cli: Cli) -> None:
     """`release --force` frees the lease keeping its token; the holder notices at its next
     renewal, SIGTERMs its command and exits 125; the waiting run then gets a greater token."""
-    first_log, first_child = cli.child("first")
-    first = cli.start("run", "job", "--owner", "first", *FAST, "--", *first_child)
-    first_start = wait_for_event(first_log, "start", first)
-    second_log, second_child = cli.child("second", sleep=0.1)
-    second = cli.start("run", "job", "--owner", "second", *FAST, "--", *second_child)
-    second.wait_for_stderr("waiting for 'job'")
+    (first_log, first, first_start), (second_log, second) = holder_and_waiter(cli)
 
     released = cli.run("release", "job", "--force")
     assert released.returncode == 0, released.stderr

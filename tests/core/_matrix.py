@@ -18,6 +18,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from tests._chained import chain
 from trio_lease import LeaseBusy, LeaseLost
 
 from ._entry_points import ENTRIES, Ctx, Entry
@@ -184,19 +185,11 @@ def _check_caught(entry: Entry, scenario: str, caught: BaseException | None, boo
 
 def _mentions_loss(exc: BaseException) -> bool:
     """Whether a LeaseLost is chained to ``exc`` (context, cause) or named in its notes."""
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, LeaseLost):
-            return True
-        if any("LeaseLost" in note for note in getattr(current, "__notes__", ())):
-            return True
-        pending += [current.__cause__, current.__context__]
-    return False
+    return any(
+        isinstance(current, LeaseLost)
+        or any("LeaseLost" in note for note in getattr(current, "__notes__", ()))
+        for current in chain(exc, groups=False)
+    )
 
 
 async def _while_held_by_another(

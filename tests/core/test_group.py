@@ -18,6 +18,7 @@ from trio_lease import Group, LeaseConfigError, LeaseLost, Membership
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
 from trio_lease.testing import FaultyBackend
 
+from ._own_process import OwnProcess
 from .conftest import SETTINGS
 
 pytestmark = pytest.mark.anyio
@@ -29,16 +30,8 @@ def world(every_world: World) -> World:
     return every_world
 
 
-class _OwnProcess(FaultyBackend):
-    """A client of the store standing for a process of its own (its own store key)."""
-
-    @property
-    def store_key(self) -> Hashable:
-        return ("own process", id(self))
-
-
-def _group(world: World, owner: str) -> tuple[Group, _OwnProcess]:
-    backend = _OwnProcess(world.backend())
+def _group(world: World, owner: str) -> tuple[Group, OwnProcess]:
+    backend = OwnProcess(world.backend())
     return Group("workers", owner, backend, world.settings), backend
 
 
@@ -50,7 +43,7 @@ async def _until(membership: Membership, count: int) -> None:
 
 
 def _crashing(
-    crasher: Group, backend: _OwnProcess, cut: anyio.Event, cut_at: list[float]
+    crasher: Group, backend: OwnProcess, cut: anyio.Event, cut_at: list[float]
 ) -> Callable[[], Coroutine[Any, Any, None]]:
     """A member that joins, and once ``cut`` is set is cut off from the store (its time noted in
     ``cut_at``) until it loses its lease."""
@@ -64,6 +57,14 @@ def _crashing(
                 await anyio.sleep_forever()
 
     return crashing
+
+
+def _left_about_l_after_its_cut(world: World, gone: float) -> None:
+    """A member cut off from the store left the others' view ``gone`` seconds after the cut:
+    L after its last renewal, so within R (and the world's tolerance) of L."""
+    s = world.settings
+    assert s.heartbeat_timeout - s.heartbeat_interval - world.tolerance <= gone
+    assert gone <= s.heartbeat_timeout + s.heartbeat_interval + world.tolerance
 
 
 async def test_members_see_each_other_sorted(world: World) -> None:
@@ -140,8 +141,7 @@ async def test_a_crashed_member_leaves_after_the_heartbeat_timeout(world: World)
             await _until(membership, 1)
         gone = anyio.current_time() - cut_at[0]
         backend.resume()
-    assert s.heartbeat_timeout - s.heartbeat_interval - world.tolerance <= gone
-    assert gone <= s.heartbeat_timeout + s.heartbeat_interval + world.tolerance
+    _left_about_l_after_its_cut(world, gone)
 
 
 async def test_a_member_that_joins_again_keeps_what_it_saw(world: World) -> None:
@@ -168,8 +168,7 @@ async def test_a_member_that_joins_again_keeps_what_it_saw(world: World) -> None
                 await _until(second, 1)
             gone = anyio.current_time() - cut_at[0]
         backend.resume()
-    assert s.heartbeat_timeout - s.heartbeat_interval - world.tolerance <= gone
-    assert gone <= s.heartbeat_timeout + s.heartbeat_interval + world.tolerance
+    _left_about_l_after_its_cut(world, gone)
 
 
 async def test_a_view_is_kept_for_the_next_join_in_its_event_loop() -> None:
@@ -220,7 +219,7 @@ async def test_a_dead_members_slot_is_taken_back_and_reused(world: World) -> Non
     stayer, _ = _group(world, "stayer")
     slots: list[int] = []
 
-    async def crasher(group: Group, backend: _OwnProcess, joined: anyio.Event) -> None:
+    async def crasher(group: Group, backend: OwnProcess, joined: anyio.Event) -> None:
         with contextlib.suppress(LeaseLost):
             async with group.joined() as membership:
                 slots.append(membership.slot)

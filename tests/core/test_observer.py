@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,17 +9,16 @@ import anyio
 import pytest
 
 import trio_lease._observer as observer_module
+from tests._observed import fail_until_lost, lose, takeover, wait_behind_a_holder
 from trio_lease import (
     Lease,
     LeaseInfo,
-    LeaseLost,
     LeaseObserver,
     LeaseProvider,
     add_observer,
     remove_observer,
 )
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
-from trio_lease.testing import FaultyBackend
 
 from ._recorder import Recorder
 from .conftest import SETTINGS
@@ -59,20 +57,8 @@ async def test_a_held_scope_tells_acquired_renewed_released_in_order() -> None:
 
 async def test_a_waiting_contender_tells_who_holds_and_how_long_it_waited() -> None:
     """waiting (holder, expires_in) while another holds; acquired with the time waited."""
-    store = MemoryStore()
     recorder = Recorder()
-    holder = Lease("job", "a", MemoryBackend(store), SETTINGS)
-    waiter = Lease("job", "b", MemoryBackend(store), SETTINGS, observers=[recorder])
-    async with anyio.create_task_group() as tg:
-
-        async def hold_for_a_while() -> None:
-            async with holder.held():
-                await anyio.sleep(4)
-
-        tg.start_soon(hold_for_a_while)
-        await anyio.sleep(0.1)
-        async with waiter.held():
-            pass
+    holder, _ = await wait_behind_a_holder(recorder)
     waiting = recorder.details("waiting")
     assert waiting and all(w["holder"] == holder.identity for w in waiting)
     assert all(0 < w["expires_in"] <= SETTINGS.heartbeat_timeout for w in waiting)
@@ -82,17 +68,7 @@ async def test_a_waiting_contender_tells_who_holds_and_how_long_it_waited() -> N
 
 async def test_a_takeover_tells_lost_with_its_cause_and_no_release(everywhere: Recorder) -> None:
     """A foreign takeover: lost (cause names the new holder), never released."""
-    store = MemoryStore()
-    lease = Lease("job", "me", MemoryBackend(store), SETTINGS)
-    with pytest.raises(LeaseLost):
-        async with lease.held():
-            record = store.records["job"]
-            store._commit(
-                dataclasses.replace(
-                    record, holder="intruder", fencing_token=record.fencing_token + 1
-                )
-            )
-            await anyio.sleep(SETTINGS.heartbeat_timeout)
+    await lose(Lease("job", "me", MemoryBackend(), SETTINGS), takeover)
     assert everywhere.steps()[0] == "acquired"
     assert "released" not in everywhere.steps()
     (lost,) = everywhere.details("lost")
@@ -102,12 +78,7 @@ async def test_a_takeover_tells_lost_with_its_cause_and_no_release(everywhere: R
 async def test_failing_renewals_are_told_with_time_left_before_the_loss() -> None:
     """A store that stops answering: renewal_failed with shrinking time_left, then lost."""
     recorder = Recorder()
-    backend = FaultyBackend(MemoryBackend())
-    lease = Lease("job", "me", backend, SETTINGS, observers=[recorder])
-    with pytest.raises(LeaseLost):
-        async with lease.held():
-            backend.error_rate = 1.0
-            await anyio.sleep(SETTINGS.heartbeat_timeout)
+    await fail_until_lost(recorder)
     failed = recorder.details("renewal_failed")
     assert len(failed) >= 2
     left = [f["time_left"] for f in failed]

@@ -10,7 +10,7 @@ import contextlib
 import functools
 import itertools
 from collections import Counter
-from collections.abc import Awaitable, Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
 import pytest
@@ -39,6 +39,7 @@ from trio_lease._partitioned import (
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
 from trio_lease.testing import FaultyBackend
 
+from ._own_process import OwnProcess
 from ._recorder import Recorder
 from .conftest import SETTINGS
 
@@ -51,12 +52,41 @@ def world(every_world: World) -> World:
     return every_world
 
 
-class _OwnProcess(FaultyBackend):
-    """A client of the store standing for a process of its own (its own store key)."""
+class _Members:
+    """run_partitioned members over ``keys`` on one memory store, each a process of its own
+    (a backend it can pause); ``where`` names the member each key last started on."""
 
-    @property
-    def store_key(self) -> Hashable:
-        return ("own process", id(self))
+    def __init__(self, keys: list[str], owners: Iterable[str]) -> None:
+        store = MemoryStore()
+        self.keys = keys
+        self.where: dict[str, str] = {}
+        self.backends = {owner: OwnProcess(MemoryBackend(store)) for owner in owners}
+
+    async def member(self, owner: str) -> None:
+        """Run member ``owner`` until cancelled (or until it loses its membership)."""
+
+        async def fn(key: str, grant: Grant) -> None:
+            self.where[key] = owner
+            await anyio.sleep_forever()
+
+        with contextlib.suppress(LeaseLost):
+            await run_partitioned(
+                self.keys,
+                fn,
+                name="jobs",
+                owner=owner,
+                backend=self.backends[owner],
+                settings=SETTINGS,
+            )
+
+    async def balanced(self, shares: list[int], excluded: str = "") -> float:
+        """Wait until the keys run in ``shares`` (sorted counts), none on ``excluded``; return
+        how long that took."""
+        began = anyio.current_time()
+        where = self.where
+        while sorted(Counter(where.values()).values()) != shares or excluded in where.values():
+            await anyio.sleep(0.01)
+        return anyio.current_time() - began
 
 
 def test_assign_is_balanced_deterministic_and_moves_few_keys() -> None:
@@ -110,7 +140,7 @@ async def test_each_key_runs_on_one_member_at_a_time_and_moves(world: World) -> 
                 work(owner),
                 name="jobs",
                 owner=owner,
-                backend=_OwnProcess(world.backend()),
+                backend=OwnProcess(world.backend()),
                 settings=s,
             )
 
@@ -177,7 +207,7 @@ async def test_keys_may_change_while_running() -> None:
                     work(owner),
                     name="jobs",
                     owner=owner,
-                    backend=_OwnProcess(MemoryBackend(store)),
+                    backend=OwnProcess(MemoryBackend(store)),
                     settings=s,
                 )
             )
@@ -210,7 +240,7 @@ async def test_ten_members_starting_together_do_not_storm() -> None:
     keys = [f"k{i:02}" for i in range(50)]
     starts: Counter[str] = Counter()
     where: dict[str, str] = {}
-    backends = [_OwnProcess(MemoryBackend(store)) for _ in range(10)]
+    backends = [OwnProcess(MemoryBackend(store)) for _ in range(10)]
 
     def work(member: str) -> Callable[[str, Grant], Awaitable[None]]:
         async def fn(key: str, grant: Grant) -> None:
@@ -248,45 +278,24 @@ async def test_time_to_balance_after_a_join_and_after_a_crash() -> None:
     (3 keys each) within wait_interval, moving only the keys the assignment moves; after a
     member crashes (cut off from the store), its keys run elsewhere within L plus
     wait_interval."""
-    store = MemoryStore()
     s = SETTINGS
     keys = [f"k{i:02}" for i in range(12)]
-    where: dict[str, str] = {}
-    backends = {owner: _OwnProcess(MemoryBackend(store)) for owner in ("a", "b", "c", "d")}
-
-    def work(member: str) -> Callable[[str, Grant], Awaitable[None]]:
-        async def fn(key: str, grant: Grant) -> None:
-            where[key] = member
-            await anyio.sleep_forever()
-
-        return fn
-
-    async def member(owner: str) -> None:
-        with contextlib.suppress(LeaseLost):
-            await run_partitioned(
-                keys, work(owner), name="jobs", owner=owner, backend=backends[owner], settings=s
-            )
-
-    async def balanced(shares: list[int], excluded: str = "") -> float:
-        began = anyio.current_time()
-        while sorted(Counter(where.values()).values()) != shares or excluded in where.values():
-            await anyio.sleep(0.01)
-        return anyio.current_time() - began
+    members = _Members(keys, ("a", "b", "c", "d"))
 
     async with anyio.create_task_group() as tg:
         for owner in ("a", "b", "c"):
-            tg.start_soon(member, owner)
-        await balanced([4, 4, 4])
-        before = dict(where)
-        tg.start_soon(member, "d")
-        join = await balanced([3, 3, 3, 3])
-        moved = sum(where[key] != before[key] for key in keys)
-        backends["d"].pause()  # d crashes: it renews no more
-        crash = await balanced([4, 4, 4], excluded="d")
+            tg.start_soon(members.member, owner)
+        await members.balanced([4, 4, 4])
+        before = dict(members.where)
+        tg.start_soon(members.member, "d")
+        join = await members.balanced([3, 3, 3, 3])
+        moved = sum(members.where[key] != before[key] for key in keys)
+        members.backends["d"].pause()  # d crashes: it renews no more
+        crash = await members.balanced([4, 4, 4], excluded="d")
         tg.cancel_scope.cancel()
     assert join <= s.wait_interval
     # Exactly the keys the assignment moves, no more.
-    identity = {owner: f"{owner}_{incarnation()}" for owner in backends}
+    identity = {owner: f"{owner}_{incarnation()}" for owner in members.backends}
     shares = assign(keys, [identity[o] for o in "abc"])
     joined = assign(keys, [identity[o] for o in "abcd"])
     assert moved == sum(len(set(shares[identity[o]]) - set(joined[identity[o]])) for o in "abc")
@@ -306,10 +315,8 @@ async def test_a_crash_replaced_at_once_fails_over_within_l(delay: float, asker:
     other member would count the dead member's expiry from it). ``asker`` picks the names whose
     assignments make the case: the replacement, were it to count the dead member alive, or a
     member that still lists it, would ask it for keys that then go to another member."""
-    store = MemoryStore()
     s = SETTINGS
     keys = [f"k{i:02}" for i in range(12)]
-    where: dict[str, str] = {}
 
     def ident(owner: str) -> str:
         return f"{owner}_{incarnation()}"
@@ -334,37 +341,18 @@ async def test_a_crash_replaced_at_once_fails_over_within_l(delay: float, asker:
     names = list(itertools.product((f"c{i}" for i in range(30)), (f"d{i}" for i in range(30))))
     c, d = max(names, key=lambda pair: asked_in_vain(*pair))
     assert asked_in_vain(c, d) >= 1
-    backends = {owner: _OwnProcess(MemoryBackend(store)) for owner in ("a", "b", c, d)}
-
-    def work(member: str) -> Callable[[str, Grant], Awaitable[None]]:
-        async def fn(key: str, grant: Grant) -> None:
-            where[key] = member
-            await anyio.sleep_forever()
-
-        return fn
-
-    async def member(owner: str) -> None:
-        with contextlib.suppress(LeaseLost):
-            await run_partitioned(
-                keys, work(owner), name="jobs", owner=owner, backend=backends[owner], settings=s
-            )
-
-    async def balanced(shares: list[int], excluded: str = "") -> float:
-        began = anyio.current_time()
-        while sorted(Counter(where.values()).values()) != shares or excluded in where.values():
-            await anyio.sleep(0.01)
-        return anyio.current_time() - began
+    members = _Members(keys, ("a", "b", c, d))
 
     async with anyio.create_task_group() as tg:
         for owner in ("a", "b", c):
-            tg.start_soon(member, owner)
-        await balanced([4, 4, 4])
+            tg.start_soon(members.member, owner)
+        await members.balanced([4, 4, 4])
         await anyio.sleep(s.heartbeat_timeout)  # settled: c's keys renewed many times
-        backends[c].pause()  # c is killed: it renews no more
+        members.backends[c].pause()  # c is killed: it renews no more
         crashed = anyio.current_time()
         await anyio.sleep(delay)
-        tg.start_soon(member, d)  # its replacement
-        await balanced([4, 4, 4], excluded=c)
+        tg.start_soon(members.member, d)  # its replacement
+        await members.balanced([4, 4, 4], excluded=c)
         failover = anyio.current_time() - crashed
         tg.cancel_scope.cancel()
     bound = s.heartbeat_timeout + s.heartbeat_interval + s.lease_operation_timeout
@@ -384,7 +372,7 @@ async def test_a_key_its_live_holder_renews_no_more_is_taken_at_once_when_it_mov
     )
     assert moved  # c's leave gives b these keys
     started: dict[str, float] = {}
-    a_keys = _OwnProcess(MemoryBackend(store))  # a's key leases: they stop renewing
+    a_keys = OwnProcess(MemoryBackend(store))  # a's key leases: they stop renewing
     held = anyio.Event()
 
     async def fn(key: str, grant: Grant) -> None:
@@ -393,7 +381,7 @@ async def test_a_key_its_live_holder_renews_no_more_is_taken_at_once_when_it_mov
 
     async def member(owner: str, *, task_status: anyio.abc.TaskStatus[anyio.CancelScope]) -> None:
         with anyio.CancelScope() as scope:
-            group = partition_group("jobs", owner, _OwnProcess(MemoryBackend(store)), s)
+            group = partition_group("jobs", owner, OwnProcess(MemoryBackend(store)), s)
             async with group.joined():
                 task_status.started(scope)
                 await anyio.sleep_forever()
@@ -421,7 +409,7 @@ async def test_a_key_its_live_holder_renews_no_more_is_taken_at_once_when_it_mov
                 fn,
                 name="jobs",
                 owner="b",
-                backend=_OwnProcess(MemoryBackend(store)),
+                backend=OwnProcess(MemoryBackend(store)),
                 settings=s,
             )
         )
@@ -474,7 +462,7 @@ async def test_a_failing_key_backs_off_on_its_member_while_every_other_key_runs_
                         work(owner),
                         name="jobs",
                         owner=owner,
-                        backend=_OwnProcess(MemoryBackend(store)),
+                        backend=OwnProcess(MemoryBackend(store)),
                         settings=s,
                     )
                 )
@@ -634,7 +622,7 @@ async def test_an_object_with_an_async_call_is_a_valid_fn() -> None:
     assert ran == ["k1"]
 
 
-class _Releases(_OwnProcess):
+class _Releases(OwnProcess):
     """A process's client that notes each release it writes and how many are in flight."""
 
     def __init__(self, inner: MemoryBackend) -> None:
@@ -690,7 +678,7 @@ async def test_a_member_leaving_with_many_keys_leaves_first_and_releases_a_few_a
                 work("a"),
                 name="jobs",
                 owner="a",
-                backend=_OwnProcess(MemoryBackend(store)),
+                backend=OwnProcess(MemoryBackend(store)),
                 settings=s,
             )
         )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import warnings
-from collections.abc import Hashable
 
 import anyio
 import pytest
@@ -28,8 +27,8 @@ from trio_lease import (
     SemaphoreGrant,
 )
 from trio_lease.backends.memory import MemoryBackend, MemoryStore
-from trio_lease.testing import FaultyBackend
 
+from ._own_process import OwnProcess
 from .conftest import SETTINGS
 
 pytestmark = pytest.mark.anyio
@@ -41,18 +40,9 @@ def world(every_world: World) -> World:
     return every_world
 
 
-class _OwnProcess(FaultyBackend):
-    """A client of the store standing for a process of its own: its own store key, so the
-    process-local bookkeeping (reentrancy, the semaphore's local queue) is not shared."""
-
-    @property
-    def store_key(self) -> Hashable:
-        return ("own process", id(self))
-
-
 def _semaphore(world: World, owner: str, limit: int, name: str = "pool") -> Semaphore:
     """A contender in a process of its own."""
-    return Semaphore(name, owner, _OwnProcess(world.backend()), world.settings, limit=limit)
+    return Semaphore(name, owner, OwnProcess(world.backend()), world.settings, limit=limit)
 
 
 async def test_at_most_limit_grants_at_once_each_with_its_slot(world: World) -> None:
@@ -151,7 +141,7 @@ async def test_a_waiter_takes_a_released_slot_at_once(world: World) -> None:
     waiter = Semaphore(
         "pool",
         "b",
-        _OwnProcess(world.backend()),
+        OwnProcess(world.backend()),
         LeaseSettings(**{**world.settings.model_dump(), "poll_interval": polls}),
         limit=1,
     )
@@ -249,7 +239,7 @@ async def _either(grant: SemaphoreGrant) -> None:
 async def test_a_lost_slot_cancels_the_body_with_lease_lost(world: World) -> None:
     """Cut off from the store, a grant's body is cancelled at the slot's deadline and a bare
     LeaseLost comes out; then another contender takes the slot with a higher token."""
-    hanging = _OwnProcess(world.backend())
+    hanging = OwnProcess(world.backend())
     cut_off = Semaphore("pool", "a", hanging, world.settings, limit=1)
     with pytest.raises(LeaseLost) as lost:
         async with cut_off.held() as grant:
@@ -309,7 +299,7 @@ async def test_no_waiter_starves_under_churn() -> None:
     store = MemoryStore()
     hold = 2 * SETTINGS.heartbeat_interval
     contenders = [
-        Semaphore("pool", f"c{i}", _OwnProcess(MemoryBackend(store)), SETTINGS, limit=2)
+        Semaphore("pool", f"c{i}", OwnProcess(MemoryBackend(store)), SETTINGS, limit=2)
         for i in range(8)
     ]
     waits: list[float] = []
@@ -365,7 +355,7 @@ async def test_without_a_watch_a_waiter_polls() -> None:
     store = MemoryStore()
 
     def contender(owner: str) -> Semaphore:
-        backend = _OwnProcess(MemoryBackend(store), watch_enabled=False)
+        backend = OwnProcess(MemoryBackend(store), watch_enabled=False)
         return Semaphore("pool", owner, backend, SETTINGS, limit=1)
 
     holder, waiter = contender("a"), contender("b")
@@ -384,7 +374,7 @@ async def test_without_a_watch_a_waiter_polls() -> None:
             assert anyio.current_time() - released_at[0] <= SETTINGS.wait_interval * 1.2 + 0.01
 
 
-class _Stopped(_OwnProcess):
+class _Stopped(OwnProcess):
     """A process that can be stopped as by SIGSTOP: while paused its requests hang and none of
     its timeouts cuts them short (they are shielded), so it resumes where it stopped."""
 
@@ -400,7 +390,7 @@ async def test_a_waiter_paused_past_l_among_looping_holders_is_granted_soon() ->
     store = MemoryStore()
     hold = 0.3
     loopers = [
-        Semaphore("pool", f"c{i}", _OwnProcess(MemoryBackend(store)), SETTINGS, limit=3)
+        Semaphore("pool", f"c{i}", OwnProcess(MemoryBackend(store)), SETTINGS, limit=3)
         for i in range(6)
     ]
     paused = _Stopped(MemoryBackend(store))

@@ -195,6 +195,7 @@ async def _follow(
 async def _follow_in(
     scope: anyio.CancelScope, hub: SharedWatch, name: str, into: list[State | FeedFailure]
 ) -> None:
+    """:func:`_follow` within ``scope``: cancelling it makes this subscriber leave."""
     with scope:
         await _follow(hub, name, into)
 
@@ -239,12 +240,7 @@ async def test_next_subscriber_reruns_the_same_feed_when_its_host_leaves() -> No
     second: list[State | FeedFailure] = []
     async with anyio.create_task_group() as tg:
         host_scope = anyio.CancelScope()
-
-        async def host() -> None:
-            with host_scope:
-                await _follow(hub, "job", first)
-
-        tg.start_soon(host)
+        tg.start_soon(_follow_in, host_scope, hub, "job", first)
         await _settle()
         tg.start_soon(_follow, hub, "job", second)
         await _settle()
@@ -419,13 +415,8 @@ async def test_unwatched_names_are_dropped() -> None:
     states: list[State | FeedFailure] = []
     async with anyio.create_task_group() as tg:
         other = anyio.CancelScope()
-
-        async def follow_other() -> None:
-            with other:
-                await _follow(hub, "other", [])
-
         tg.start_soon(_follow, hub, "job", states)
-        tg.start_soon(follow_other)
+        tg.start_soon(_follow_in, other, hub, "other", [])
         await _settle()
         assert backend.feed.watching("other")
         other.cancel()
@@ -517,12 +508,7 @@ async def test_a_hub_fetched_before_its_last_subscriber_left_still_shares_one_ru
     late: list[State | FeedFailure] = []
     async with anyio.create_task_group() as tg:
         leaving = anyio.CancelScope()
-
-        async def leave_soon() -> None:
-            with leaving:
-                await _follow(_hub(backend), "other", [])
-
-        tg.start_soon(leave_soon)
+        tg.start_soon(_follow_in, leaving, _hub(backend), "other", [])
         await _settle()
         fetched = _hub(backend)  # as Holding._renew_when_turn does, before start_soon
         leaving.cancel()
@@ -575,6 +561,19 @@ async def _hold_then_release(lease: Lease, holding: anyio.Event, release_after: 
         await anyio.sleep(release_after)
 
 
+async def _waited_for_release(holder: Lease, waiter: Lease, release_after: float) -> float:
+    """``holder`` takes the lease and releases it ``release_after`` s on; returns how long
+    ``waiter``, asking from the holder's grant on, took to be granted it."""
+    holding = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_hold_then_release, holder, holding, release_after)
+        await holding.wait()
+        start = anyio.current_time()
+        async with waiter.held():
+            waited = anyio.current_time() - start
+    return waited
+
+
 @pytest.mark.parametrize(("mode", "woken"), [("forward", True), ("drop", False)])
 async def test_release_wakes_a_waiting_contender_through_the_shared_feed(
     mode: str, woken: bool
@@ -585,19 +584,12 @@ async def test_release_wakes_a_waiting_contender_through_the_shared_feed(
     backend = ScriptedBackend(store, ScriptedFeed(store, mode=mode))
     holder = Lease("job", "holder", MemoryBackend(store), SETTINGS)
     waiter = Lease("job", "waiter", backend, SETTINGS)
-    holding = anyio.Event()
-    acquired_at: list[float] = []
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_hold_then_release, holder, holding, 3.0)
-        await holding.wait()
-        start = anyio.current_time()
-        async with waiter.held():
-            acquired_at.append(anyio.current_time() - start)
+    acquired_after = await _waited_for_release(holder, waiter, 3.0)
     assert backend.feed.runs == 1
     if woken:
-        assert 3.0 <= acquired_at[0] < 3.0 + AT_ONCE
+        assert 3.0 <= acquired_after < 3.0 + AT_ONCE
     else:
-        assert acquired_at[0] >= SETTINGS.wait_interval
+        assert acquired_after >= SETTINGS.wait_interval
 
 
 @pytest.mark.parametrize("feed", ["scripted", "memory"])
@@ -608,13 +600,7 @@ async def test_release_wakes_a_waiter_sharing_the_holders_feed(feed: str) -> Non
     backend: MemoryBackend = ScriptedBackend(store) if feed == "scripted" else MemoryBackend(store)
     holder = Lease("job", "holder", backend, SETTINGS)
     waiter = Lease("job", "waiter", backend, SETTINGS)
-    holding = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_hold_then_release, holder, holding, 3.0)
-        await holding.wait()
-        start = anyio.current_time()
-        async with waiter.held():
-            acquired_after = anyio.current_time() - start
+    acquired_after = await _waited_for_release(holder, waiter, 3.0)
     assert 3.0 <= acquired_after < 3.0 + AT_ONCE
     if isinstance(backend, ScriptedBackend):
         assert backend.feed.most_active == 1
@@ -628,14 +614,8 @@ async def test_release_during_the_waiters_subscription_read_wakes_it() -> None:
     backend.reply_delay = 0.5
     holder = Lease("job", "holder", MemoryBackend(store), SETTINGS)
     waiter = Lease("job", "waiter", backend, SETTINGS)
-    holding = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        # The waiter's attempt reads until 0.5 s, its subscription's read from 0.5 to 1 s.
-        tg.start_soon(_hold_then_release, holder, holding, 0.7)
-        await holding.wait()
-        start = anyio.current_time()
-        async with waiter.held():
-            acquired_after = anyio.current_time() - start
+    # The waiter's attempt reads until 0.5 s, its subscription's read from 0.5 to 1 s.
+    acquired_after = await _waited_for_release(holder, waiter, 0.7)
     assert acquired_after < 3.0  # a poll would come after SETTINGS.wait_interval (20 s)
 
 

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import pytest
@@ -48,6 +48,7 @@ D = SETTINGS.deadline
 #: Rewrites a write's answer: (what the store holds now, the version the write expected, None
 #: for a create) -> the answer.
 Rewrite = Callable[[LeaseRecord, "str | None"], Any]
+E = TypeVar("E", bound=BaseException)
 
 
 class Scripted(MemoryBackend):
@@ -98,6 +99,25 @@ def seed(store: MemoryStore, **fields: Any) -> LeaseRecord:
     return store._commit(LeaseRecord("job", **fields))
 
 
+def scripted(**fields: Any) -> tuple[MemoryStore, Scripted]:
+    """A :class:`Scripted` backend on a new store; with ``fields``, job seeded there first."""
+    store = MemoryStore()
+    if fields:
+        seed(store, **fields)
+    return store, Scripted(store)
+
+
+async def no_grant(
+    lease: Lease, expected: type[E], match: str | None = None, wait_for: float | None = None
+) -> pytest.ExceptionInfo[E]:
+    """``lease.try_held()`` (``held(timeout=wait_for)``) raises ``expected``; no body runs."""
+    scope = lease.try_held() if wait_for is None else lease.held(timeout=wait_for)
+    with pytest.raises(expected, match=match) as info:
+        async with scope:
+            pytest.fail("granted")
+    return info
+
+
 def unreadable(problem: str, token: int) -> Callable[[LeaseRecord | None], Any]:
     """A get rewrite: the record as a backend returns one it cannot read."""
 
@@ -115,14 +135,10 @@ def unreadable(problem: str, token: int) -> Callable[[LeaseRecord | None], Any]:
 
 async def test_unreadable_record_is_busy_never_free() -> None:
     """A record read as unreadable (its stored holder says free) makes try_held raise LeaseBusy."""
-    store = MemoryStore()
-    seed(store, holder="", fencing_token=3)
-    backend = Scripted(store)
+    _, backend = scripted(holder="", fencing_token=3)
     backend.on_get = unreadable("spec.holderIdentity: expected a string, got a list", 3)
     lease = Lease("job", "me", backend, SETTINGS)
-    with pytest.raises(LeaseBusy) as info:
-        async with lease.try_held():
-            pytest.fail("an unreadable record was taken as free")
+    info = await no_grant(lease, LeaseBusy)
     assert info.value.holder == UNKNOWN_HOLDER
     assert lease.holder() == UNKNOWN_HOLDER
     assert backend.writes == []
@@ -130,9 +146,7 @@ async def test_unreadable_record_is_busy_never_free() -> None:
 
 async def test_unreadable_record_is_taken_over_only_after_L_unchanged() -> None:
     """An unreadable record with a readable token is taken over once unchanged for L, token+1."""
-    store = MemoryStore()
-    seed(store, holder="", fencing_token=3)
-    backend = Scripted(store)
+    store, backend = scripted(holder="", fencing_token=3)
     backend.on_get = unreadable("spec.leaseDurationSeconds: integer out of range", 3)
     lease = Lease("job", "me", backend, SETTINGS)
     start = anyio.current_time()
@@ -145,14 +159,10 @@ async def test_unreadable_record_is_taken_over_only_after_L_unchanged() -> None:
 
 async def test_unreadable_token_is_never_taken_over() -> None:
     """With its token unreadable too, the record is never written over: the wait times out."""
-    store = MemoryStore()
-    seed(store, holder="", fencing_token=3)
-    backend = Scripted(store)
+    _, backend = scripted(holder="", fencing_token=3)
     backend.on_get = unreadable("spec.leaseTransitions: expected an integer, got a string", -1)
     lease = Lease("job", "me", backend, SETTINGS)
-    with pytest.raises(AcquireTimeout, match="unreadable") as info:
-        async with lease.held(timeout=4 * L):
-            pytest.fail("took over a record whose token is unknown")
+    info = await no_grant(lease, AcquireTimeout, match="unreadable", wait_for=4 * L)
     assert backend.writes == []
     assert info.value.last_error is None
 
@@ -218,21 +228,22 @@ def _write_paths(lies: list[Rewrite]) -> list[Any]:
     ]
 
 
+def lied_to(lie: Rewrite, seeded: bool, *, landing: bool) -> tuple[MemoryStore, Scripted, Lease]:
+    """A lease whose grant writes are answered by ``lie``, and land in the store or not; if
+    ``seeded``, a free record job (token 7) is there before, else there is none."""
+    store, backend = scripted(holder="", fencing_token=7) if seeded else scripted()
+    backend.apply_writes = landing
+    backend.on_write = lie
+    return store, backend, Lease("job", "me", backend, SETTINGS)
+
+
 @pytest.mark.parametrize(("lie", "seeded"), _write_paths(LIES))
 async def test_lying_echo_of_a_write_that_did_not_land_yields_no_grant(
     lie: Rewrite, seeded: bool
 ) -> None:
     """A grant write answered with a lying echo, not applied by the store: no grant, typed error."""
-    store = MemoryStore()
-    if seeded:
-        seed(store, holder="", fencing_token=7)
-    backend = Scripted(store)
-    backend.apply_writes = False
-    backend.on_write = lie
-    lease = Lease("job", "me", backend, SETTINGS)
-    with pytest.raises(BackendProtocolError, match="does not show our grant"):
-        async with lease.try_held():
-            pytest.fail("yielded a grant the store does not show")
+    store, _, lease = lied_to(lie, seeded, landing=False)
+    await no_grant(lease, BackendProtocolError, match="does not show our grant")
     assert store.records.get("job") is None or store.records["job"].holder == ""
 
 
@@ -241,12 +252,7 @@ async def test_lying_echo_of_a_write_that_landed_yields_the_stored_grant(
     lie: Rewrite, seeded: bool
 ) -> None:
     """A grant write that landed but was answered with a lie: the fresh read's grant, as stored."""
-    store = MemoryStore()
-    if seeded:
-        seed(store, holder="", fencing_token=7)
-    backend = Scripted(store)
-    backend.on_write = lie
-    lease = Lease("job", "me", backend, SETTINGS)
+    store, backend, lease = lied_to(lie, seeded, landing=True)
     async with lease.try_held() as grant:
         backend.on_write = None
         stored = store.records["job"]
@@ -304,9 +310,7 @@ async def test_conflict_storm_is_paced_and_bounded_in_try_held() -> None:
     backend = Scripted()
     backend.write_error = ConflictError("always")
     lease = Lease("job", "me", backend, SETTINGS)
-    with pytest.raises(BackendUnavailable, match="conflicted"):
-        async with lease.try_held():
-            pytest.fail("granted")
+    await no_grant(lease, BackendUnavailable, match="conflicted")
     assert len(backend.writes) == MAX_CONFLICTS
     gaps = [b - a for a, b in zip(backend.writes, backend.writes[1:], strict=False)]
     assert all(gap > 0 for gap in gaps), gaps
@@ -317,9 +321,7 @@ async def test_conflict_storm_in_a_wait_never_spins() -> None:
     backend = Scripted()
     backend.write_error = ConflictError("always")
     lease = Lease("job", "me", backend, SETTINGS)
-    with pytest.raises(AcquireTimeout) as info:
-        async with lease.held(timeout=10):
-            pytest.fail("granted")
+    info = await no_grant(lease, AcquireTimeout, wait_for=10)
     assert isinstance(info.value.last_error, BackendUnavailable)
     assert len(backend.writes) < 60
     assert len(set(backend.writes)) == len(backend.writes)  # no two at the same instant
@@ -338,9 +340,7 @@ async def test_untyped_exception_from_a_backend_becomes_a_protocol_error(
     backend = Scripted()
     backend.get_error = error
     lease = Lease("job", "me", backend, SETTINGS)
-    with pytest.raises(BackendProtocolError, match=type(error).__name__) as info:
-        async with lease.try_held():
-            pytest.fail("granted")
+    info = await no_grant(lease, BackendProtocolError, match=type(error).__name__)
     assert info.value.__cause__ is error
 
 
@@ -349,9 +349,7 @@ async def test_untyped_exception_from_a_write_becomes_a_protocol_error() -> None
     backend = Scripted()
     backend.write_error = KeyError("metadata")
     lease = Lease("job", "me", backend, SETTINGS)
-    with pytest.raises(BackendProtocolError, match="KeyError"):
-        async with lease.try_held():
-            pytest.fail("granted")
+    await no_grant(lease, BackendProtocolError, match="KeyError")
 
 
 @pytest.mark.parametrize(
@@ -365,9 +363,7 @@ async def test_held_raises_errors_retrying_cannot_fix_bare_and_at_once(error: Ex
     backend.get_error = error
     lease = Lease("job", "me", backend, SETTINGS)
     start = anyio.current_time()
-    with pytest.raises(type(error)) as info:
-        async with lease.held(timeout=60):
-            pytest.fail("granted")
+    info = await no_grant(lease, type(error), wait_for=60)
     assert info.value is error
     assert anyio.current_time() - start < 1
 
@@ -473,9 +469,7 @@ async def test_failing_backend_is_warned_about_within_seconds_and_named_on_timeo
     backend.get_error = BackendUnavailable("could not connect to the API server")
     lease = Lease("job", "me", backend, SETTINGS)
     start = anyio.current_time()
-    with pytest.raises(AcquireTimeout) as info:
-        async with lease.held(timeout=20):
-            pytest.fail("granted")
+    info = await no_grant(lease, AcquireTimeout, wait_for=20)
     assert info.value.last_error is backend.get_error
     assert "could not connect" in str(info.value) and "failing for" in str(info.value)
     failing = [(t, r) for t, r in warnings_seen.seen if "cannot use the backend" in r.getMessage()]
@@ -513,9 +507,7 @@ async def test_a_wait_outlasts_a_backend_down_for_hours(warnings_seen: _Timed) -
     backend = Scripted()
     backend.get_error = BackendUnavailable("connection refused")
     lease = Lease("job", "me", backend, SETTINGS)
-    with pytest.raises(AcquireTimeout) as info:
-        async with lease.held(timeout=2 * 3600):
-            pytest.fail("granted")
+    info = await no_grant(lease, AcquireTimeout, wait_for=2 * 3600)
     assert info.value.last_error is backend.get_error
     failing = [r for _, r in warnings_seen.seen if "cannot use the backend" in r.getMessage()]
     # Every WARN_EVERY (30 s), at the first attempt after it (attempts come every R + jitter).
@@ -595,8 +587,6 @@ async def test_a_watch_meeting_an_error_retrying_cannot_fix_ends_the_wait_at_onc
     backend.store = store
     lease = Lease("job", "me", backend, SETTINGS)
     start = anyio.current_time()
-    with pytest.raises(LeaseConfigError) as info:
-        async with lease.held(timeout=60):
-            pytest.fail("granted")
+    info = await no_grant(lease, LeaseConfigError, wait_for=60)
     assert info.value is error
     assert anyio.current_time() - start < SETTINGS.wait_interval

@@ -315,13 +315,10 @@ class EtcdFake(FakeBase):
             if choice in self.excluded:
                 continue
             if choice == "other":
-                picked = self.not_an_answer(socket, self._error_body, truthful)
-                if picked is None:
+                other = self.not_a_record(socket, self._error_body, truthful, base)
+                if other is None:
                     continue
-                label, reply, expect = picked
-                if expect.kind == "truthful":
-                    expect = dataclasses.replace(expect, base=base)
-                return reply, label, expect
+                return other
             if choice == "json":
                 return self._raw(200, rng.choice(_INVALID_JSON)), "json", Expect(
                     "error", "json", errors=(BackendUnavailable,))
@@ -512,13 +509,12 @@ class EtcdFake(FakeBase):
             if choice in self.excluded:
                 continue
             if choice == "other":
-                picked = self.not_an_answer(socket, self._error_body, truthful)
-                if picked is None:
+                other = self.not_a_record(
+                    socket, self._error_body, truthful, after if applied else None
+                )
+                if other is None:
                     continue
-                label, reply, expect = picked
-                if expect.kind == "truthful":
-                    expect = dataclasses.replace(expect, base=after if applied else None)
-                return reply, label, expect, applied
+                return (*other, applied)
             if choice == "json":
                 return self._raw(200, rng.choice(_INVALID_JSON)), "json", Expect(
                     "error", "json", errors=(BackendUnavailable,)), applied

@@ -192,6 +192,19 @@ class FakeBase:
 
     # -- replies that are not answers ------------------------------------------------------
 
+    def not_a_record(
+        self, socket: bool, status_body: Any, truthful: Reply | None, base: Truth | None
+    ) -> tuple[Reply, str, Expect] | None:
+        """:meth:`not_an_answer` where a record belongs, as (reply, label, expect); a reply that
+        passes the true one on expects ``base``, the record that one shows."""
+        picked = self.not_an_answer(socket, status_body, truthful)
+        if picked is None:
+            return None
+        label, reply, expect = picked
+        if expect.kind == "truthful":
+            expect = dataclasses.replace(expect, base=base)
+        return reply, label, expect
+
     def not_an_answer(
         self, socket: bool, status_body: Any, truthful: Reply | None
     ) -> tuple[str, Reply, Expect] | None:

@@ -432,13 +432,10 @@ class KubeFake(FakeBase):
             if choice in self.excluded:
                 continue
             if choice == "other":
-                picked = self.not_an_answer(socket, self._status, truthful)
-                if picked is None:
+                other = self.not_a_record(socket, self._status, truthful, truthful_base)
+                if other is None:
                     continue
-                label, reply, expect = picked
-                if expect.kind == "truthful":
-                    expect = dataclasses.replace(expect, base=truthful_base)
-                return reply, label, expect
+                return other
             if choice == "json":
                 body = rng.choice(_INVALID_JSON)
                 return (self._json_reply(status, body), "json",

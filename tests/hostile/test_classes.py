@@ -32,6 +32,7 @@ from trio_lease import (
     BackendUnavailable,
     ConflictError,
     Lease,
+    LeaseBackend,
     LeaseBusy,
     LeaseConfigError,
     LeaseError,
@@ -259,12 +260,15 @@ async def test_a_write_answer_that_does_not_show_the_grant_is_not_a_grant(lie: s
     assert truth is None or truth.holder != lease.identity
 
 
-async def test_an_etcd_txn_answered_success_with_the_old_revision_is_not_a_grant() -> None:
-    """A txn answered ``succeeded`` at the revision it compared against (not applied): no grant."""
+async def _no_grant_on_a_txn_success_at(shift: int) -> EtcdFake:
+    """try_held() on a free etcd record whose txn is answered ``succeeded`` at the revision it
+    compared against plus ``shift`` (the store unchanged) raises a LeaseError, no grant yielded;
+    returns the fake."""
+
     def rule(request: Request) -> Reply | None:
         if request.path.endswith("/kv/txn"):
             compare = (request.json() or {}).get("compare") or [{}]
-            revision = compare[0].get("mod_revision", "0")
+            revision = int(compare[0].get("mod_revision", "0")) + shift
             return _json(200, {"header": {"revision": str(revision)}, "succeeded": True})
         return None
 
@@ -275,6 +279,12 @@ async def test_an_etcd_txn_answered_success_with_the_old_revision_is_not_a_grant
         with pytest.raises(LeaseError):
             async with lease.try_held():
                 pytest.fail("a grant the store does not show was yielded")
+    return fake
+
+
+async def test_an_etcd_txn_answered_success_with_the_old_revision_is_not_a_grant() -> None:
+    """A txn answered ``succeeded`` at the revision it compared against (not applied): no grant."""
+    fake = await _no_grant_on_a_txn_success_at(shift=0)
     truth = fake.truth("job")
     assert truth is not None and truth.holder == ""
 
@@ -364,6 +374,17 @@ def _bookmark_stream() -> Reply:
                  chunks=lines())
 
 
+async def _watch_for_ten_seconds(scripted: Scripted, backend: LeaseBackend) -> None:
+    """Watch lease job of ``backend`` for 10 s; the fake can end it early through
+    ``scripted.scope``."""
+    with anyio.CancelScope() as scope:
+        scripted.scope = scope
+        with anyio.move_on_after(10):
+            async with backend, backend.watch("job") as stream:
+                async for _ in stream:
+                    pass
+
+
 async def test_kubernetes_watch_streams_ending_after_one_bookmark_do_not_spin() -> None:
     """Every watch stream ends after one BOOKMARK: re-watching is paced (not a loop)."""
     def rule(request: Request) -> Reply | None:
@@ -375,12 +396,7 @@ async def test_kubernetes_watch_streams_ending_after_one_bookmark_do_not_spin() 
     fake.seed(COORDINATION, "job", "someone", 3, 10)
     backend = fake.backend(COORDINATION, url=None, transport=HostileTransport(scripted),
                            token="t", watch_poll_interval=1.0)
-    with anyio.CancelScope() as scope:
-        scripted.scope = scope
-        with anyio.move_on_after(10):
-            async with backend, backend.watch("job") as stream:
-                async for _ in stream:
-                    pass
+    await _watch_for_ten_seconds(scripted, backend)
     watches = [r for r in scripted.requests if r.query.get("watch") in ("1", "true")]
     # Paced by watch_poll_interval (1 s) after a stream that delivered nothing: <= 2 per second.
     assert len(watches) <= 22, f"{len(watches)} watch requests in 10 s"
@@ -399,12 +415,7 @@ async def test_etcd_watch_streams_ending_after_one_progress_notification_do_not_
 
     fake, scripted, backend = _etcd(rule)
     fake.seed("job", "someone", 3, 10.0)
-    with anyio.CancelScope() as scope:
-        scripted.scope = scope
-        with anyio.move_on_after(10):
-            async with backend, backend.watch("job") as stream:
-                async for _ in stream:
-                    pass
+    await _watch_for_ten_seconds(scripted, backend)
     watches = [r for r in scripted.requests if r.path.endswith("/watch")]
     # The watch backs off (from 50 ms, doubling to 2 s) between streams that brought nothing.
     assert len(watches) <= 20, f"{len(watches)} watch requests in 10 s"
@@ -655,17 +666,4 @@ async def test_an_advisory_field_out_of_float_range_never_escapes_untyped() -> N
 async def test_an_etcd_txn_success_below_the_compared_revision_is_not_a_grant() -> None:
     """A txn answered ``succeeded`` at a revision lower than the mod_revision it compared (no
     etcd can do that; the store unchanged): no grant is yielded."""
-    def rule(request: Request) -> Reply | None:
-        if request.path.endswith("/kv/txn"):
-            compare = (request.json() or {}).get("compare") or [{}]
-            revision = int(compare[0].get("mod_revision", "0")) - 1
-            return _json(200, {"header": {"revision": str(revision)}, "succeeded": True})
-        return None
-
-    fake, _, backend = _etcd(rule)
-    fake.seed("job", "", 3, 10.0)
-    async with backend:
-        lease = Lease("job", "me", backend, SETTINGS)
-        with pytest.raises(LeaseError):
-            async with lease.try_held():
-                pytest.fail("a grant the store does not show was yielded")
+    await _no_grant_on_a_txn_success_at(shift=-1)

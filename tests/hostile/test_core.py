@@ -17,14 +17,10 @@ import random
 import anyio
 import pytest
 
-from trio_lease.backends.kubernetes._models import AKKA, COORDINATION
-
 from ._checks import Tally
-from ._drive import Target, core_worker
-from ._etcd import EtcdFake
-from ._kube import KubeFake
-from ._serve import serving, settle
-from ._settings import AKKA_SETTINGS, SETTINGS
+from ._drive import core_worker
+from ._every_kind import every_kind, strict_fakes
+from ._serve import settle
 
 pytestmark = pytest.mark.anyio
 
@@ -38,29 +34,15 @@ async def test_core_calls_under_hostile_replies(
     path: str, tally: Tally, rng: random.Random
 ) -> None:
     """Grants the store shows, increasing tokens, typed errors, in time, no spinning."""
-    T = SETTINGS.lease_operation_timeout
-    kube = KubeFake(rng, tally, hostility=0.3, bound=T)
-    etcd = EtcdFake(rng, tally, hostility=0.3, bound=T)
-    for fake in (kube, etcd):
-        fake.plausible = False
-        fake.check_fencing = True
-        fake.excluded = {"huge"}
-    async with serving(kube, path, tally) as (kube_url, kube_transport), serving(
-        etcd, path, tally
-    ) as (etcd_url, etcd_transport):
-        targets = [
-            (Target(kube, COORDINATION, kube_url, kube_transport), SETTINGS),
-            (Target(kube, AKKA, kube_url, kube_transport), AKKA_SETTINGS),
-            (Target(etcd, None, etcd_url, etcd_transport), SETTINGS),
-        ]
-        async with anyio.create_task_group() as tg:
-            for index, (target, settings) in enumerate(targets):
-                for lease in range(LEASES):
-                    name = f"core-{index}-{lease}"
-                    if lease == 0:  # every write conflicts while reads show the lease free
-                        target.fake.storm.add((target.label, name))
-                    stream = random.Random(f"{tally.seed}/{path}/{name}")
-                    tg.start_soon(core_worker, target, tally, stream, name, settings, CALLS)
+    kube, etcd = strict_fakes(rng, tally, hostility=0.3)
+    async with every_kind(kube, etcd, path, tally) as targets, anyio.create_task_group() as tg:
+        for index, (target, settings) in enumerate(targets):
+            for lease in range(LEASES):
+                name = f"core-{index}-{lease}"
+                if lease == 0:  # every write conflicts while reads show the lease free
+                    target.fake.storm.add((target.label, name))
+                stream = random.Random(f"{tally.seed}/{path}/{name}")
+                tg.start_soon(core_worker, target, tally, stream, name, settings, CALLS)
     settle(kube, tally)
     settle(etcd, tally)
     print(f"\ncore/{path}:\n{tally.report()}")

@@ -36,6 +36,16 @@ def _enough(tally: Tally, backend: str) -> bool:
     return tally.hostile_replies(backend) >= QUOTA
 
 
+def _judge(fake: KubeFake | EtcdFake, tally: Tally, backend: str, path: str) -> None:
+    """After a run of ``backend``'s SPI over ``path``: the fake's invariants hold, it sent at
+    least QUOTA hostile replies, and every call ended typed or correct."""
+    settle(fake, tally)
+    count = tally.hostile_replies(backend)
+    print(f"\n{backend}/{path}: {count} hostile replies\n{tally.report()}")
+    assert count >= QUOTA, f"only {count} hostile replies (seed {tally.seed})"
+    tally.assert_clean(f"{backend} SPI over the {path}")
+
+
 @pytest.mark.parametrize("path", ["socket", "transport"])
 async def test_kubernetes_spi_calls_under_hostile_replies(
     path: str, tally: Tally, rng: random.Random
@@ -51,11 +61,7 @@ async def test_kubernetes_spi_calls_under_hostile_replies(
                     targets[worker % 2], tally, random.Random(f"{tally.seed}/{path}/{worker}"),
                     worker,
                 )
-    settle(fake, tally)
-    count = tally.hostile_replies("kubernetes")
-    print(f"\nkubernetes/{path}: {count} hostile replies\n{tally.report()}")
-    assert count >= QUOTA, f"only {count} hostile replies (seed {tally.seed})"
-    tally.assert_clean(f"kubernetes SPI over the {path}")
+    _judge(fake, tally, "kubernetes", path)
 
 
 @pytest.mark.parametrize("path", ["socket", "transport"])
@@ -73,8 +79,4 @@ async def test_etcd_spi_calls_under_hostile_replies(
                             auth=worker >= WORKERS - 2),
                     target, tally, random.Random(f"{tally.seed}/{path}/{worker}"), worker,
                 )
-    settle(fake, tally)
-    count = tally.hostile_replies("etcd")
-    print(f"\netcd/{path}: {count} hostile replies\n{tally.report()}")
-    assert count >= QUOTA, f"only {count} hostile replies (seed {tally.seed})"
-    tally.assert_clean(f"etcd SPI over the {path}")
+    _judge(fake, tally, "etcd", path)

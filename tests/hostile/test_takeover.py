@@ -15,45 +15,30 @@ import random
 import anyio
 import pytest
 
-from trio_lease.backends.kubernetes._models import AKKA, COORDINATION
-
 from ._checks import Tally
-from ._drive import Target, takeover_contender
-from ._etcd import EtcdFake
-from ._kube import KubeFake
-from ._serve import serving, settle
-from ._settings import AKKA_SETTINGS, SETTINGS
+from ._drive import takeover_contender
+from ._every_kind import every_kind, strict_fakes
+from ._serve import settle
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_no_takeover_before_L_under_hostile_replies(tally: Tally, rng: random.Random) -> None:
     """A contender never writes a grant over a live record before L since it first saw it."""
-    T = SETTINGS.lease_operation_timeout
-    kube = KubeFake(rng, tally, hostility=0.5, bound=T)
-    etcd = EtcdFake(rng, tally, hostility=0.5, bound=T)
-    for fake in (kube, etcd):
-        fake.plausible = False
-        fake.check_fencing = True
-        fake.excluded = {"huge"}
-    async with serving(kube, "socket", tally) as (kube_url, _), serving(
-        etcd, "socket", tally
-    ) as (etcd_url, _):
-        targets = [
-            (Target(kube, COORDINATION, kube_url, None), SETTINGS),
-            (Target(kube, AKKA, kube_url, None), AKKA_SETTINGS),
-            (Target(etcd, None, etcd_url, None), SETTINGS),
-        ]
-        async with anyio.create_task_group() as tg:
-            for index, (target, settings) in enumerate(targets):
-                L = settings.heartbeat_timeout
-                for mode in ("try_held", "held", "acquire"):
-                    name = f"live-{index}-{mode.replace('_', '')}"
-                    target.seed(name, "other_live0123456789", 5, int(L))
-                    target.protect(name, L)
-                    stream = random.Random(f"{tally.seed}/{name}")
-                    tg.start_soon(takeover_contender, target, tally, stream, name, settings,
-                                  mode, 1.6 * L)
+    kube, etcd = strict_fakes(rng, tally, hostility=0.5)
+    async with (
+        every_kind(kube, etcd, "socket", tally) as targets,
+        anyio.create_task_group() as tg,
+    ):
+        for index, (target, settings) in enumerate(targets):
+            L = settings.heartbeat_timeout
+            for mode in ("try_held", "held", "acquire"):
+                name = f"live-{index}-{mode.replace('_', '')}"
+                target.seed(name, "other_live0123456789", 5, int(L))
+                target.protect(name, L)
+                stream = random.Random(f"{tally.seed}/{name}")
+                tg.start_soon(takeover_contender, target, tally, stream, name, settings,
+                              mode, 1.6 * L)
     protected = [*kube.protected.values(), *etcd.protected.values()]
     unseen = [p.version for p in protected if p.first_sent is None]
     settle(kube, tally)

@@ -24,6 +24,14 @@ LEASE_YML = Path(__file__).resolve().parents[2] / "lease.yml"
 JSON = dict[str, Any]
 
 
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Both backends on real time: these tests use real sockets (a test module takes this
+    fixture by importing it)."""
+    backend: str = request.param
+    return backend
+
+
 def client(emulator: KubeEmulator, token: str | None = None, **kwargs: Any) -> httpx.AsyncClient:
     """An httpx client talking to ``emulator`` in-process, with a bearer token if given."""
     headers = dict(kwargs.pop("headers", {}))
@@ -42,6 +50,18 @@ def lease(name: str, **spec: Any) -> JSON:
         "metadata": {"name": name},
         "spec": spec,
     }
+
+
+def akka_lease(name: str, **spec: Any) -> JSON:
+    """An akka.io/v1 Lease body (the custom resource of lease.yml) with ``spec`` fields."""
+    return {"apiVersion": "akka.io/v1", "kind": "Lease", "metadata": {"name": name}, "spec": spec}
+
+
+def with_akka_crd() -> KubeEmulator:
+    """An emulator serving the akka.io/v1 Lease custom resource (lease.yml applied)."""
+    emulator = KubeEmulator()
+    emulator.apply(LEASE_YML.read_text())
+    return emulator
 
 
 async def create(http: httpx.AsyncClient, name: str, **spec: Any) -> JSON:

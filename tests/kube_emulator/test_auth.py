@@ -7,7 +7,7 @@ import pytest
 
 from trio_lease.testing.kube import KubeEmulator
 
-from ._helpers import AKKA, LEASE_YML, LEASES, client, lease
+from ._helpers import AKKA, LEASE_YML, LEASES, akka_lease, client, lease, with_akka_crd
 
 pytestmark = pytest.mark.anyio
 
@@ -111,12 +111,10 @@ async def test_resource_names_cannot_grant_create() -> None:
 
 async def test_lease_yml_grants_the_service_account_both_lease_kinds() -> None:
     """Applying lease.yml lets the placeholder service account use both kinds of lease."""
-    emulator = KubeEmulator()
-    emulator.apply(LEASE_YML.read_text())
+    emulator = with_akka_crd()
     emulator.add_service_account_token("t", "default", "default")
     emulator.add_service_account_token("u", "default", "someone-else")
-    akka = {"apiVersion": "akka.io/v1", "kind": "Lease", "metadata": {"name": "a"},
-            "spec": {"owner": "", "time": 0}}
+    akka = akka_lease("a", owner="", time=0)
     async with client(emulator, "t") as http, client(emulator, "u") as stranger:
         assert (await http.post(LEASES, json=lease("a"))).status_code == 201
         assert (await http.post(AKKA, json=akka)).status_code == 201

@@ -19,19 +19,13 @@ from trio_lease import Lease, LeaseSettings
 from trio_lease.backends.kubernetes import KubernetesBackend, KubernetesEvents, load_kubeconfig
 from trio_lease.testing.kube import KubeEmulator
 
+from ._helpers import anyio_backend as anyio_backend
 from ._helpers import needs_kubectl, run_kubectl, served
 
 pytestmark = pytest.mark.anyio
 
 CORE = "/api/v1/namespaces/default/events"
 EVENTS = "/apis/events.k8s.io/v1/namespaces/default/events"
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Both backends on real time: these tests use real sockets."""
-    backend: str = request.param
-    return backend
 
 
 async def _hold_once(kubeconfig: Path) -> None:

@@ -16,15 +16,9 @@ import pytest
 from trio_lease.testing.kube import KubeEmulator
 
 from ._helpers import LEASES, lease, needs_kubectl, run_kubectl, served
+from ._helpers import anyio_backend as anyio_backend
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Both backends on real time: these tests use real sockets."""
-    backend: str = request.param
-    return backend
 
 
 async def test_dry_run_all_validates_and_answers_without_storing() -> None:

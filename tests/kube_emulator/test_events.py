@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from trio_lease import Lease, LeaseSettings
 from trio_lease.backends.kubernetes import KubernetesBackend, KubernetesEvents, load_kubeconfig
 from trio_lease.testing.kube import KubeEmulator
 
-from ._helpers import LEASE_YML, client
+from ._helpers import LEASE_YML, client, needs_kubectl, run_kubectl
 
 pytestmark = pytest.mark.anyio
 
@@ -185,25 +183,13 @@ async def test_table_prints_events_as_print_event_does() -> None:
     ]  # fmt: skip
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+@needs_kubectl
 @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
 async def test_kubectl_get_events_lists_what_a_lease_wrote(tmp_path: Path) -> None:
     """Real sockets: a lease held with KubernetesEvents, then `kubectl get events` lists both."""
     emulator = KubeEmulator(require_auth=True)
     emulator.add_token("admin", "admin", groups=("system:masters",))
     settings = LeaseSettings(heartbeat_timeout=2, heartbeat_interval=0.5)
-
-    def kubectl(kubeconfig: Path, *args: str) -> str:
-        done = subprocess.run(
-            ["kubectl", "--kubeconfig", str(kubeconfig), "--cache-dir",
-             str(kubeconfig.parent / "kubectl-cache"), *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
 
     async with emulator.serve() as server:
         kubeconfig = server.write_kubeconfig(tmp_path / "config", token="admin")
@@ -212,8 +198,10 @@ async def test_kubectl_get_events_lists_what_a_lease_wrote(tmp_path: Path) -> No
         lease = Lease("nightly", "me", backend, settings, observers=[events])
         async with backend, events, lease.held():
             pass
-        table = await anyio.to_thread.run_sync(kubectl, kubeconfig, "get", "events")
-        listed = await anyio.to_thread.run_sync(kubectl, kubeconfig, "get", "events", "-o", "json")
+        shown = await run_kubectl(kubeconfig, "get", "events")
+        dumped = await run_kubectl(kubeconfig, "get", "events", "-o", "json")
+    assert shown.returncode == dumped.returncode == 0, shown.stderr + dumped.stderr
+    table, listed = shown.stdout, dumped.stdout
     items = sorted(json.loads(listed)["items"], key=lambda item: item["eventTime"])
     # kubectl reads core v1 Events (the core group comes first): regarding is involvedObject.
     assert [(i["reason"], i["involvedObject"]["name"]) for i in items] == [

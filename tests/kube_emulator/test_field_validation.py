@@ -16,18 +16,21 @@ import pytest
 
 from trio_lease.testing.kube import KubeEmulator
 
-from ._helpers import AKKA, LEASE_YML, LEASES, lease, needs_kubectl, run_kubectl, served
+from ._helpers import (
+    AKKA,
+    LEASE_YML,
+    LEASES,
+    lease,
+    needs_kubectl,
+    run_kubectl,
+    served,
+    with_akka_crd,
+)
+from ._helpers import anyio_backend as anyio_backend
 
 pytestmark = pytest.mark.anyio
 
 STRICT = 'Lease in version "v1" cannot be handled as a Lease: strict decoding error: '
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Both backends on real time: these tests use real sockets."""
-    backend: str = request.param
-    return backend
 
 
 def _akka(name: str, **spec: object) -> dict[str, object]:
@@ -37,8 +40,7 @@ def _akka(name: str, **spec: object) -> dict[str, object]:
 
 async def test_unknown_custom_resource_fields_by_field_validation() -> None:
     """spec.bogus: Strict 400; Warn (the default) pruned with a Warning; Ignore pruned."""
-    emulator = KubeEmulator()
-    emulator.apply(LEASE_YML.read_text())
+    emulator = with_akka_crd()
     async with served(emulator) as (_, http):
         strict = await http.post(AKKA, json=_akka("s", owner="me", bogus=1),
                                  params={"fieldValidation": "Strict"})
@@ -67,8 +69,7 @@ async def test_unknown_custom_resource_fields_by_field_validation() -> None:
 async def test_duplicate_json_fields() -> None:
     """A repeated field is a strict error (400) under Strict and a warning under Warn, where
     the last value wins; for a Lease as for a custom resource."""
-    emulator = KubeEmulator()
-    emulator.apply(LEASE_YML.read_text())
+    emulator = with_akka_crd()
     raw = (b'{"apiVersion":"akka.io/v1","kind":"Lease","metadata":{"name":"%s"},'
            b'"spec":{"owner":"a","owner":"b","bogus":1}}')
     headers = {"Content-Type": "application/json"}

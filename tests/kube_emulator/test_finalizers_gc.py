@@ -23,18 +23,12 @@ import pytest
 from trio_lease.testing.kube import KubeEmulator
 
 from ._helpers import LEASES, lease, needs_kubectl, run_kubectl, served
+from ._helpers import anyio_backend as anyio_backend
 
 pytestmark = pytest.mark.anyio
 
 JSON = dict[str, Any]
 MERGE = {"Content-Type": "application/merge-patch+json"}
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Both backends on real time: these tests use real sockets."""
-    backend: str = request.param
-    return backend
 
 
 def _owned(name: str, *owners: JSON, finalizers: list[str] | None = None) -> JSON:

@@ -14,6 +14,7 @@ import pytest
 
 from trio_lease.testing.kube import KubeEmulator
 
+from ._helpers import anyio_backend as anyio_backend
 from ._helpers import needs_kubectl, run_kubectl, served
 
 pytestmark = pytest.mark.anyio
@@ -24,13 +25,6 @@ HOOKS = [
     "[+]poststarthook/crd-informer-synced ok",
     "[+]poststarthook/rbac/bootstrap-roles ok",
 ]
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Both backends on real time: these tests use real sockets."""
-    backend: str = request.param
-    return backend
 
 
 async def test_health_endpoints_answer_ok_and_verbose() -> None:

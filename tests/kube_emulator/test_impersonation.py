@@ -18,18 +18,12 @@ from trio_lease.backends.kubernetes import KubernetesBackend, load_kubeconfig
 from trio_lease.testing.kube import KubeEmulator
 
 from ._helpers import LEASES, lease, needs_kubectl, run_kubectl, served
+from ._helpers import anyio_backend as anyio_backend
 
 pytestmark = pytest.mark.anyio
 
 HAVE_KUBECTL = shutil.which("kubectl") is not None
 WHOAMI = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Both backends on real time: these tests use real sockets."""
-    backend: str = request.param
-    return backend
 
 
 def _allow_impersonating(

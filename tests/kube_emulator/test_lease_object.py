@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
+import httpx
 import pytest
 
 from trio_lease.testing.kube import KubeEmulator
@@ -13,6 +15,12 @@ from ._helpers import LEASES, client, create, lease
 pytestmark = pytest.mark.anyio
 
 MICRO = "2026-03-01T10:00:00.123456Z"
+
+
+async def posted(emulator: KubeEmulator, name: str, **spec: Any) -> httpx.Response:
+    """The answer to a POST of Lease ``name`` with ``spec`` to ``emulator``."""
+    async with client(emulator) as http:
+        return await http.post(LEASES, json=lease(name, **spec))
 
 
 async def test_every_spec_field_is_optional() -> None:
@@ -65,8 +73,7 @@ async def test_holder_identity_is_not_validated() -> None:
 async def test_lease_duration_must_be_positive(duration: int) -> None:
     """leaseDurationSeconds 0 or negative is 422 "must be greater than 0"."""
     emulator = KubeEmulator()
-    async with client(emulator) as http:
-        response = await http.post(LEASES, json=lease("d", leaseDurationSeconds=duration))
+    response = await posted(emulator, "d", leaseDurationSeconds=duration)
     assert response.status_code == 422
     body = response.json()
     assert body["message"] == (
@@ -116,8 +123,7 @@ async def test_preferred_holder_needs_strategy() -> None:
 async def test_unknown_builtin_strategy_is_not_supported() -> None:
     """A strategy without "/" other than OldestEmulationVersion is 422 NotSupported."""
     emulator = KubeEmulator(coordinated_leader_election=True)
-    async with client(emulator) as http:
-        response = await http.post(LEASES, json=lease("s", strategy="Random"))
+    response = await posted(emulator, "s", strategy="Random")
     assert response.status_code == 422
     assert response.json()["details"]["causes"][0]["reason"] == "FieldValueNotSupported"
 
@@ -135,8 +141,7 @@ async def test_unknown_builtin_strategy_is_not_supported() -> None:
 async def test_micro_time_needs_exactly_six_fraction_digits(text: str) -> None:
     """A MicroTime without exactly six fraction digits is a 400 decode error, not stored."""
     emulator = KubeEmulator()
-    async with client(emulator) as http:
-        response = await http.post(LEASES, json=lease("m", renewTime=text))
+    response = await posted(emulator, "m", renewTime=text)
     assert response.status_code == 400
     body = response.json()
     assert body["reason"] == "BadRequest"
@@ -155,8 +160,7 @@ async def test_micro_time_offset_is_normalized_to_utc_z() -> None:
 async def test_wrong_json_type_is_a_decode_error() -> None:
     """leaseDurationSeconds as a string is 400 BadRequest (the decoder rejects it)."""
     emulator = KubeEmulator()
-    async with client(emulator) as http:
-        response = await http.post(LEASES, json=lease("w", leaseDurationSeconds="15"))
+    response = await posted(emulator, "w", leaseDurationSeconds="15")
     assert response.status_code == 400
     assert "LeaseSpec.spec.leaseDurationSeconds of type int32" in response.json()["message"]
 
@@ -164,8 +168,7 @@ async def test_wrong_json_type_is_a_decode_error() -> None:
 async def test_unknown_spec_fields_are_dropped_with_a_warning() -> None:
     """An unknown spec field is pruned and reported in a Warning header."""
     emulator = KubeEmulator()
-    async with client(emulator) as http:
-        response = await http.post(LEASES, json=lease("u", holderIdentity="a", colour="red"))
+    response = await posted(emulator, "u", holderIdentity="a", colour="red")
     assert response.status_code == 201
     assert response.json()["spec"] == {"holderIdentity": "a"}
     assert response.headers["warning"] == '299 - "unknown field \\"spec.colour\\""'

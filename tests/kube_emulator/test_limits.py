@@ -19,6 +19,7 @@ import pytest
 from trio_lease.testing.kube import KubeEmulator
 
 from ._helpers import LEASES, lease, needs_kubectl, run_kubectl, served
+from ._helpers import anyio_backend as anyio_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -28,13 +29,6 @@ LABEL_VALUE_MSG = (
     "'my_value',  or '12345', regex used for validation is "
     "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
 )
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Both backends on real time: these tests use real sockets."""
-    backend: str = request.param
-    return backend
 
 
 def _with_meta(name: str, **meta: object) -> dict[str, object]:

@@ -22,17 +22,11 @@ import pytest
 from trio_lease.testing.kube import KubeEmulator
 
 from ._helpers import LEASES, lease, served
+from ._helpers import anyio_backend as anyio_backend
 
 pytestmark = pytest.mark.anyio
 
 JSON = dict[str, Any]
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Both backends on real time: these tests use real sockets."""
-    backend: str = request.param
-    return backend
 
 
 def _names(response: httpx.Response) -> list[str]:

@@ -9,7 +9,7 @@ import pytest
 
 from trio_lease.testing.kube import KubeEmulator
 
-from ._helpers import AKKA, LEASE_YML, LEASES, client, lease
+from ._helpers import AKKA, LEASES, client, lease, with_akka_crd
 
 pytestmark = pytest.mark.anyio
 
@@ -87,8 +87,7 @@ async def test_removed_fields_leave_every_entry() -> None:
 
 async def test_a_custom_resource_owns_its_spec_object() -> None:
     """A custom resource's zero value has no spec, so f:spec itself is owned (typed/compare.go)."""
-    emulator = KubeEmulator()
-    emulator.apply(LEASE_YML.read_text())
+    emulator = with_akka_crd()
     async with client(emulator, headers={"User-Agent": "akka/2.9"}) as http:
         response = await http.post(AKKA, json={
             "apiVersion": "akka.io/v1", "kind": "Lease", "metadata": {"name": "a"},

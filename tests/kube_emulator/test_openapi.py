@@ -14,22 +14,15 @@ import pytest
 
 from trio_lease.testing.kube import KubeEmulator
 
-from ._helpers import LEASE_YML, needs_kubectl, run_kubectl, served
+from ._helpers import LEASE_YML, needs_kubectl, run_kubectl, served, with_akka_crd
+from ._helpers import anyio_backend as anyio_backend
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Both backends on real time: these tests use real sockets."""
-    backend: str = request.param
-    return backend
-
-
 async def test_openapi_documents_carry_the_lease_schemas() -> None:
     """/openapi/v3/apis/coordination.k8s.io/v1 and /openapi/v2 hold the Lease by its GVK."""
-    emulator = KubeEmulator()
-    emulator.apply(LEASE_YML.read_text())
+    emulator = with_akka_crd()
     async with served(emulator) as (_, http):
         v3 = (await http.get("/openapi/v3/apis/coordination.k8s.io/v1")).json()
         akka = (await http.get("/openapi/v3/apis/akka.io/v1")).json()

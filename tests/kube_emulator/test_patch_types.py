@@ -10,7 +10,7 @@ import pytest
 
 from trio_lease.testing.kube import KubeEmulator
 
-from ._helpers import AKKA, LEASE_YML, LEASES, client, create
+from ._helpers import AKKA, LEASES, akka_lease, client, create, with_akka_crd
 
 pytestmark = pytest.mark.anyio
 
@@ -111,8 +111,7 @@ async def test_json_patch_that_is_not_a_list_is_400() -> None:
 
 async def test_strategic_merge_patch_on_a_custom_resource_is_415() -> None:
     """Custom resources accept JSON, merge and apply patches only (customresource_handler.go)."""
-    emulator = KubeEmulator()
-    emulator.apply(LEASE_YML.read_text())
+    emulator = with_akka_crd()
     async with client(emulator) as http:
         made = await http.post(AKKA, json={
             "apiVersion": "akka.io/v1", "kind": "Lease", "metadata": {"name": "a"},
@@ -282,10 +281,8 @@ async def test_apply_drops_fields_it_no_longer_applies() -> None:
 
 async def test_apply_on_a_custom_resource() -> None:
     """Apply works on akka.io leases and records the CRD's spec as owned (structuredmerge)."""
-    emulator = KubeEmulator()
-    emulator.apply(LEASE_YML.read_text())
-    body = {"apiVersion": "akka.io/v1", "kind": "Lease", "metadata": {"name": "a"},
-            "spec": {"owner": "me", "time": 5}}
+    emulator = with_akka_crd()
+    body = akka_lease("a", owner="me", time=5)
     async with client(emulator) as http:
         response = await http.patch(f"{AKKA}/a", params={"fieldManager": "ops"}, headers=APPLY,
                                     content=json.dumps(body))

@@ -16,17 +16,11 @@ import pytest
 from trio_lease.testing.kube import KubeEmulator
 
 from ._helpers import LEASE_YML, needs_kubectl, run_kubectl, served
+from ._helpers import anyio_backend as anyio_backend
 
 pytestmark = pytest.mark.anyio
 
 SSRR = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews"
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Both backends on real time: these tests use real sockets."""
-    backend: str = request.param
-    return backend
 
 
 def _emulator() -> KubeEmulator:

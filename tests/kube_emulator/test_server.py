@@ -19,15 +19,9 @@ from trio_lease.testing.kube import KubeEmulator, KubeServer
 from trio_lease.testing.kube._server import _serve_connection
 
 from ._helpers import LEASES, lease
+from ._helpers import anyio_backend as anyio_backend
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    """Both backends on real time: these tests use real sockets."""
-    backend: str = request.param
-    return backend
 
 
 def _client(server: KubeServer, token: str | None = None) -> httpx.AsyncClient:

@@ -17,7 +17,7 @@ import yaml
 
 from trio_lease.testing.kube import KubeEmulator
 
-from ._helpers import AKKA, LEASE_YML, LEASES, client, create, lease
+from ._helpers import AKKA, LEASE_YML, LEASES, client, create, lease, with_akka_crd
 
 pytestmark = pytest.mark.anyio
 
@@ -155,8 +155,7 @@ async def test_crd_is_not_served_during_its_establishing_window() -> None:
 
 async def test_crd_update_keeps_its_status() -> None:
     """Re-applying an established CRD keeps status (the strategy's PrepareForUpdate copies it)."""
-    emulator = KubeEmulator()
-    emulator.apply(LEASE_YML.read_text())
+    emulator = with_akka_crd()
     again = emulator.apply(_crd())[0]
     assert again["status"]["conditions"][1]["status"] == "True"
     assert emulator.resource_type("akka.io/v1", "leases") is not None
@@ -265,8 +264,7 @@ async def test_custom_resource_uid_precondition_on_missing_object_is_409() -> No
     """A PUT with metadata.uid to a missing custom resource fails the precondition first: 409
     with the StorageError key under /registry/akka.io/leases (storage/etcd3/store.go
     GuaranteedUpdate, registry/generic/registry/store.go Update)."""
-    emulator = KubeEmulator()
-    emulator.apply(LEASE_YML.read_text())
+    emulator = with_akka_crd()
     body = {"apiVersion": "akka.io/v1", "kind": "Lease",
             "metadata": {"name": "a", "uid": "u-1", "resourceVersion": "5"},
             "spec": {"owner": "x", "time": 1}}
@@ -339,8 +337,7 @@ async def test_wrong_api_version_or_kind_on_a_lease(
 async def test_wrong_kind_on_a_custom_resource_is_422_on_kind() -> None:
     """A custom resource of the wrong kind: the CR validator's 422 under the body's kind
     (apiextensions-apiserver pkg/registry/customresource/validator.go ValidateTypeMeta)."""
-    emulator = KubeEmulator()
-    emulator.apply(LEASE_YML.read_text())
+    emulator = with_akka_crd()
     body = {"apiVersion": "akka.io/v1", "kind": "Other", "metadata": {"name": "a"},
             "spec": {"owner": "x", "time": 1}}
     async with client(emulator) as http:

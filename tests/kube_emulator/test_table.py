@@ -11,7 +11,7 @@ import pytest
 from trio_lease.testing.kube import KubeEmulator
 from trio_lease.testing.kube._table import human_duration
 
-from ._helpers import AKKA, LEASE_YML, LEASES, client, lease
+from ._helpers import AKKA, LEASE_YML, LEASES, akka_lease, client, lease
 
 pytestmark = pytest.mark.anyio
 
@@ -87,8 +87,7 @@ async def test_custom_resource_table_without_printer_columns_is_name_age() -> No
     emulator, now = _clocked()
     emulator.apply(LEASE_YML.read_text())
     async with client(emulator, headers={"Accept": KUBECTL_ACCEPT}) as http:
-        body = {"apiVersion": "akka.io/v1", "kind": "Lease", "metadata": {"name": "a"},
-                "spec": {"owner": "me", "time": 1}}
+        body = akka_lease("a", owner="me", time=1)
         assert (await http.post(AKKA, json=body)).status_code == 201
         now[0] = T0 + timedelta(days=3, hours=4)
         table = (await http.get(AKKA)).json()

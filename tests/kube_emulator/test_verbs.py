@@ -10,7 +10,7 @@ import pytest
 
 from trio_lease.testing.kube import KubeEmulator
 
-from ._helpers import AKKA, LEASE_YML, LEASES, client, create, lease
+from ._helpers import AKKA, LEASE_YML, LEASES, akka_lease, client, create, lease, with_akka_crd
 
 pytestmark = pytest.mark.anyio
 
@@ -157,10 +157,8 @@ async def test_uid_precondition_defends_against_create_on_update() -> None:
 
 async def test_custom_resource_put_to_missing_is_not_found() -> None:
     """Custom resources do not create on update: PUT to a missing akka.io Lease is 404."""
-    emulator = KubeEmulator()
-    emulator.apply(LEASE_YML.read_text())
-    body = {"apiVersion": "akka.io/v1", "kind": "Lease", "metadata": {"name": "a"},
-            "spec": {"owner": "x", "time": 1}}
+    emulator = with_akka_crd()
+    body = akka_lease("a", owner="x", time=1)
     async with client(emulator) as http:
         response = await http.put(f"{AKKA}/a", json=body)
     assert response.status_code == 404
@@ -301,10 +299,8 @@ async def test_unregistered_custom_resource_is_generic_404() -> None:
 
 async def test_custom_resource_crud_and_schema() -> None:
     """akka.io/v1 leases: create, schema type check (422), generation, update, list."""
-    emulator = KubeEmulator()
-    emulator.apply(LEASE_YML.read_text())
-    body = {"apiVersion": "akka.io/v1", "kind": "Lease", "metadata": {"name": "a"},
-            "spec": {"owner": "", "time": 1700000000000, "extra": 1}}
+    emulator = with_akka_crd()
+    body = akka_lease("a", owner="", time=1700000000000, extra=1)
     async with client(emulator) as http:
         created = await http.post(AKKA, json=body)
         bad = await http.post(AKKA, json={**body, "metadata": {"name": "b"},

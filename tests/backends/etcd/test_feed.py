@@ -8,7 +8,6 @@ stream's next chunk (the connection breaks as it carries an event) and hold new 
 from __future__ import annotations
 
 import base64
-import contextlib
 import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable
@@ -18,20 +17,21 @@ import anyio
 import httpx
 import pytest
 
+from tests.backends._feed import (
+    LIMIT,
+    a_foreign_write_cancels_the_holder,
+    running,
+    start_waiters,
+    until,
+)
 from tests.etcd_server import EtcdCluster
-from trio_lease import Lease, LeaseLost, LeaseRecord, LeaseSettings
-from trio_lease._abc import Watched
+from trio_lease import LeaseRecord
 from trio_lease._lean_http import LeanClient
 from trio_lease._shared_watch import shared_watch
 from trio_lease.backends.etcd import EtcdBackend, _feed
 from trio_lease.backends.etcd._feed import EtcdFeed, prefix_end
 
 pytestmark = pytest.mark.anyio
-
-#: Renewals far apart (20 s) and records long-lived: only the watch can act within a test.
-SLOW = LeaseSettings(heartbeat_timeout=60, heartbeat_interval=20, lease_operation_timeout=2)
-LIMIT = 30  # seconds: a hang guard, never a timing assert
-Published = list[tuple[str, LeaseRecord | None]]
 
 
 class _Cuttable(httpx.AsyncByteStream):
@@ -85,10 +85,11 @@ class Tap(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    """Wait (polling) until ``condition()`` holds."""
-    while not condition():
-        await anyio.sleep(0.01)
+@pytest.fixture
+def tapped(etcd_server: EtcdCluster, etcd_prefix: str) -> tuple[Tap, EtcdBackend]:
+    """A backend on the test's prefix whose HTTP goes through a fresh :class:`Tap`."""
+    tap = Tap()
+    return tap, EtcdBackend(etcd_server.endpoints, prefix=etcd_prefix, transport=tap)
 
 
 def b64(data: str) -> str:
@@ -104,19 +105,6 @@ async def etcd(server: EtcdCluster, path: str, body: dict[str, Any]) -> dict[str
         return answer
 
 
-@contextlib.asynccontextmanager
-async def running(feed: EtcdFeed, *names: str) -> AsyncIterator[Published]:
-    """Run ``feed`` on ``names``; yield the list of what it publishes."""
-    watched = Watched()
-    for name in names:
-        watched.add(name)
-    published: Published = []
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(feed.run, watched, lambda name, state: published.append((name, state)))
-        yield published
-        tg.cancel_scope.cancel()
-
-
 def test_prefix_end_covers_exactly_the_prefix() -> None:
     """range_end is the prefix with its last byte plus one (0xff bytes carried over)."""
     assert prefix_end(b"leases/") == b"leases0"
@@ -125,26 +113,20 @@ def test_prefix_end_covers_exactly_the_prefix() -> None:
 
 
 async def test_many_waiters_share_one_watch_stream(
-    etcd_server: EtcdCluster, etcd_backend_factory: Callable[[], EtcdBackend], etcd_prefix: str
+    tapped: tuple[Tap, EtcdBackend],
+    etcd_backend_factory: Callable[[], EtcdBackend],
+    etcd_prefix: str,
 ) -> None:
     """200 waiters on 200 leases: one watch stream (never two open), all woken by it."""
-    count, tap = 200, Tap()
+    count, (tap, mine) = 200, tapped
     other = etcd_backend_factory()
-    mine = EtcdBackend(etcd_server.endpoints, prefix=etcd_prefix, transport=tap)
-    acquired: list[int] = []
-
-    async def wait(i: int) -> None:
-        async with Lease(f"job{i}", "me", mine, SLOW).held():
-            acquired.append(i)
-
     async with other, mine, anyio.create_task_group() as tg:
         with anyio.fail_after(LIMIT):
             records = [
                 await other.create(LeaseRecord(name=f"job{i}", holder="other", lease_duration=3600))
                 for i in range(count)
             ]
-            for i in range(count):
-                tg.start_soon(wait, i)
+            acquired = start_waiters(tg, mine, count)
             hub = shared_watch(mine)
             assert hub is not None
             await until(lambda: hub.subscribers == count and tap.open == 1)
@@ -165,86 +147,63 @@ async def test_a_foreign_write_cancels_the_holder_before_its_next_renewal(
     etcd_backend_factory: Callable[[], EtcdBackend],
 ) -> None:
     """Another client writing another holder ends the grant with LeaseLost, no renewal sent."""
-    mine, other = etcd_backend_factory(), etcd_backend_factory()
-    updates = [0]
-    update = mine.update
-
-    async def counted(record: LeaseRecord, expected_version: str) -> LeaseRecord:
-        updates[0] += 1
-        return await update(record, expected_version)
-
-    mine.update = counted  # type: ignore[method-assign]
-    async with mine, other:
-        with pytest.raises(LeaseLost), anyio.fail_after(LIMIT):
-            async with Lease("job", "me", mine, SLOW).held():
-                current = await other.get("job")
-                assert current is not None and current.holder
-                taken = dataclasses.replace(
-                    current, holder="intruder", fencing_token=current.fencing_token + 1
-                )
-                await other.update(taken, current.version)
-                await anyio.sleep_forever()
-    assert updates[0] == 0  # lost on the watch: the first renewal (20 s on) never came
+    await a_foreign_write_cancels_the_holder(etcd_backend_factory(), etcd_backend_factory())
 
 
 async def test_own_held_writes_are_skipped_undecoded_and_a_takeover_is_still_seen(
-    etcd_server: EtcdCluster, etcd_backend_factory: Callable[[], EtcdBackend], etcd_prefix: str
+    tapped: tuple[Tap, EtcdBackend], etcd_backend_factory: Callable[[], EtcdBackend]
 ) -> None:
     """Real etcd's lines of this process's own renewals are skipped before decoding (the
     resume point still moves past them); a release written here and a foreign takeover after
     them are published. The stream is held while the renewals are written, so each renewal's
     answer has come before its event: the skip does not depend on who wins that race."""
-    tap = Tap()
-    mine = EtcdBackend(etcd_server.endpoints, prefix=etcd_prefix, transport=tap)
+    tap, mine = tapped
     async with mine, etcd_backend_factory() as other:
         created = await mine.create(LeaseRecord(name="job", holder="me"))
         feed = mine.watch_feed()
-        with anyio.fail_after(LIMIT):
-            async with running(feed, "job") as published:
-                await until(lambda: published == [("job", created)] and tap.open == 1)
-                tap.hold = anyio.Event()
-                current, renewals = created, []
-                for _ in range(5):
-                    current = await mine.update(current, current.version)
-                    renewals.append(int(current.version))
-                assert all(revision in feed.own_writes for revision in renewals)
-                tap.hold.set()
-                await until(lambda: feed.revision == int(current.version))
-                assert published == [("job", created)]  # none of the five decoded
-                assert feed.own_skipped >= 1  # one line per revision, unless etcd batched them
-                assert not any(revision in feed.own_writes for revision in renewals)
-                released = await mine.update(
-                    LeaseRecord(name="job", holder="", fencing_token=current.fencing_token),
-                    current.version,
-                )
-                await until(lambda: len(published) == 2)
-                taken = await other.update(
-                    dataclasses.replace(released, holder="intruder"), released.version
-                )
-                await until(lambda: len(published) == 3)
+        async with running(feed, "job") as published:
+            await until(lambda: published == [("job", created)] and tap.open == 1)
+            tap.hold = anyio.Event()
+            current, renewals = created, []
+            for _ in range(5):
+                current = await mine.update(current, current.version)
+                renewals.append(int(current.version))
+            assert all(revision in feed.own_writes for revision in renewals)
+            tap.hold.set()
+            await until(lambda: feed.revision == int(current.version))
+            assert published == [("job", created)]  # none of the five decoded
+            assert feed.own_skipped >= 1  # one line per revision, unless etcd batched them
+            assert not any(revision in feed.own_writes for revision in renewals)
+            released = await mine.update(
+                LeaseRecord(name="job", holder="", fencing_token=current.fencing_token),
+                current.version,
+            )
+            await until(lambda: len(published) == 2)
+            taken = await other.update(
+                dataclasses.replace(released, holder="intruder"), released.version
+            )
+            await until(lambda: len(published) == 3)
     assert published[1:] == [("job", released), ("job", taken)]
 
 
 async def test_a_cut_stream_resumes_without_losing_a_change(
-    etcd_server: EtcdCluster, etcd_backend_factory: Callable[[], EtcdBackend], etcd_prefix: str
+    tapped: tuple[Tap, EtcdBackend], etcd_backend_factory: Callable[[], EtcdBackend]
 ) -> None:
     """A stream cut as it carries a change reopens from the last revision seen: nothing lost."""
-    tap = Tap()
-    mine = EtcdBackend(etcd_server.endpoints, prefix=etcd_prefix, transport=tap)
+    tap, mine = tapped
     async with mine, etcd_backend_factory() as other:
         created = await other.create(LeaseRecord(name="job", holder="a"))
         feed = mine.watch_feed()
-        with anyio.fail_after(LIMIT):
-            async with running(feed, "job") as published:
-                await until(lambda: published == [("job", created)])  # the first read
-                first = await other.update(created, created.version)
-                await until(lambda: len(published) == 2)  # the stream is live
-                tap.gate, tap.cut_next = anyio.Event(), True
-                dropped = await other.update(first, first.version)  # its chunk is cut
-                await until(lambda: len(tap.watches) == 2)  # reconnecting, held back
-                meanwhile = await other.update(dropped, dropped.version)
-                tap.gate.set()
-                await until(lambda: len(published) == 4)
+        async with running(feed, "job") as published:
+            await until(lambda: published == [("job", created)])  # the first read
+            first = await other.update(created, created.version)
+            await until(lambda: len(published) == 2)  # the stream is live
+            tap.gate, tap.cut_next = anyio.Event(), True
+            dropped = await other.update(first, first.version)  # its chunk is cut
+            await until(lambda: len(tap.watches) == 2)  # reconnecting, held back
+            meanwhile = await other.update(dropped, dropped.version)
+            tap.gate.set()
+            await until(lambda: len(published) == 4)
     assert published[1:] == [("job", first), ("job", dropped), ("job", meanwhile)]
     assert tap.watches[1]["start_revision"] == str(int(first.version) + 1)
     assert feed.reads == 1  # resumed, not read again
@@ -285,13 +244,12 @@ async def test_a_deletion_is_published_as_none_and_foreign_data_as_unreadable(
         created = await other.create(LeaseRecord(name="job", holder="a"))
         feed = mine.watch_feed()
         key = b64(mine.prefix + "job")
-        with anyio.fail_after(LIMIT):
-            async with running(feed, "job") as published:
-                await until(lambda: len(published) == 1)
-                await etcd(etcd_server, "kv/deleterange", {"key": key})
-                await until(lambda: len(published) == 2)
-                await etcd(etcd_server, "kv/put", {"key": key, "value": b64("not json")})
-                await until(lambda: len(published) == 3)
+        async with running(feed, "job") as published:
+            await until(lambda: len(published) == 1)
+            await etcd(etcd_server, "kv/deleterange", {"key": key})
+            await until(lambda: len(published) == 2)
+            await etcd(etcd_server, "kv/put", {"key": key, "value": b64("not json")})
+            await until(lambda: len(published) == 3)
     assert published[:2] == [("job", created), ("job", None)]
     name, garbage = published[2]
     assert name == "job" and garbage is not None and garbage.unreadable and not garbage.holder
@@ -311,11 +269,10 @@ async def test_the_watch_stream_runs_on_the_lean_client_not_httpx(
         monkeypatch.setattr(client._http, "stream", refuse)
         created = await other.create(LeaseRecord(name="job", holder="a"))
         feed = mine.watch_feed()
-        with anyio.fail_after(LIMIT):
-            async with running(feed, "job") as published:
-                await until(lambda: len(published) == 1)
-                renewed = await other.update(created, created.version)
-                await until(lambda: len(published) == 2)
+        async with running(feed, "job") as published:
+            await until(lambda: len(published) == 1)
+            renewed = await other.update(created, created.version)
+            await until(lambda: len(published) == 2)
         seam = client._seam(mine.endpoints[0])
     assert published == [("job", created), ("job", renewed)]
     assert feed.streams == 1

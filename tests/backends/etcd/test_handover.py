@@ -9,6 +9,7 @@ from collections.abc import Callable
 import anyio
 import pytest
 
+from tests.backends._handover import hand_over
 from trio_lease import Lease, LeaseRecord, LeaseSettings
 from trio_lease.backends.etcd import EtcdBackend
 from trio_lease.backends.etcd._codec import decode_record, encode_record
@@ -30,24 +31,9 @@ async def test_the_holder_is_told_and_the_requester_gets_the_lease_next(
     first, second = etcd_backend_factory(), etcd_backend_factory()
     holder = Lease("job", "a", first, SLOW)
     requester = Lease("job", "b", second, SLOW)
-    order: list[str] = []
-    held = anyio.Event()
     with anyio.fail_after(20):
-        async with first, second, anyio.create_task_group() as tg:
-
-            async def hold() -> None:
-                async with holder.held() as grant:
-                    order.append(f"a:{grant.fencing_token}")
-                    held.set()
-                    await grant.handover_requested.wait()
-                    assert grant.handover_to == requester.identity
-                    order.append("a:asked")
-
-            tg.start_soon(hold)
-            await held.wait()
-            assert await requester.request_handover()
-            async with requester.held() as grant:
-                order.append(f"b:{grant.fencing_token}")
+        async with first, second:
+            order, _ = await hand_over(holder, requester)
     assert order == ["a:1", "a:asked", "b:2"]
 
 

@@ -94,6 +94,26 @@ async def _held_by(backend: KubernetesBackend, holder: str = "pod-a") -> LeaseRe
                                             fencing_token=3))
 
 
+async def _held_then_rewritten(kind: str, rewrite: Rewrite) -> tuple[Rewriting, LeaseRecord]:
+    """Lease job held by pod-a on a new emulator (the record as created), and a transport to
+    that emulator whose answers ``rewrite`` changes."""
+    emulator = emulator_with_crd()
+    async with make_backend(emulator.transport(), kind=kind) as writer:
+        created = await _held_by(writer)
+    return Rewriting(emulator.transport(), rewrite), created
+
+
+def _holder_as_a_list(kind: str) -> Callable[[JSON], JSON]:
+    """A change of a stored ``kind`` object: its holder becomes the list ["someone"]."""
+    field = _holder_field(kind)
+
+    def listify(obj: JSON) -> JSON:
+        obj["spec"][field] = ["someone"]
+        return obj
+
+    return listify
+
+
 # -- unreadable records: never free ------------------------------------------------------------
 
 
@@ -101,15 +121,7 @@ async def _held_by(backend: KubernetesBackend, holder: str = "pod-a") -> LeaseRe
 async def test_holder_that_is_not_a_string_reads_as_unreadable_not_free(kind: str) -> None:
     """A holder ["someone"] (read as FREE before) is an unreadable record at the real version."""
     field = _holder_field(kind)
-
-    def listify(obj: JSON) -> JSON:
-        obj["spec"][field] = ["someone"]
-        return obj
-
-    emulator = emulator_with_crd()
-    async with make_backend(emulator.transport(), kind=kind) as writer:
-        created = await _held_by(writer)
-    transport = Rewriting(emulator.transport(), _on("GET", listify))
+    transport, created = await _held_then_rewritten(kind, _on("GET", _holder_as_a_list(kind)))
     async with make_backend(transport, kind=kind) as reader:
         record = await reader.get("job")
     assert record is not None
@@ -122,16 +134,7 @@ async def test_holder_that_is_not_a_string_reads_as_unreadable_not_free(kind: st
 @pytest.mark.parametrize("kind", KINDS)
 async def test_contender_does_not_take_a_lease_whose_holder_is_unreadable(kind: str) -> None:
     """try_held() on a live lease whose holder is a list is LeaseBusy, not an instant takeover."""
-    field = _holder_field(kind)
-
-    def listify(obj: JSON) -> JSON:
-        obj["spec"][field] = ["someone"]
-        return obj
-
-    emulator = emulator_with_crd()
-    async with make_backend(emulator.transport(), kind=kind) as writer:
-        await _held_by(writer)
-    transport = Rewriting(emulator.transport(), _on("GET", listify))
+    transport, _ = await _held_then_rewritten(kind, _on("GET", _holder_as_a_list(kind)))
     async with make_backend(transport, kind=kind) as backend:
         lease = Lease("job", "contender", backend, SETTINGS)
         with pytest.raises(LeaseBusy):
@@ -201,10 +204,7 @@ NOT_A_LEASE: dict[str, Callable[[JSON], object]] = {
 @pytest.mark.parametrize("case", list(NOT_A_LEASE))
 async def test_get_answered_with_something_else_is_a_protocol_error(kind: str, case: str) -> None:
     """A 200 to a GET that is not our Lease (Status, list, {}, another object…) raises."""
-    emulator = emulator_with_crd()
-    async with make_backend(emulator.transport(), kind=kind) as writer:
-        await _held_by(writer)
-    transport = Rewriting(emulator.transport(), _on("GET", NOT_A_LEASE[case]))
+    transport, _ = await _held_then_rewritten(kind, _on("GET", NOT_A_LEASE[case]))
     async with make_backend(transport, kind=kind) as backend:
         with pytest.raises(BackendProtocolError) as info:
             await backend.get("job")
@@ -232,8 +232,7 @@ async def test_update_answered_with_something_else_is_an_unknown_outcome(
     kind: str, case: str
 ) -> None:
     """A 200 to a PUT that is not our Lease raises, and the next update re-reads first."""
-    emulator = emulator_with_crd()
-    transport = Rewriting(emulator.transport())
+    transport = Rewriting(emulator_with_crd().transport())
     async with make_backend(transport, kind=kind) as backend:
         record = await _held_by(backend)
         transport.rewrite = _on("PUT", NOT_A_LEASE[case])
@@ -249,8 +248,7 @@ async def test_update_answered_with_something_else_is_an_unknown_outcome(
 @pytest.mark.parametrize("kind", KINDS)
 async def test_update_answered_with_another_uid_is_an_unknown_outcome(kind: str) -> None:
     """A 200 to a PUT whose object has another uid than the one sent is a protocol error."""
-    emulator = emulator_with_crd()
-    transport = Rewriting(emulator.transport())
+    transport = Rewriting(emulator_with_crd().transport())
     async with make_backend(transport, kind=kind) as backend:
         record = await _held_by(backend)
         transport.rewrite = _on("PUT", _set_metadata(uid="another-object"))
@@ -643,10 +641,7 @@ HOSTILE_LISTS: dict[str, Callable[[JSON], object]] = {
 @pytest.mark.parametrize("case", list(HOSTILE_LISTS))
 async def test_unreadable_lists_are_paced_protocol_errors(kind: str, case: str) -> None:
     """A LIST that is not a LeaseList of our object ("items": 5 was a TypeError) is paced."""
-    emulator = emulator_with_crd()
-    async with make_backend(emulator.transport(), kind=kind) as writer:
-        await _held_by(writer)
-    transport = Rewriting(emulator.transport(), _on("GET", HOSTILE_LISTS[case], lists=True))
+    transport, _ = await _held_then_rewritten(kind, _on("GET", HOSTILE_LISTS[case], lists=True))
     async with make_backend(transport, kind=kind, watch_poll_interval=5) as backend:
         seen = await _watch_for(backend, 60)
     assert seen == []
@@ -791,8 +786,7 @@ async def test_only_lease_errors_escape_any_hostile_answer(kind: str) -> None:
 
 async def test_a_stream_that_stayed_open_long_is_reopened_at_once() -> None:
     """A quiet stream ended by the server after timeoutSeconds resumes at once (no backoff)."""
-    emulator = emulator_with_crd()
-    transport = Rewriting(emulator.transport())
+    transport = Rewriting(emulator_with_crd().transport())
     async with make_backend(transport, watch_poll_interval=5) as backend:
         await _watch_for(backend, 1000)
     opened = [t for t, _, q in transport.requests if q.get("watch") == "1"]

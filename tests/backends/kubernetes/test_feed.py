@@ -9,7 +9,7 @@ WATCH (a change that takes an object out of the selection is DELETED) is the emu
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -64,6 +64,26 @@ def _feed(backend: KubernetesBackend) -> KubernetesFeed:
     feed = backend.watch_feed()
     assert isinstance(feed, KubernetesFeed)
     return feed
+
+
+async def _woken_after(
+    backend: KubernetesBackend, name: str, free: Callable[[], Awaitable[None]]
+) -> float:
+    """A contender waits for lease ``name`` of ``backend``; 10 s on, ``free()`` (which may check
+    the watches first) frees it; returns how long after that the contender was granted it."""
+    got: list[float] = []
+
+    async def contend() -> None:
+        async with Lease(name, "w", backend, SETTINGS).held():
+            got.append(anyio.current_time())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(contend)
+        await anyio.sleep(10)
+        await free()
+        freed = anyio.current_time()
+    assert got
+    return got[0] - freed
 
 
 async def test_created_objects_carry_the_label_and_foreign_ones_do_not_get_it() -> None:
@@ -156,22 +176,14 @@ async def test_unlabelled_lease_is_followed_by_its_own_watch() -> None:
     """A lease created without the label gets a field-selector watch; its release wakes at once."""
     emulator = emulator_with_crd()
     _foreign_lease(emulator, "theirs", "client-go-pod")
-    got: list[float] = []
     async with make_backend(emulator.transport(), watch_poll_interval=1000) as backend:
 
-        async def contend() -> None:
-            async with Lease("theirs", "w", backend, SETTINGS).held():
-                got.append(anyio.current_time())
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(contend)
-            await anyio.sleep(10)
+        async def free() -> None:
             assert len(_label_watches(emulator)) == 1
             assert [w.name for w in _name_watches(emulator)] == ["theirs"]
             _rewrite(emulator, "theirs", holderIdentity="")
-            freed = anyio.current_time()
-        assert got
-        assert got[0] - freed < 0.1
+
+        assert await _woken_after(backend, "theirs", free) < 0.1
 
 
 async def test_own_watch_of_a_missing_lease_stops_once_it_is_labelled() -> None:
@@ -207,26 +219,18 @@ async def test_resource_names_only_rbac_uses_own_watches() -> None:
     emulator.grant(SA, ["get", "create", "update"])
     emulator.grant(SA, ["list", "watch"], resource_names=["job"])
     transport = CountingTransport(emulator.transport())
-    got: list[float] = []
     async with make_backend(emulator.transport(), token="admin") as owner, \
             make_backend(transport, token="tok", watch_poll_interval=1000) as backend:
         await owner.create(LeaseRecord("job", holder="a", lease_duration=3600))
 
-        async def contend() -> None:
-            async with Lease("job", "w", backend, SETTINGS).held():
-                got.append(anyio.current_time())
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(contend)
-            await anyio.sleep(10)
+        async def free() -> None:
             assert _label_watches(emulator) == []
             assert [w.name for w in _name_watches(emulator)] == ["job"]
             current = await owner.get("job")
             assert current is not None
             await owner.update(LeaseRecord("job", lease_duration=1), current.version)
-            freed = anyio.current_time()
-        assert got
-        assert got[0] - freed < 0.1
+
+        assert await _woken_after(backend, "job", free) < 0.1
     label_lists = [q for _, _, q in transport.requests if q.get("labelSelector")]
     assert len(label_lists) == 1  # refused once; retried only after FORBIDDEN_RETRY
 

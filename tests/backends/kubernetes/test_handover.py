@@ -7,6 +7,7 @@ import dataclasses
 import anyio
 import pytest
 
+from tests.backends._handover import hand_over
 from tests.conftest import SETTINGS
 from trio_lease import Lease, LeaseRecord
 from trio_lease.backends.kubernetes._reading import HANDOVER_TO_ANNOTATION, read_record
@@ -33,25 +34,7 @@ async def test_the_holder_is_told_and_the_requester_gets_the_lease_next(kind: st
     emulator = emulator_with_crd()
     holder = Lease("job", "a", make_backend(emulator.transport(), kind=kind), SETTINGS)
     requester = Lease("job", "b", make_backend(emulator.transport(), kind=kind), SETTINGS)
-    order: list[str] = []
-    held = anyio.Event()
-    async with anyio.create_task_group() as tg:
-
-        async def hold() -> None:
-            async with holder.held() as grant:
-                order.append(f"a:{grant.fencing_token}")
-                held.set()
-                await grant.handover_requested.wait()
-                assert grant.handover_to == requester.identity
-                order.append("a:asked")
-
-        tg.start_soon(hold)
-        await held.wait()
-        start = anyio.current_time()
-        assert await requester.request_handover()
-        async with requester.held() as grant:
-            order.append(f"b:{grant.fencing_token}")
-        handed_over_in = anyio.current_time() - start
+    order, handed_over_in = await hand_over(holder, requester)
     assert order == ["a:1", "a:asked", "b:2"]
     assert handed_over_in < SETTINGS.heartbeat_interval
 

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import sys
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,29 @@ open(count_file, "w").write(str(n))
 print(json.dumps({"apiVersion": info["apiVersion"], "kind": "ExecCredential",
                   "status": {"token": f"exec-token-{n}", "expirationTimestamp": sys.argv[2]}}))
 """
+
+
+def exec_plugin(tmp_path: Path, expires: str) -> tuple[ExecConfig, Path]:
+    """An exec plugin (:data:`PLUGIN`) whose tokens expire at ``expires``, and the file that
+    counts its runs."""
+    script = tmp_path / "plugin.py"
+    script.write_text(PLUGIN)
+    count = tmp_path / "count"
+    return ExecConfig(command=sys.executable, args=(str(script), str(count), expires)), count
+
+
+@contextlib.asynccontextmanager
+async def exec_authenticated(
+    config: ExecConfig,
+) -> AsyncIterator[tuple[KubeEmulator, KubernetesBackend]]:
+    """An emulator that takes the plugin's first token (exec-token-1), and a backend whose
+    credentials come from the plugin ``config``."""
+    emulator = KubeEmulator(require_auth=True)
+    emulator.add_token("exec-token-1", "u", groups=("system:masters",))
+    async with emulator.serve(tls=False) as server:
+        cluster = ClusterConfig(server=server.url, credentials=Credentials(exec=config))
+        async with KubernetesBackend(cluster) as backend:
+            yield emulator, backend
 
 
 @pytest.fixture(params=REAL_LOOPS)
@@ -78,32 +102,21 @@ async def test_https_with_an_unknown_ca_fails_with_a_tls_hint() -> None:
 
 async def test_exec_plugin_token_is_cached_until_expiry_and_rerun_on_401(tmp_path: Path) -> None:
     """The exec plugin runs once, is cached, and runs again after a 401."""
-    script = tmp_path / "plugin.py"
-    script.write_text(PLUGIN)
-    count = tmp_path / "count"
-    config = ExecConfig(command=sys.executable, args=(str(script), str(count),
-                        "2099-01-01T00:00:00Z"))
-    emulator = KubeEmulator(require_auth=True)
-    emulator.add_token("exec-token-1", "u", groups=("system:masters",))
-    async with emulator.serve(tls=False) as server:
-        cluster = ClusterConfig(server=server.url, credentials=Credentials(exec=config))
-        async with KubernetesBackend(cluster) as backend:
-            await backend.get("x")
-            await backend.get("x")
-            assert count.read_text() == "1"
-            emulator.add_token("exec-token-2", "u", groups=("system:masters",))
-            emulator.expire_token("exec-token-1")
-            await backend.get("x")
-            assert count.read_text() == "2"
+    config, count = exec_plugin(tmp_path, "2099-01-01T00:00:00Z")
+    async with exec_authenticated(config) as (emulator, backend):
+        await backend.get("x")
+        await backend.get("x")
+        assert count.read_text() == "1"
+        emulator.add_token("exec-token-2", "u", groups=("system:masters",))
+        emulator.expire_token("exec-token-1")
+        await backend.get("x")
+        assert count.read_text() == "2"
 
 
 async def test_exec_plugin_expired_token_is_refreshed_before_use(tmp_path: Path) -> None:
     """A token whose expirationTimestamp has passed is not reused: the plugin runs again."""
-    script = tmp_path / "plugin.py"
-    script.write_text(PLUGIN)
-    count = tmp_path / "count"
-    source = ExecTokenSource(ExecConfig(command=sys.executable, args=(
-        str(script), str(count), "2000-01-01T00:00:00Z")))
+    config, _ = exec_plugin(tmp_path, "2000-01-01T00:00:00Z")
+    source = ExecTokenSource(config)
     assert await source.token() == "exec-token-1"
     assert await source.token() == "exec-token-2"
     assert "exec-token" not in repr(source)
@@ -250,30 +263,22 @@ async def test_a_watch_on_the_lean_path_reads_the_token_again_after_a_401(tmp_pa
     from trio_lease._lean_http import LeanStream
     from trio_lease.backends.kubernetes._watch import _Lines
 
-    script = tmp_path / "plugin.py"
-    script.write_text(PLUGIN)
-    count = tmp_path / "count"
-    config = ExecConfig(command=sys.executable, args=(str(script), str(count),
-                        "2099-01-01T00:00:00Z"))
-    emulator = KubeEmulator(require_auth=True)
-    emulator.add_token("exec-token-1", "u", groups=("system:masters",))
-    async with emulator.serve(tls=False) as server:
-        cluster = ClusterConfig(server=server.url, credentials=Credentials(exec=config))
-        async with KubernetesBackend(cluster) as backend:
-            await backend.create(LeaseRecord("x", holder="me", lease_duration=15))
-            emulator.add_token("exec-token-2", "u", groups=("system:masters",))
-            emulator.expire_token("exec-token-1")
-            api = backend._api
-            ctx = api.ctx("watch", "x")
-            params = {"watch": "1", "fieldSelector": "metadata.name=x", "timeoutSeconds": "30"}
-            with anyio.fail_after(10):
-                async with api.stream(api.collection_path(), params, ctx) as response:
-                    assert isinstance(response, LeanStream)
-                    assert response.status_code == 200
-                    async with contextlib.aclosing(_Lines(response, ctx)) as lines:
-                        async for line in lines:
-                            event = json.loads(line)
-                            break
+    config, count = exec_plugin(tmp_path, "2099-01-01T00:00:00Z")
+    async with exec_authenticated(config) as (emulator, backend):
+        await backend.create(LeaseRecord("x", holder="me", lease_duration=15))
+        emulator.add_token("exec-token-2", "u", groups=("system:masters",))
+        emulator.expire_token("exec-token-1")
+        api = backend._api
+        ctx = api.ctx("watch", "x")
+        params = {"watch": "1", "fieldSelector": "metadata.name=x", "timeoutSeconds": "30"}
+        with anyio.fail_after(10):
+            async with api.stream(api.collection_path(), params, ctx) as response:
+                assert isinstance(response, LeanStream)
+                assert response.status_code == 200
+                async with contextlib.aclosing(_Lines(response, ctx)) as lines:
+                    async for line in lines:
+                        event = json.loads(line)
+                        break
     assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "x")
     assert count.read_text() == "2"
     watches = [r.status for r in emulator.requests if r.query.get("watch") == "1"]
