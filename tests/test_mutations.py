@@ -331,8 +331,10 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", ".mypy_cache", ".pytest_cache", ".hypothesis")
     shutil.copytree(ROOT / "trio_lease", base / "trio_lease", ignore=ignore)
     shutil.copytree(ROOT / "tests" / "core", base / "tests" / "core", ignore=ignore)
-    for name in ("__init__.py", "conftest.py"):
-        shutil.copy(ROOT / "tests" / name, base / "tests" / name)
+    # The tests' own package, its fixtures and the helper modules tests/core imports.
+    for path in [ROOT / "tests" / "__init__.py", ROOT / "tests" / "conftest.py",
+                 *sorted((ROOT / "tests").glob("_*.py"))]:
+        shutil.copy(path, base / "tests" / path.name)
     shutil.copy(ROOT / "pyproject.toml", base / "pyproject.toml")
     return base
 
