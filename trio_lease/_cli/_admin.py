@@ -32,7 +32,7 @@ from .._exceptions import (
 from .._lease import Lease
 from ._options import (
     add_backend_options,
-    default_owner,
+    add_owner_option,
     env_flag,
     env_value,
     lease_name,
@@ -83,11 +83,7 @@ def add_admin_commands(commands: Any) -> None:
         "handover", help="ask the holder to hand a lease over, then free it for all"
     )
     handover.add_argument("name", type=lease_name, help="lease name")
-    handover.add_argument(
-        "--owner",
-        default=default_owner(),
-        help="owner name (default: TRIO_LEASE_OWNER, else POD_NAME, else the hostname)",
-    )
+    add_owner_option(handover)
     handover.add_argument(
         "--timeout",
         type=positive_duration,

@@ -29,7 +29,7 @@ from .._settings import LeaseSettings
 from ._child import check_command, run_child
 from ._options import (
     add_backend_options,
-    default_owner,
+    add_owner_option,
     env_flag,
     env_value,
     lease_name,
@@ -57,11 +57,7 @@ def add_run_command(commands: Any) -> None:
         "run", help="run a command only while holding the lease"
     )
     parser.add_argument("name", type=lease_name, help="lease name")
-    parser.add_argument(
-        "--owner",
-        default=default_owner(),
-        help="owner name (default: TRIO_LEASE_OWNER, else POD_NAME, else the hostname)",
-    )
+    add_owner_option(parser)
     wait = parser.add_mutually_exclusive_group()
     no_wait, env_wait = env_flag("no_wait"), env_flag("wait")
     waits = not no_wait if no_wait is not None else (env_wait if env_wait is not None else True)
