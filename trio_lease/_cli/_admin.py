@@ -20,6 +20,7 @@ import anyio
 
 from .. import _algorithm as algo
 from .._abc import LeaseBackend, LeaseRecord
+from .._backoff import backoff_delay
 from .._exceptions import (
     BackendAuthError,
     BackendError,
@@ -338,7 +339,7 @@ async def release_command(args: argparse.Namespace) -> int:
         await _check_namespace(backend)
         for attempt in range(RELEASE_ATTEMPTS):
             if attempt:
-                await anyio.sleep(0.05 * 2**attempt)  # renewed or taken over meanwhile
+                await anyio.sleep(backoff_delay(attempt, 0.1))  # renewed or taken over meanwhile
             if await _release_once(backend, args.name):
                 return 0
     raise BackendUnavailable(f"lease {args.name!r} kept changing while releasing it; try again")
