@@ -16,13 +16,14 @@ PACKAGES = ("trio_lease", "tools")
 BACKENDS = "trio_lease.backends"
 #: What a backend may import from the rest of the package: the SPI and the shared helpers
 #: (wire, HTTP, TLS, secrets, exceptions, settings, paths, request slots, the observer API, the
-#: words for a failed connection).
+#: words for a failed connection, the retry backoff).
 #: Never the lease algorithm, the heartbeat, the shared watch or the public Lease.
 BACKEND_MAY_IMPORT = frozenset(
     f"trio_lease.{module}"
     for module in (
         "abc",
         "_abc",
+        "_backoff",
         "_exceptions",
         "_namespace",
         "_settings",

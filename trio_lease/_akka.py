@@ -18,7 +18,6 @@ import inspect
 import logging
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from types import TracebackType
 
 import anyio
 from anyio.abc import TaskGroup
@@ -27,6 +26,7 @@ from . import _algorithm as algo
 from ._exceptions import LeaseError, LeaseLost
 from ._heartbeat import Holding
 from ._host import close_host, open_host
+from ._outcome import ExcInfo
 from ._state import LeaseState
 from ._writing import GrantWriter
 
@@ -59,12 +59,7 @@ class AkkaHost:
             )
         self._host_stack, self._host = await open_host()
 
-    async def exit(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def exit(self, *exc_info: *ExcInfo) -> bool | None:
         """End what :meth:`acquire` holds, then close the host task group (one error out bare)."""
         stack, self._host_stack = self._host_stack, None
 
@@ -72,7 +67,7 @@ class AkkaHost:
             await self.end_hosted()
 
         try:
-            return await close_host(stack, end_hold, exc_type, exc, tb)  # noqa: ASYNC102  close_host shields and bounds the release
+            return await close_host(stack, end_hold, *exc_info)  # noqa: ASYNC102  close_host shields and bounds the release
         finally:
             self._host = None
 

@@ -38,6 +38,7 @@ import anyio
 from anyio.lowlevel import RunVar
 
 from ._abc import LeaseBackend, LeaseRecord
+from ._backoff import Backoff
 from ._checks import check_name
 from ._exceptions import BackendUnavailable, LeaseBusy, LeaseError
 from ._grant import Grant
@@ -46,6 +47,7 @@ from ._outcome import Outcome
 from ._settings import LeaseSettings
 from ._slotted import SlotChange, SlotFamily
 from ._streams import Changes, Emit
+from ._waiting import FAILED_ATTEMPT_PAUSE
 
 __all__ = ["Group", "Membership", "partition_group"]
 
@@ -54,7 +56,7 @@ logger = logging.getLogger("trio_lease")
 #: The lease's monotonic clock.
 _Clock = Callable[[], float]
 
-#: Longest pause between join attempts while the backend fails (seconds; doubles from 0.1).
+#: Longest pause between join attempts while the backend fails (seconds; doubles from 0.2).
 JOIN_BACKOFF = 5.0
 
 
@@ -175,7 +177,7 @@ class Group:
 
     async def _join(self, stack: AsyncExitStack) -> tuple[int, Grant]:
         """Hold the lowest slot that can be taken (its hold entered into ``stack``)."""
-        failures = 0
+        backoff = Backoff(FAILED_ATTEMPT_PAUSE, JOIN_BACKOFF)
         while True:
             slot = 0
             error: BackendUnavailable | None = None
@@ -192,9 +194,8 @@ class Group:
                     error = exc
                     break
                 return slot, grant
-            failures += 1
             logger.info("group %r: joining failed (%s); retrying", self._name, error)
-            await anyio.sleep(min(JOIN_BACKOFF, 0.1 * 2 ** min(failures, 30)))
+            await backoff.sleep()
 
 
 def partition_group(
@@ -285,7 +286,7 @@ class Membership:
         settings = group.settings
         clock = self._clock
         started = False
-        failures = 0
+        backoff = Backoff(FAILED_ATTEMPT_PAUSE, settings.wait_interval)
         # The first view waits (at most a renewal interval and a request) until every held slot
         # was seen renewed: it then lists the live members only, not a member that died just
         # before this one joined.
@@ -294,12 +295,17 @@ class Membership:
             try:
                 await self._scan(clock)
             except LeaseError as exc:  # the view's failure never ends the membership
-                failures += 1
+                delay = backoff.failed()
                 log = logger.info if isinstance(exc, BackendUnavailable) else logger.warning
                 log("group %r: reading the members failed: %s", group.name, exc)
             else:
-                failures = 0
-            if not started and not failures and self._unconfirmed() and clock() < confirm_by:
+                backoff.reset()
+            if (
+                not started
+                and not backoff.failures
+                and self._unconfirmed()
+                and clock() < confirm_by
+            ):
                 await self._wait(min(confirm_by - clock(), settings.wait_interval), clock)
                 continue
             self._publish(clock)
@@ -307,9 +313,7 @@ class Membership:
                 task_status.started()
                 started = True
             retry_at = await self._reclaim(clock)
-            if failures:
-                delay = min(settings.wait_interval, 0.1 * 2 ** min(failures, 30))
-            else:
+            if not backoff.failures:
                 poll = settings.heartbeat_timeout if group.backend.supports_watch else None
                 delay = min(self._next_expiry(clock), retry_at) - clock()
                 delay = min(delay, poll if poll is not None else settings.wait_interval)

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from types import TracebackType
 
 import anyio
 from anyio.abc import TaskGroup
 
-from ._outcome import Outcome, reraise, sole_error
+from ._outcome import ExcInfo, Outcome, reraise, sole_error
 
 __all__ = ["close_host", "open_host", "reraise", "sole_error"]
 
@@ -31,9 +30,7 @@ async def open_host() -> tuple[AsyncExitStack, TaskGroup]:
 async def close_host(
     stack: AsyncExitStack | None,
     cleanup: Callable[[], Awaitable[None]],
-    exc_type: type[BaseException] | None,
-    exc: BaseException | None,
-    tb: TracebackType | None,
+    *exc_info: *ExcInfo,
 ) -> bool | None:
     """Run ``cleanup`` (ending the hosted holds), then exit the task group from open_host.
 
@@ -42,7 +39,7 @@ async def close_host(
     error bare, a cancellation unchanged (docs/design.md §4.5).
     """
     outcome = Outcome()
-    outcome.given(exc)
+    outcome.given(exc_info[1])
     with outcome.settled():
         try:
             await cleanup()
@@ -52,4 +49,4 @@ async def close_host(
             raise
         if stack is None:
             return None
-        return await stack.__aexit__(exc_type, exc, tb)
+        return await stack.__aexit__(*exc_info)

@@ -13,10 +13,11 @@ once, in the backend's client, and runs the same whichever implementation carrie
 - the Kubernetes emulator's in-process seam (``KubeEmulator().transport()`` is a
   :class:`CarriesUnary`), so unit tests on virtual time run the production request code.
 
-The contract of :meth:`Unary.request`, kept by all three:
+The contract of :meth:`Unary.request`, its first three points written once there, the rest
+kept by each implementation's ``_exchange``:
 
 - ``target`` is the path and query below the seam's URL (its path prefix is kept);
-- the headers are sent as given; the implementation adds ``Host`` and ``Content-Length``;
+- the headers are sent as given; ``Host`` and ``Content-Length`` are added;
 - a method, target or header value HTTP cannot carry raises
   :class:`~trio_lease._http_errors.NotEncodable` before anything is sent, without quoting the
   value (:func:`request_head`: it may be a token);
@@ -35,6 +36,7 @@ The contract of :meth:`Unary.request`, kept by all three:
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
@@ -53,6 +55,7 @@ __all__ = [
     "CarriesUnary",
     "Headers",
     "HttpxUnary",
+    "Outgoing",
     "Reply",
     "ServerURL",
     "Unary",
@@ -126,8 +129,43 @@ class Reply:
         return f"<Reply {self.status_code}, {len(self.content)} bytes>"
 
 
-class Unary(Protocol):
-    """One unary HTTP exchange; see the module docstring for the contract."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One request as :meth:`Unary.request` checked it, for a transport to carry."""
+
+    method: str
+    #: The path and query below the seam's URL.
+    target: str
+    #: The caller's headers, as given.
+    headers: Sequence[tuple[str, str]]
+    #: Every header sent: ``Host``, the seam's own, the caller's, ``Content-Length``.
+    sent: list[tuple[str, str]]
+    #: The request line and :attr:`sent`, as HTTP/1.1 carries them.
+    head: bytes
+    body: bytes | None
+    #: Overrides the seam's time to open a new connection.
+    connect_timeout: float | None
+    #: How messages name the reply (:meth:`CappedBody.describe`).
+    what: str
+
+
+class Unary(abc.ABC):
+    """One unary HTTP exchange; see the module docstring for the contract.
+
+    :meth:`request` keeps the part of the contract every transport shares (``Host`` and
+    ``Content-Length`` added, a head HTTP cannot carry refused before anything is sent, the
+    reply named for the body cap); each transport carries the checked request in
+    :meth:`_exchange`.
+    """
+
+    #: Where requests go: the ``Host`` header and the path prefix.
+    url: ServerURL
+    #: Sent with every request, after ``Host``.
+    _headers: Sequence[tuple[str, str]] = ()
+    #: The largest reply body read (:class:`CappedBody`).
+    _max_body: int = MAX_BODY_BYTES
+    #: Set by a seam's :meth:`aclose` when it refuses further requests.
+    _closed: bool = False
 
     async def request(
         self,
@@ -138,12 +176,38 @@ class Unary(Protocol):
         body: bytes | None = None,
         connect_timeout: float | None = None,
     ) -> Reply:
-        """Send one request and read its whole reply (the body at most the seam's cap)."""
-        ...
+        """Send one request and read its whole reply (the body at most the seam's cap).
 
+        The caller's cancel scope bounds it; ``connect_timeout`` overrides the seam's time to
+        open a connection, if a new one is needed.
+        """
+        return await self._exchange(self._outgoing(method, target, headers, body, connect_timeout))
+
+    def _outgoing(
+        self,
+        method: str,
+        target: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes | None,
+        connect_timeout: float | None,
+    ) -> Outgoing:
+        """The request checked (:func:`request_head`), with everything a transport sends."""
+        if self._closed:
+            raise RuntimeError("this client is closed")
+        sent = [("Host", self.url.netloc), *self._headers, *headers]
+        if body is not None:
+            sent.append(("Content-Length", str(len(body))))
+        head = request_head(method, self.url.prefix + target, sent)
+        what = CappedBody.describe(method, target, self.url.origin)
+        return Outgoing(method, target, headers, sent, head, body, connect_timeout, what)
+
+    @abc.abstractmethod
+    async def _exchange(self, out: Outgoing) -> Reply:
+        """Carry ``out`` and read its whole reply through a :class:`CappedBody`."""
+
+    @abc.abstractmethod
     async def aclose(self) -> None:
         """Release what the seam holds (connections); requests in flight finish first."""
-        ...
 
 
 @runtime_checkable
@@ -248,7 +312,7 @@ class CappedBody:
 _NO_AUTH = httpx.Auth()
 
 
-class HttpxUnary:
+class HttpxUnary(Unary):
     """:class:`Unary` on an ``httpx.AsyncClient`` (proxies, injected transports).
 
     The client's own auth flow is bypassed: credentials, and the retry after a 401, come from
@@ -257,7 +321,6 @@ class HttpxUnary:
     """
 
     client: httpx.AsyncClient
-    url: ServerURL
 
     def __init__(
         self,
@@ -276,27 +339,21 @@ class HttpxUnary:
     def __repr__(self) -> str:
         return f"<HttpxUnary {self.url.origin}>"
 
-    async def request(
-        self,
-        method: str,
-        target: str,
-        *,
-        headers: Sequence[tuple[str, str]] = (),
-        body: bytes | None = None,
-        connect_timeout: float | None = None,
-    ) -> Reply:
-        """Send one request through the httpx client; see :class:`Unary`."""
-        request_head(method, self.url.prefix + target, [("Host", self.url.netloc), *headers])
+    async def _exchange(self, out: Outgoing) -> Reply:
+        """Send ``out`` through the httpx client (which adds ``Host`` and ``Content-Length``)."""
         timeout = self.client.timeout
-        if connect_timeout is not None:
+        if out.connect_timeout is not None:
             timeout = httpx.Timeout(
-                connect=connect_timeout, read=timeout.read, write=timeout.write, pool=timeout.pool
+                connect=out.connect_timeout,
+                read=timeout.read,
+                write=timeout.write,
+                pool=timeout.pool,
             )
         request = self.client.build_request(
-            method,
-            self._base + target,
-            headers=list(headers),
-            content=body,
+            out.method,
+            self._base + out.target,
+            headers=list(out.headers),
+            content=out.body,
             timeout=timeout,
             extensions=self._extensions,
         )
@@ -305,8 +362,7 @@ class HttpxUnary:
         except httpx.HTTPError as exc:
             error = translate(exc)
         else:
-            what = CappedBody.describe(method, target, self.url.origin)
-            return await read_capped(response, CappedBody(self._max_body, what))
+            return await read_capped(response, CappedBody(self._max_body, out.what))
         # Outside the handler, with the cause translate kept (a socket's or TLS's error, which
         # the backends read: a certificate check), none when the error may quote the wire.
         raise error from error.__cause__

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from ._http import CappedBody, Headers, Reply, ServerURL, request_head
+from ._http import CappedBody, Headers, Outgoing, Reply, ServerURL, Unary
 from ._http_errors import MalformedReply, translate
 from ._loops import Connection, current
 from ._reply import END, NEED_DATA, Head, ReplyError, ReplyReader
@@ -54,6 +54,11 @@ async def _send_request(conn: Connection, data: bytes) -> None:
         await conn.send(data)
     except current().FAILURES as exc:
         raise translate(exc, "send") from exc
+
+
+def _bytes(out: Outgoing) -> bytes:
+    """The request's bytes: its head, then its body."""
+    return out.head + out.body if out.body else out.head
 
 
 async def _next_piece(conn: Connection, reader: ReplyReader) -> Head | bytes | object:
@@ -79,7 +84,7 @@ async def _next_piece(conn: Connection, reader: ReplyReader) -> Head | bytes | o
         raise error from None  # the library's own words; nothing of the reply is kept
 
 
-class LeanClient:
+class LeanClient(Unary):
     """Unary HTTP/1.1 requests to one server over a few keep-alive connections.
 
     Args:
@@ -119,8 +124,8 @@ class LeanClient:
         self._port = server.port or (443 if server.scheme == "https" else 80)
         self._ssl = ssl_context if server.scheme == "https" else None
         self._tls_hostname = tls_hostname or server.host
-        self._prefix = server.prefix
-        self._headers = [("Host", server.netloc), *headers]
+        self.url = server
+        self._headers = tuple(headers)
         self.origin = server.origin
         self._connect_timeout = connect_timeout
         self._max_idle = max_idle
@@ -132,29 +137,14 @@ class LeanClient:
     def __repr__(self) -> str:
         return f"<LeanClient {self.origin} idle={len(self._idle)}>"
 
-    async def request(
-        self,
-        method: str,
-        target: str,
-        *,
-        headers: Sequence[tuple[str, str]] = (),
-        body: bytes | None = None,
-        connect_timeout: float | None = None,
-    ) -> Reply:
-        """Send one request (``target``: path and query, below the URL's prefix); the reply.
-
-        The caller's cancel scope bounds it; cancelled midway, its connection is closed.
-        ``connect_timeout`` overrides the client's for this request, if a new connection is
-        needed.
-        """
-        data = self._encode(method, target, headers, body)
-        conn = await self._connection(connect_timeout or self._connect_timeout)
+    async def _exchange(self, out: Outgoing) -> Reply:
+        """Send ``out`` on a kept-alive connection (or a new one); its connection is closed
+        if the exchange fails or is cancelled midway."""
+        conn = await self._connection(out.connect_timeout or self._connect_timeout)
         reader = ReplyReader()
         try:
-            await _send_request(conn, data)
-            reply = await self._receive(
-                conn, reader, CappedBody.describe(method, target, self.origin)
-            )
+            await _send_request(conn, _bytes(out))
+            reply = await self._receive(conn, reader, out.what)
         except BaseException:
             await conn.close()  # noqa: ASYNC102  closes at once (abort, no wait)
             raise
@@ -183,33 +173,20 @@ class LeanClient:
         never put back for reuse, and must be closed (:meth:`LeanStream.aclose`). The caller's
         cancel scope bounds opening it and each read.
         """
-        data = self._encode(method, target, headers, body)
+        out = self._outgoing(method, target, headers, body, connect_timeout)
         conn = await self._connection(connect_timeout or self._connect_timeout, reuse=False)
         reader = ReplyReader()
-        what = CappedBody.describe(method, target, self.origin)
         try:
-            await _send_request(conn, data)
+            await _send_request(conn, _bytes(out))
             while True:
                 event = await _next_piece(conn, reader)
                 if isinstance(event, Head):
-                    return LeanStream(event, conn, reader, what)
+                    return LeanStream(event, conn, reader, out.what)
                 if event is END:  # pragma: no cover - the reader gives the head first
                     raise MalformedReply("malformed response: no head")
         except BaseException:
             await conn.close()  # noqa: ASYNC102  closes at once (abort, no wait)
             raise
-
-    def _encode(
-        self, method: str, target: str, headers: Sequence[tuple[str, str]], body: bytes | None
-    ) -> bytes:
-        """The request's bytes: this client's headers, then ``headers``, then ``body``."""
-        if self._closed:
-            raise RuntimeError("this client is closed")
-        all_headers = [*self._headers, *headers]
-        if body is not None:
-            all_headers.append(("Content-Length", str(len(body))))
-        data = request_head(method, self._prefix + target, all_headers)
-        return data + body if body else data
 
     async def _connection(self, connect_timeout: float, *, reuse: bool = True) -> Connection:
         while reuse and self._idle:

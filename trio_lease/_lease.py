@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import TYPE_CHECKING, Generic, NoReturn, Self, TypeVar
 
 import anyio
@@ -35,6 +34,7 @@ from ._grant import Grant
 from ._held import HeldScopes
 from ._identity import incarnation
 from ._observer import LeaseInfo, LeaseObserver, observers_of
+from ._outcome import ExcInfo
 from ._reading import RecordReader
 from ._settings import LeaseSettings, check_seconds
 from ._state import LeaseState
@@ -293,14 +293,9 @@ class _Host(Generic[_L]):
         await self._lease._akka.enter()
         return self._lease
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def __aexit__(self, *exc_info: *ExcInfo) -> bool | None:
         """End what :meth:`Lease.acquire` holds (releasing it), then close the task group."""
-        return await self._lease._akka.exit(exc_type, exc, tb)  # noqa: ASYNC102  AkkaHost.exit shields and bounds the release
+        return await self._lease._akka.exit(*exc_info)  # noqa: ASYNC102  AkkaHost.exit shields and bounds the release
 
 
 async def end_hosted_hold(lease: Lease) -> None:

@@ -36,11 +36,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import NoReturn
+from typing import NoReturn, TypeAlias
 
 import anyio
 
-__all__ = ["FirstError", "Outcome", "is_cancellation", "reraise", "sole_error"]
+__all__ = ["ExcInfo", "FirstError", "Outcome", "is_cancellation", "reraise", "sole_error"]
+
+#: What an async context manager's exit is given: the exception's type, the exception and its
+#: traceback (all three None when the block ended without one).
+ExcInfo: TypeAlias = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
 
 
 def is_cancellation(exc: BaseException) -> bool:
@@ -180,12 +184,7 @@ class FirstError:
     async def __aenter__(self) -> None:
         return None
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: *ExcInfo) -> None:
         outcome = Outcome()
         outcome.given(self._errors[0] if self._errors else None)
-        outcome.settle(exc)
+        outcome.settle(exc_info[1])

@@ -31,6 +31,7 @@ import anyio
 from anyio.abc import ObjectReceiveStream, TaskGroup
 
 from ._abc import LeaseBackend
+from ._backoff import backoff_delay
 from ._checks import check_async_callable, check_name, check_text
 from ._exceptions import LeaseBusy, LeaseConfigError, LeaseError, LeaseLost
 from ._grant import Grant
@@ -114,8 +115,7 @@ def retry_delay(failures: int, jitter: float) -> float:
     a jitter factor from 1 down to ½ (``jitter`` in [0, 1)), so members that fail on a shared
     cause do not retry in step; below the cap a pause is never shorter than the one before.
     """
-    ceiling = min(RETRY_CAP, RETRY_FIRST * 2.0 ** min(failures - 1, 64))
-    return ceiling * (1.0 - jitter / 2)
+    return backoff_delay(failures, RETRY_FIRST, RETRY_CAP) * (1.0 - jitter / 2)
 
 
 async def run_partitioned(

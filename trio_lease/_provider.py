@@ -27,7 +27,6 @@ import os
 from collections.abc import Iterable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import anyio
@@ -37,6 +36,7 @@ from ._exceptions import LeaseConfigError
 from ._host import close_host, open_host
 from ._lease import Lease, end_hosted_hold
 from ._observer import LeaseObserver, observers_of
+from ._outcome import ExcInfo
 from ._settings import SECTION_KEYS, SETTINGS_KEYS, LeaseSettings
 from ._toml import load_toml
 
@@ -199,12 +199,7 @@ class LeaseProvider:
             lease.attach_host(self._host)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def __aexit__(self, *exc_info: *ExcInfo) -> bool | None:
         stack, self._stack = self._stack, None
 
         async def end_holds_and_close_backends() -> None:
@@ -217,7 +212,7 @@ class LeaseProvider:
                         await backend.aclose()
 
         try:
-            return await close_host(stack, end_holds_and_close_backends, exc_type, exc, tb)  # noqa: ASYNC102  close_host: its cleanup is shielded above
+            return await close_host(stack, end_holds_and_close_backends, *exc_info)  # noqa: ASYNC102  close_host: its cleanup is shielded above
         finally:
             self._host = None
 

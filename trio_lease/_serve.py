@@ -37,6 +37,8 @@ import anyio
 import anyio.abc
 import h11
 
+from ._backoff import Backoff
+
 __all__ = [
     "ACCEPT_BACKOFF",
     "ACCEPT_BACKOFF_MAX",
@@ -171,7 +173,7 @@ class ProbeServer:
     async def _accept_loop(
         self, listener: anyio.abc.Listener[anyio.abc.ByteStream], tg: anyio.abc.TaskGroup
     ) -> None:
-        delay = 0.0
+        backoff = Backoff(ACCEPT_BACKOFF, ACCEPT_BACKOFF_MAX)
         while True:  # noqa: ASYNC913  each pass awaits an accept, or returns
             try:
                 stream = await _accept(listener)
@@ -179,7 +181,7 @@ class ProbeServer:
                 return
             except Exception as exc:  # out of fds, buffers, memory; an aborted connection
                 self.stats.accept_errors += 1
-                delay = min(max(2 * delay, ACCEPT_BACKOFF), ACCEPT_BACKOFF_MAX)
+                delay = backoff.failed()
                 self._warnings.note(
                     "accept errors",
                     f"{_describe(exc)}; accepting again in {delay * 1000:.0f} ms",
@@ -188,7 +190,7 @@ class ProbeServer:
                     self._lower_capacity()
                 await anyio.sleep(delay)
                 continue
-            delay = 0.0
+            backoff.reset()
             if not self._make_room():
                 self.stats.shed += 1
                 self._warnings.note("connections shed", "every connection was being answered")

@@ -29,13 +29,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from types import TracebackType
 from typing import Generic, NoReturn, TypeAlias, TypeVar
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from ._outcome import Outcome, sole_error
+from ._outcome import ExcInfo, Outcome, sole_error
 
 __all__ = ["Changes", "Emit", "Produce"]
 
@@ -69,15 +68,10 @@ class Changes(Generic[T]):
         self._cm = _running(self._produce)
         return await self._cm.__aenter__()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def __aexit__(self, *exc_info: *ExcInfo) -> bool | None:
         assert self._cm is not None
         # Not shielded: this cancels the producer and waits for its cleanup (which bounds itself).
-        return await self._cm.__aexit__(exc_type, exc, tb)  # noqa: ASYNC102  cancels its task
+        return await self._cm.__aexit__(*exc_info)  # noqa: ASYNC102  cancels its task
 
     def __aiter__(self) -> NoReturn:
         raise TypeError(

@@ -25,6 +25,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ._abc import LeaseRecord
+from ._backoff import backoff_delay
 from ._exceptions import AcquireTimeout, BackendError, BackendUnavailable
 from ._heartbeat import CONFIRM_PAUSE, Holding, infinite_or
 from ._observer import everywhere, notify
@@ -40,6 +41,9 @@ logger = logging.getLogger("trio_lease")
 #: Most a contender waits past the holder's expiry on top of the expiry itself (seconds): enough
 #: to spread contenders that observed the same record, small next to any heartbeat timeout.
 EXPIRY_JITTER = 0.01
+#: The pause after an attempt the backend failed (seconds): it doubles per failure in a row, up
+#: to the wait interval.
+FAILED_ATTEMPT_PAUSE = 0.2
 #: Set (as an attribute of the log record) on the warnings a waiting contender logs about its
 #: backend, so a program that reports the wait itself (the CLI's waiting line) can drop them.
 WAITING_LOG = "trio_lease_waiting"
@@ -147,8 +151,8 @@ class Waiter:
             except BackendUnavailable as exc:
                 failures += 1
                 self._note_failure(exc, started, failures)
-                # (The exponent is capped: 2**1024 overflows a float, after ~35 min down.)
-                delay = min(self._state.settings.wait_interval, 0.1 * 2 ** min(failures, 30))
+                wait_interval = self._state.settings.wait_interval
+                delay = backoff_delay(failures, FAILED_ATTEMPT_PAUSE, wait_interval)
                 unfounded = woken
             else:
                 failures = 0

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import random
 
 import anyio
 
 from . import _algorithm as algo
 from ._abc import LeaseRecord
+from ._backoff import backoff_delay
 from ._exceptions import (
     BackendProtocolError,
     BackendUnavailable,
@@ -358,4 +358,4 @@ class GrantWriter:
 async def _after_conflicts(conflicts: int) -> None:
     """The pause before the next try after ``conflicts`` conflicting writes in a row:
     :data:`CONFLICT_PAUSE`, doubled for each further conflict, jittered by ±50 %."""
-    await anyio.sleep(CONFLICT_PAUSE * 2 ** (conflicts - 1) * random.uniform(0.5, 1.5))
+    await anyio.sleep(backoff_delay(conflicts, CONFLICT_PAUSE, jitter=(0.5, 1.5)))

@@ -40,7 +40,6 @@ import dataclasses
 import math
 import urllib.parse
 from collections.abc import Callable, Iterator
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -48,7 +47,7 @@ import anyio.abc
 
 from . import _public
 from ._observer import LeaseInfo, LeaseObserver
-from ._outcome import Outcome
+from ._outcome import ExcInfo, Outcome
 from ._serve import Answer, ProbeServer, ServerStats
 from ._settings import check_seconds
 
@@ -306,12 +305,7 @@ class HealthServer:
         self._running = group, listener
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def __aexit__(self, *exc_info: *ExcInfo) -> bool | None:
         assert self._running is not None, "HealthServer was not entered"
         (group, listener), self._running = self._running, None
         # serve() never raises (it logs a failure and stops serving), so the group is only
@@ -319,7 +313,7 @@ class HealthServer:
         # is not handed to the group, so it leaves as itself, not inside an exception group,
         # also when the caller's scope was cancelled meanwhile (Outcome).
         outcome = Outcome()
-        outcome.given(exc)
+        outcome.given(exc_info[1])
         with outcome.settled():
             group.cancel_scope.cancel()
             try:

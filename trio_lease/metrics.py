@@ -38,6 +38,8 @@ text, so the number of series stays bounded whatever the backend says.
 
 from __future__ import annotations
 
+import functools
+
 try:
     import prometheus_client
 except ModuleNotFoundError as _missing:  # pragma: no cover - exercised in a subprocess
@@ -123,62 +125,42 @@ class PrometheusMetrics(LeaseObserver):
     ) -> None:
         into = prometheus_client.REGISTRY if registry is None else registry
         self.registry: prometheus_client.CollectorRegistry = into
-        self.held: prometheus_client.Gauge = prometheus_client.Gauge(
-            "held",
-            "1 while this process holds the lease, else 0",
-            ["name"],
-            namespace=namespace,
-            registry=into,
+        # Every metric in ``namespace``, registered with ``into``.
+        gauge = functools.partial(prometheus_client.Gauge, namespace=namespace, registry=into)
+        counter = functools.partial(prometheus_client.Counter, namespace=namespace, registry=into)
+        histogram = functools.partial(
+            prometheus_client.Histogram, namespace=namespace, registry=into
         )
-        self.acquisitions: prometheus_client.Counter = prometheus_client.Counter(
-            "acquisitions",
-            "New grants of the lease to this process",
-            ["name"],
-            namespace=namespace,
-            registry=into,
+        self.held: prometheus_client.Gauge = gauge(
+            "held", "1 while this process holds the lease, else 0", ["name"]
         )
-        self.handover_wait: prometheus_client.Histogram = prometheus_client.Histogram(
+        self.acquisitions: prometheus_client.Counter = counter(
+            "acquisitions", "New grants of the lease to this process", ["name"]
+        )
+        self.handover_wait: prometheus_client.Histogram = histogram(
             "handover_wait_seconds",
             "How long an acquisition waited for the lease",
             ["name"],
             buckets=_WAIT_BUCKETS,
-            namespace=namespace,
-            registry=into,
         )
-        self.renewal_latency: prometheus_client.Histogram = prometheus_client.Histogram(
-            "renewal_latency_seconds",
-            "Latency of confirmed renewals",
-            ["name"],
-            namespace=namespace,
-            registry=into,
+        self.renewal_latency: prometheus_client.Histogram = histogram(
+            "renewal_latency_seconds", "Latency of confirmed renewals", ["name"]
         )
-        self.renewal_failures: prometheus_client.Counter = prometheus_client.Counter(
+        self.renewal_failures: prometheus_client.Counter = counter(
             "renewal_failures",
             "Renewal attempts that confirmed nothing, by cause category",
             ["name", "cause"],
-            namespace=namespace,
-            registry=into,
         )
-        self.losses: prometheus_client.Counter = prometheus_client.Counter(
-            "losses",
-            "Grants lost, by cause category",
-            ["name", "cause"],
-            namespace=namespace,
-            registry=into,
+        self.losses: prometheus_client.Counter = counter(
+            "losses", "Grants lost, by cause category", ["name", "cause"]
         )
-        self.releases: prometheus_client.Counter = prometheus_client.Counter(
+        self.releases: prometheus_client.Counter = counter(
             "releases",
             "Grants ended without a loss (written=false: left to expire)",
             ["name", "written"],
-            namespace=namespace,
-            registry=into,
         )
-        self.key_failures: prometheus_client.Counter = prometheus_client.Counter(
-            "key_failures",
-            "Errors of run_partitioned's fn, by the key's lease name",
-            ["name"],
-            namespace=namespace,
-            registry=into,
+        self.key_failures: prometheus_client.Counter = counter(
+            "key_failures", "Errors of run_partitioned's fn, by the key's lease name", ["name"]
         )
         #: The identities holding each name in this process (two Lease objects may share one).
         self._holders: dict[str, set[str]] = {}

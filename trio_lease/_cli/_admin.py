@@ -20,6 +20,7 @@ import anyio
 
 from .. import _algorithm as algo
 from .._abc import LeaseBackend, LeaseRecord
+from .._backoff import backoff_delay
 from .._exceptions import (
     BackendAuthError,
     BackendError,
@@ -32,7 +33,7 @@ from .._exceptions import (
 from .._lease import Lease
 from ._options import (
     add_backend_options,
-    default_owner,
+    add_owner_option,
     env_flag,
     env_value,
     lease_name,
@@ -83,11 +84,7 @@ def add_admin_commands(commands: Any) -> None:
         "handover", help="ask the holder to hand a lease over, then free it for all"
     )
     handover.add_argument("name", type=lease_name, help="lease name")
-    handover.add_argument(
-        "--owner",
-        default=default_owner(),
-        help="owner name (default: TRIO_LEASE_OWNER, else POD_NAME, else the hostname)",
-    )
+    add_owner_option(handover)
     handover.add_argument(
         "--timeout",
         type=positive_duration,
@@ -342,7 +339,7 @@ async def release_command(args: argparse.Namespace) -> int:
         await _check_namespace(backend)
         for attempt in range(RELEASE_ATTEMPTS):
             if attempt:
-                await anyio.sleep(0.05 * 2**attempt)  # renewed or taken over meanwhile
+                await anyio.sleep(backoff_delay(attempt, 0.1))  # renewed or taken over meanwhile
             if await _release_once(backend, args.name):
                 return 0
     raise BackendUnavailable(f"lease {args.name!r} kept changing while releasing it; try again")

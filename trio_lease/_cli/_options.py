@@ -40,6 +40,7 @@ __all__ = [
     "ANYIO_BACKENDS",
     "CLI_DEFAULTS",
     "add_backend_options",
+    "add_owner_option",
     "check_settings",
     "default_owner",
     "duration",
@@ -129,6 +130,15 @@ def env_flag(name: str) -> bool | None:
 def default_owner() -> str:
     """``TRIO_LEASE_OWNER``, else ``POD_NAME`` (Kubernetes downward API), else the hostname."""
     return env("owner") or os.environ.get("POD_NAME") or socket.gethostname()
+
+
+def add_owner_option(parser: argparse.ArgumentParser) -> None:
+    """``--owner``: the owner name a command holds the lease as, or asks for it as."""
+    parser.add_argument(
+        "--owner",
+        default=default_owner(),
+        help="owner name (default: TRIO_LEASE_OWNER, else POD_NAME, else the hostname)",
+    )
 
 
 def duration(value: str) -> float:

@@ -13,10 +13,12 @@ the entry point, which maps them to exit codes.
 from __future__ import annotations
 
 import argparse
+import functools
 import signal
 import sys
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -24,12 +26,12 @@ from anyio.abc import TaskGroup
 from .._exceptions import LeaseConfigError
 from .._grant import Grant
 from .._lease import Lease
-from .._semaphore import Semaphore
+from .._semaphore import Semaphore, SemaphoreGrant
 from .._settings import LeaseSettings
 from ._child import check_command, run_child
 from ._options import (
     add_backend_options,
-    default_owner,
+    add_owner_option,
     env_flag,
     env_value,
     lease_name,
@@ -41,6 +43,9 @@ from ._serving import add_serving_options, serving
 from ._waiting import report_waiting
 
 __all__ = ["STOP_SIGNALS", "add_run_command", "run"]
+
+#: What a run holds: the lease's grant, or a slot's.
+G = TypeVar("G", bound=Grant)
 
 #: Signals that stop a run gracefully: Ctrl-C, a service manager's stop, a closed terminal
 #: (SIGHUP, where the platform has it).
@@ -57,11 +62,7 @@ def add_run_command(commands: Any) -> None:
         "run", help="run a command only while holding the lease"
     )
     parser.add_argument("name", type=lease_name, help="lease name")
-    parser.add_argument(
-        "--owner",
-        default=default_owner(),
-        help="owner name (default: TRIO_LEASE_OWNER, else POD_NAME, else the hostname)",
-    )
+    add_owner_option(parser)
     wait = parser.add_mutually_exclusive_group()
     no_wait, env_wait = env_flag("no_wait"), env_flag("wait")
     waits = not no_wait if no_wait is not None else (env_wait if env_wait is not None else True)
@@ -180,41 +181,42 @@ class _Supervisor:
             return
 
     async def _hold_and_run(self, tg: TaskGroup) -> None:
-        if self.semaphore is not None:
-            await self._hold_slot_and_run(self.semaphore, tg)
-            return
-        lease = self.lease
+        """Hold the lease (or a slot of the semaphore) while the child runs; an error ends the
+        run and is kept for :meth:`exit_code`."""
         try:
-            if self.handover and await lease.request_handover():
-                print(f"trio-lease: {lease.name}: asked the holder to hand over", file=sys.stderr)
-            scope = lease.held(timeout=self.timeout) if self.wait else lease.try_held()
-            reporter = anyio.CancelScope()
-            tg.start_soon(report_waiting, lease, self.settings, reporter)
-            try:
-                async with scope as grant:
-                    reporter.cancel()
-                    lease_env = {
-                        "TRIO_LEASE_NAME": lease.name,
-                        "TRIO_LEASE_OWNER": lease.identity,
-                        "TRIO_LEASE_FENCING_TOKEN": str(grant.fencing_token),
-                    }
-                    child = anyio.CancelScope()
-                    watcher = anyio.CancelScope()
-                    tg.start_soon(_hand_over_when_asked, grant, child, watcher)
-                    try:
-                        with child:
-                            self.code = await run_child(
-                                self.command, lease_env, self.settings.stop_timeout
-                            )
-                    finally:
-                        watcher.cancel()
-            finally:
-                reporter.cancel()
+            if self.semaphore is not None:
+                await self._hold_slot_and_run(self.semaphore, tg)
+            else:
+                await self._hold_lease_and_run(tg)
         except Exception as exc:  # re-raised by exit_code(), outside the task group
             self.error = exc
         finally:
             tg.cancel_scope.cancel()
 
+    async def _hold_lease_and_run(self, tg: TaskGroup) -> None:
+        """Hold the lease (asking for a handover first with ``--handover``) while the child runs."""
+        lease = self.lease
+        if self.handover and await lease.request_handover():
+            print(f"trio-lease: {lease.name}: asked the holder to hand over", file=sys.stderr)
+        held = lease.held(timeout=self.timeout) if self.wait else lease.try_held()
+        report = functools.partial(report_waiting, lease, self.settings)
+        await _run_when_held(held, report, tg, functools.partial(self._run_holding, tg))
+
+    async def _run_holding(self, tg: TaskGroup, grant: Grant) -> None:
+        """Run the child while ``grant`` holds the lease; a handover request stops it."""
+        lease_env = {
+            "TRIO_LEASE_NAME": self.lease.name,
+            "TRIO_LEASE_OWNER": self.lease.identity,
+            "TRIO_LEASE_FENCING_TOKEN": str(grant.fencing_token),
+        }
+        child = anyio.CancelScope()
+        watcher = anyio.CancelScope()
+        tg.start_soon(_hand_over_when_asked, grant, child, watcher)
+        try:
+            with child:
+                self.code = await run_child(self.command, lease_env, self.settings.stop_timeout)
+        finally:
+            watcher.cancel()
 
     async def _hold_slot_and_run(self, semaphore: Semaphore, tg: TaskGroup) -> None:
         """``--limit``: hold one slot of the semaphore while the child runs.
@@ -222,29 +224,38 @@ class _Supervisor:
         A slot's handover request comes from a waiter in line (its release is reserved for
         that waiter), not from one asking this run to stop: the child runs to its end.
         """
-        try:
-            scope = semaphore.held(timeout=self.timeout) if self.wait else semaphore.try_held()
-            reporter = anyio.CancelScope()
-            tg.start_soon(_say_waiting_for_a_slot, semaphore, self.settings, reporter)
-            try:
-                async with scope as grant:
-                    reporter.cancel()
-                    lease_env = {
-                        "TRIO_LEASE_NAME": grant.lease_name,
-                        "TRIO_LEASE_OWNER": grant.identity,
-                        "TRIO_LEASE_FENCING_TOKEN": str(grant.fencing_token),
-                        "TRIO_LEASE_SLOT": str(grant.slot),
-                        "TRIO_LEASE_LIMIT": str(semaphore.limit),
-                    }
-                    self.code = await run_child(
-                        self.command, lease_env, self.settings.stop_timeout
-                    )
-            finally:
-                reporter.cancel()
-        except Exception as exc:  # re-raised by exit_code(), outside the task group
-            self.error = exc
-        finally:
-            tg.cancel_scope.cancel()
+        held = semaphore.held(timeout=self.timeout) if self.wait else semaphore.try_held()
+        report = functools.partial(_say_waiting_for_a_slot, semaphore, self.settings)
+        await _run_when_held(held, report, tg, functools.partial(self._run_in_slot, semaphore))
+
+    async def _run_in_slot(self, semaphore: Semaphore, grant: SemaphoreGrant) -> None:
+        """Run the child while ``grant`` holds its slot; it learns the slot and the limit."""
+        lease_env = {
+            "TRIO_LEASE_NAME": grant.lease_name,
+            "TRIO_LEASE_OWNER": grant.identity,
+            "TRIO_LEASE_FENCING_TOKEN": str(grant.fencing_token),
+            "TRIO_LEASE_SLOT": str(grant.slot),
+            "TRIO_LEASE_LIMIT": str(semaphore.limit),
+        }
+        self.code = await run_child(self.command, lease_env, self.settings.stop_timeout)
+
+
+async def _run_when_held(
+    held: AbstractAsyncContextManager[G],
+    report: Callable[[anyio.CancelScope], Coroutine[Any, Any, None]],
+    tg: TaskGroup,
+    run: Callable[[G], Awaitable[None]],
+) -> None:
+    """Enter ``held`` while ``report`` (a task in ``tg``) may say on stderr that the run waits;
+    once granted, stop it and ``run`` the grant."""
+    reporter = anyio.CancelScope()
+    tg.start_soon(report, reporter)
+    try:
+        async with held as grant:
+            reporter.cancel()
+            await run(grant)
+    finally:
+        reporter.cancel()
 
 
 async def _say_waiting_for_a_slot(

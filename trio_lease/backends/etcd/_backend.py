@@ -29,15 +29,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import random
 from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
-import anyio
 import httpx
 
 from ..._abc import LeaseBackend, LeaseRecord
+from ..._backoff import Backoff
 from ..._endpoints import redact_url, url_problem
 from ..._exceptions import (
     BackendAuthError,
@@ -369,7 +368,7 @@ class EtcdBackend(LeaseBackend):
         key = self._key(name)
         subject = f" for lease {name!r}"
         read = functools.partial(read_watch_result, key=key, name=name)
-        backoff = WATCH_BACKOFF
+        backoff = Backoff(WATCH_BACKOFF, WATCH_BACKOFF_MAX, jitter=(0.5, 1.0))
         while True:
             try:
                 state = await self._range(name)
@@ -379,7 +378,7 @@ class EtcdBackend(LeaseBackend):
                 ) as batches:
                     async for batch in batches:
                         for record in batch.states:
-                            backoff = WATCH_BACKOFF  # the stream delivers: it is healthy
+                            backoff.reset()  # the stream delivers: it is healthy
                             await emit(record)
                         if batch.ended:
                             break  # the server dropped the watch: read again and resume
@@ -387,8 +386,7 @@ class EtcdBackend(LeaseBackend):
                 raise
             except BackendError:
                 pass  # a read: retrying it is safe
-            await anyio.sleep(backoff * random.uniform(0.5, 1.0))
-            backoff = min(backoff * 2, WATCH_BACKOFF_MAX)
+            await backoff.sleep()
 
 
 def _subject(batch: Batch) -> str:

@@ -32,13 +32,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import random
 import re
 from typing import Any, Final
 
-import anyio
-
 from ..._abc import Publish, Watched, WatchFeed
+from ..._backoff import Backoff
 from ..._exceptions import BackendAuthError, BackendError, LeaseConfigError
 from ._client import EtcdClient
 from ._codec import b64
@@ -89,7 +87,7 @@ class EtcdFeed(WatchFeed):
         #: How many watch streams were opened, and how many range reads (re)started the feed.
         self.streams: int = 0
         self.reads: int = 0
-        self._backoff = BACKOFF
+        self._backoff = Backoff(BACKOFF, BACKOFF_MAX, jitter=(0.5, 1.0))
         self._subject = f" for the leases under prefix {prefix!r}"
 
     def __repr__(self) -> str:
@@ -109,8 +107,7 @@ class EtcdFeed(WatchFeed):
                 raise
             except BackendError as exc:  # a read: retrying it is safe
                 logger.info("the etcd watch%s failed (%s); opening it again", self._subject, exc)
-            await anyio.sleep(self._backoff * random.uniform(0.5, 1.0))
-            self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+            await self._backoff.sleep()
 
     async def _read(self, key: bytes, watched: Watched, publish: Publish) -> int:
         """Publish every watched lease's state as of now; return the revision read at.
@@ -168,7 +165,7 @@ class EtcdFeed(WatchFeed):
                         publish(name, state)
                 if batch.revision > self.revision:
                     self.revision = batch.revision
-                    self._backoff = BACKOFF  # the stream delivers: it is healthy
+                    self._backoff.reset()  # the stream delivers: it is healthy
                 if batch.compacted:
                     logger.info("the etcd watch%s was compacted; reading again", self._subject)
                     self.revision = None

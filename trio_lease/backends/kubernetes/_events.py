@@ -38,7 +38,6 @@ import logging
 import re
 import time
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Final, Protocol, Self
 
 import anyio
@@ -218,12 +217,7 @@ class KubernetesEvents(LeaseObserver):
         self._stack, self._group = stack, group
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         stack, self._stack = self._stack, None
         assert stack is not None
         self._closing = True

@@ -57,7 +57,7 @@ from ..._wire import JsonObject
 from ._api import KubeApi
 from ._errors import RequestContext, error_from
 from ._names import MANAGED_BY_SELECTOR, is_valid_name
-from ._pacing import Backoff, Cursor
+from ._pacing import Cursor, WatchBackoff
 from ._reading import resource_version
 from ._watch import (
     WATCH_TIMEOUT_SECONDS,
@@ -181,7 +181,7 @@ class KubernetesFeed(WatchFeed):
 
     async def _follow_label(self, watched: Watched, publish: Publish) -> None:
         """LIST when there is no resume point, then WATCH; forever, paced by the backoff."""
-        backoff = Backoff(self.poll_interval)
+        backoff = WatchBackoff(self.poll_interval)
         while True:
             try:
                 if not self.cursor.version:
@@ -218,7 +218,7 @@ class KubernetesFeed(WatchFeed):
         self.listed = True
         self._poke()
 
-    async def _watch(self, watched: Watched, publish: Publish, backoff: Backoff) -> None:
+    async def _watch(self, watched: Watched, publish: Publish, backoff: WatchBackoff) -> None:
         """Watch streams from the resume point, resumed after each clean end."""
         while True:
             before, opened = self.cursor.useful, anyio.current_time()

@@ -23,12 +23,13 @@ starting at :data:`FIRST_BACKOFF` and doubling up to the cap.
 
 from __future__ import annotations
 
-import random
 from typing import Final
 
 import anyio
 
-__all__ = ["FIRST_BACKOFF", "SEEN_VERSIONS", "Backoff", "Cursor"]
+from ..._backoff import Backoff
+
+__all__ = ["FIRST_BACKOFF", "SEEN_VERSIONS", "Cursor", "WatchBackoff"]
 
 #: The first wait before reopening a watch that ended without a useful event (doubles up to
 #: ``watch_poll_interval``); a stream shorter than this never resets the backoff.
@@ -74,26 +75,21 @@ class Cursor:
             self.useful += 1
 
 
-class Backoff:
-    """Jittered exponential backoff from FIRST_BACKOFF up to ``cap``; see the module docstring."""
+class WatchBackoff(Backoff):
+    """The backoff of reopening a watch: from FIRST_BACKOFF up to ``cap``, each pause jittered
+    down to half; see the module docstring."""
+
+    __slots__ = ()
 
     def __init__(self, cap: float) -> None:
-        self.cap = max(cap, 0.01)  # never a zero wait, whatever the poll interval
-        self.delay = 0.0
-
-    def reset(self) -> None:
-        self.delay = 0.0
-
-    async def sleep(self) -> None:
-        first = min(FIRST_BACKOFF, self.cap)
-        self.delay = min(self.cap, self.delay * 2) if self.delay else first
-        await anyio.sleep(random.uniform(self.delay / 2, self.delay))
+        cap = max(cap, 0.01)  # never a zero wait, whatever the poll interval
+        super().__init__(min(FIRST_BACKOFF, cap), cap, jitter=(0.5, 1.0))
 
     async def after_stream(self, news: bool, opened: float) -> None:
         """After a stream opened at ``opened`` ended cleanly: reopen at once if it lived and
         brought ``news`` (or lived at least the cap), else wait the backoff."""
         lived = anyio.current_time() - opened
-        if lived >= self.cap or (news and lived >= min(FIRST_BACKOFF, self.cap)):
+        if lived >= self.cap or (news and lived >= self.first):
             self.reset()
         else:
             await self.sleep()

@@ -67,7 +67,7 @@ from ..._wire import JsonObject
 from ...abc import Emit
 from ._api import KubeApi, Streamed
 from ._errors import RequestContext, error_for, error_from, map_transport_error
-from ._pacing import FIRST_BACKOFF, Backoff, Cursor
+from ._pacing import FIRST_BACKOFF, Cursor, WatchBackoff
 from ._reading import resource_version
 
 __all__ = [
@@ -111,7 +111,7 @@ async def watch_lease(
     """
     lease = _Watched(api, key, emit, cache=cache)
     if watch:
-        await lease.watch(Backoff(poll_interval))
+        await lease.watch(WatchBackoff(poll_interval))
     await lease.poll(poll_interval)
 
 
@@ -147,7 +147,7 @@ class _Watched:
             await self.emit(self.state(obj))
             await anyio.sleep(interval)
 
-    async def watch(self, backoff: Backoff) -> None:
+    async def watch(self, backoff: WatchBackoff) -> None:
         """LIST, then watch from the list's version, again after each resync; ends on 403."""
         while True:
             try:
@@ -167,7 +167,7 @@ class _Watched:
                 pass
             await backoff.sleep()  # pace every re-list, even after useful events
 
-    async def follow(self, cursor: Cursor, backoff: Backoff) -> NoReturn:
+    async def follow(self, cursor: Cursor, backoff: WatchBackoff) -> NoReturn:
         """Watch streams from the cursor, resumed after each clean end (raises to re-list)."""
         while True:
             before, opened = cursor.useful, anyio.current_time()

@@ -40,6 +40,7 @@ import anyio.to_thread
 
 from ... import _wire
 from ..._abc import LeaseBackend, LeaseRecord
+from ..._backoff import Backoff
 from ..._exceptions import (
     BackendProtocolError,
     BackendUnavailable,
@@ -383,10 +384,9 @@ class SqliteBackend(LeaseBackend):
         the write's own time (``busy_timeout`` for the lock, then the rows); the pause between
         looks doubles from 1 ms to 50 ms.
         """
-        pause = 0.001
+        backoff = Backoff(0.001, 0.05)
         while not batch.done.is_set():
-            await anyio.sleep(pause)
-            pause = min(pause * 2, 0.05)
+            await backoff.sleep()
 
     def _send(self, batch: _Batch, ticket: object) -> None:
         """(worker thread) Claim ``batch`` if ``ticket`` is still its send, run its writes, and

@@ -59,6 +59,7 @@ import anyio
 import anyio.to_thread
 
 from ..._abc import LeaseRecord, Publish, Watched, WatchFeed
+from ..._backoff import Backoff
 from ..._exceptions import BackendProtocolError, BackendUnavailable, LeaseError
 from ._identity import DatabaseFile
 from ._rows import COLUMNS, LEASE_COLUMNS, record_from_row
@@ -126,7 +127,8 @@ class SqliteFeed(WatchFeed):
         # list whose every name was known at a poll (names of a run are not unknown again).
         self._watched: tuple[list[str], set[str]] | None = None
         self._all_known: list[str] | None = None
-        self._pause = watch_interval
+        # A failed poll waits a poll interval, doubled per failure in a row up to BACKOFF_MAX.
+        self._backoff = Backoff(watch_interval, max(watch_interval, BACKOFF_MAX))
         self._poked: anyio.Event | None = None
         self._conn: sqlite3.Connection | None = None
         self._closed = False
@@ -153,8 +155,7 @@ class SqliteFeed(WatchFeed):
                         "the SQLite watch of %s failed (%s); polling again", self.path, exc
                     )
                 self._names = None  # no rides while the poller waits to try again
-                await anyio.sleep(self._pause)
-                self._pause = min(self._pause * 2, BACKOFF_MAX)
+                await self._backoff.sleep()
         finally:
             self._names = None
 
@@ -179,7 +180,7 @@ class SqliteFeed(WatchFeed):
                 own = await anyio.to_thread.run_sync(poll)
             self._names = names
             self._publish(own, publish)
-            self._pause = self.watch_interval  # polls succeed: no backoff
+            self._backoff.reset()  # polls succeed: no backoff
             self._poked = poked = anyio.Event()
             # A ride that ended meanwhile is published at once.
             wait = 0.0 if self._ridden else self._last_poll + self.watch_interval - self._clock()

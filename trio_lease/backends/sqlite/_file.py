@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, overload
 
+from ..._backoff import Backoff
 from ..._exceptions import BackendUnavailable, LeaseConfigError
 from ..._paths import user_path
 from ._rows import ADDED_COLUMNS, LEASE_COLUMNS, decode_text
@@ -279,16 +280,16 @@ def _use_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
     until the switch is made (by either) or ``busy_timeout`` has passed (then it is raised).
     """
     deadline = time.monotonic() + busy_timeout
-    pause = 0.002
+    backoff = Backoff(0.002, 0.05)
     while True:
         try:
             conn.execute("PRAGMA journal_mode=WAL").fetchall()
             return
         except sqlite3.OperationalError as exc:
+            pause = backoff.failed()
             if "locked" not in str(exc) or time.monotonic() + pause > deadline:
                 raise
         time.sleep(pause)
-        pause = min(pause * 2, 0.05)
 
 
 def _has_our_tables(conn: sqlite3.Connection, path: Path) -> bool:

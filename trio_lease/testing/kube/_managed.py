@@ -32,6 +32,7 @@ Simplified (not structured-merge-diff): every JSON object other than ``metadata.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import unicodedata
 from typing import Any
@@ -205,19 +206,15 @@ def _decode_set(fields: Any, path: Path = ()) -> FieldSet:
     return out
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class Entry:
     """One ``ManagedFieldsEntry``, its fields decoded to a set of paths."""
 
-    __slots__ = ("api_version", "fields", "manager", "operation", "time")
-
-    def __init__(
-        self, manager: str, operation: str, api_version: str, time: str, fields: FieldSet
-    ) -> None:
-        self.manager = manager
-        self.operation = operation
-        self.api_version = api_version
-        self.time = time
-        self.fields = fields
+    manager: str
+    operation: str
+    api_version: str
+    time: str
+    fields: FieldSet
 
     @property
     def key(self) -> tuple[str, str, str]:

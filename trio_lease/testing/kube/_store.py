@@ -21,6 +21,7 @@ one 409 Conflict, and the new object is validated.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import uuid
 from collections import deque
@@ -52,6 +53,7 @@ _META_ORDER = (
 )
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class Event:
     """One committed change: ``type`` is ADDED, MODIFIED or DELETED.
 
@@ -59,27 +61,17 @@ class Event:
     needs it to turn a change in or out of the selection into ADDED or DELETED.
     """
 
-    __slots__ = ("name", "namespace", "obj", "prev", "rv", "storage_key", "type")
-
     rv: int
     type: str
     storage_key: tuple[str, str]
     obj: JSON
-    namespace: str
-    name: str
-    prev: JSON | None
+    prev: JSON | None = None
+    namespace: str = dataclasses.field(init=False)
+    name: str = dataclasses.field(init=False)
 
-    def __init__(
-        self, rv: int, type_: str, storage_key: tuple[str, str], obj: JSON,
-        prev: JSON | None = None,
-    ) -> None:
-        self.rv = rv
-        self.prev = prev
-        self.type = type_
-        self.storage_key = storage_key
-        self.obj = obj
-        self.namespace = obj["metadata"].get("namespace", "")
-        self.name = obj["metadata"]["name"]
+    def __post_init__(self) -> None:
+        self.namespace = self.obj["metadata"].get("namespace", "")
+        self.name = self.obj["metadata"]["name"]
 
 
 class Store:

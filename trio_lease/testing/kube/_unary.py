@@ -14,10 +14,9 @@ dropped reply raised as the seam's ``MalformedReply`` of a closed connection.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from urllib.parse import parse_qsl
 
-from ..._http import CappedBody, Headers, Reply, ServerURL, request_head
+from ..._http import CappedBody, Headers, Outgoing, Reply, ServerURL, Unary
 from ..._http_errors import MalformedReply
 from ..._wire import MAX_BODY_BYTES
 from ._api import handle
@@ -27,13 +26,11 @@ from ._http import DropReply, Request
 __all__ = ["InProcessUnary"]
 
 
-class InProcessUnary:
+class InProcessUnary(Unary):
     """Unary requests to ``url``, answered by ``cluster``'s handler in the calling task."""
 
     #: The emulator that answers.
     cluster: Cluster
-    #: Where requests go: the ``Host`` header and the path prefix.
-    url: ServerURL
 
     def __init__(self, cluster: Cluster, url: str, *, max_body: int = MAX_BODY_BYTES) -> None:
         self.cluster = cluster
@@ -43,29 +40,17 @@ class InProcessUnary:
     def __repr__(self) -> str:
         return f"<InProcessUnary {self.url.origin}>"
 
-    async def request(
-        self,
-        method: str,
-        target: str,
-        *,
-        headers: Sequence[tuple[str, str]] = (),
-        body: bytes | None = None,
-        connect_timeout: float | None = None,
-    ) -> Reply:
-        """Answer one request in-process; see :class:`trio_lease._http.Unary`."""
-        sent = [("Host", self.url.netloc), *headers]
-        if body is not None:
-            sent.append(("Content-Length", str(len(body))))
-        full = self.url.prefix + target
-        request_head(method, full, sent)
-        path, _, query = full.partition("?")
+    async def _exchange(self, out: Outgoing) -> Reply:
+        """Answer ``out`` in-process, as the server would have read it off a socket."""
+        path, _, query = (self.url.prefix + out.target).partition("?")
         params = parse_qsl(query, keep_blank_values=True)
+        sent = out.sent
         request = Request(
-            method,
+            out.method,
             path,
             dict(params),
             {name.lower(): value for name, value in sent},
-            body or b"",
+            out.body or b"",
             [(name.lower(), value) for name, value in sent],
             params,
         )
@@ -76,7 +61,7 @@ class InProcessUnary:
         if response.stream is not None:
             await response.stream.aclose()
             raise RuntimeError("a watch is a stream, not a unary request: send it through httpx")
-        capped = CappedBody(self._max_body, CappedBody.describe(method, target, self.url.origin))
+        capped = CappedBody(self._max_body, out.what)
         capped.add(response.body)
         raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
         raw.append((b"Content-Length", str(len(response.body)).encode()))
