@@ -132,3 +132,16 @@ class BackendAuthError(BackendError):
     Not transient: retrying does not help. The message says which permission is missing and how
     to grant it, and never contains the credential itself.
     """
+
+
+def own_copy(error: LeaseError) -> LeaseError:
+    """A caller's own copy of ``error``, one error shared by several callers (a batch's): each
+    raise then sets its own traceback. ``error`` itself if its type cannot be rebuilt from its
+    args."""
+    try:
+        copied = type(error)(*error.args)
+    except Exception:  # an error type that cannot be rebuilt from its args
+        return error
+    copied.__cause__ = error.__cause__
+    copied.__suppress_context__ = error.__suppress_context__
+    return copied

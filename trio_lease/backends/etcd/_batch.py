@@ -38,7 +38,7 @@ from typing import Any, Final
 import anyio
 import anyio.lowlevel
 
-from ..._exceptions import BackendProtocolError, BackendUnavailable, LeaseError
+from ..._exceptions import BackendProtocolError, BackendUnavailable, LeaseError, own_copy
 from ..._wire import JsonObject, Malformed
 from ._replies import read_txn, read_txns
 
@@ -126,7 +126,7 @@ class Batch:
         batch as this caller's own copy (each raise sets its own traceback)."""
         write = self.writes[index]
         if self.error is not None:
-            return _copy(self.error)
+            return own_copy(self.error)
         assert self.sent is not None and self.outcomes is not None and write is not None
         return next(o for w, o in zip(self.sent, self.outcomes, strict=True) if w is write)
 
@@ -182,12 +182,3 @@ class Batch:
             wake.set()
 
 
-def _copy(error: LeaseError) -> LeaseError:
-    """One caller's own copy of a batch's error."""
-    try:
-        copied = type(error)(*error.args)
-    except Exception:  # an error type that cannot be rebuilt from its args
-        return error
-    copied.__cause__ = error.__cause__
-    copied.__suppress_context__ = error.__suppress_context__
-    return copied

@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -251,17 +251,21 @@ def read_watch_result(message: JsonObject, *, key: bytes, name: str) -> WatchBat
     if _int64(result.get("compact_revision"), "result.compact_revision") > 0:
         ended = True
     states: list[LeaseRecord | None] = []
+    for path, kv, deleted in _events(result):
+        states.append(_key_value(kv, f"{path}.kv", key=key, name=name, deleted=deleted))
+    return WatchBatch(states, ended)
+
+
+def _events(result: JsonObject) -> Iterator[tuple[str, object, bool]]:
+    """Each event of a watch ``result``: its path in the reply, its ``kv`` (unchecked) and
+    whether it is a deletion."""
     for i, item in enumerate(_optional_list(result, "events", "result.events")):
         path = f"result.events[{i}]"
         event = obj(item, path)
         kind = event.get("type", "PUT")  # PUT, the default, is omitted
         if kind not in ("PUT", "DELETE"):
             raise Malformed(f"{path}.type", "expected PUT or DELETE")
-        deleted = kind == "DELETE"
-        states.append(
-            _key_value(event.get("kv"), f"{path}.kv", key=key, name=name, deleted=deleted)
-        )
-    return WatchBatch(states, ended)
+        yield path, event.get("kv"), kind == "DELETE"
 
 
 NamedState = tuple[str, LeaseRecord | None]
@@ -384,14 +388,8 @@ def read_prefix_watch(message: JsonObject, *, prefix: bytes) -> PrefixBatch:
     compacted = _int64(result.get("compact_revision"), "result.compact_revision") > 0
     states: list[NamedState] = []
     revision = 0
-    for i, item in enumerate(_optional_list(result, "events", "result.events")):
-        path = f"result.events[{i}]"
-        event = obj(item, path)
-        kind = event.get("type", "PUT")  # PUT, the default, is omitted
-        if kind not in ("PUT", "DELETE"):
-            raise Malformed(f"{path}.type", "expected PUT or DELETE")
-        kv = event.get("kv")
-        named = _prefixed(kv, f"{path}.kv", prefix=prefix, deleted=kind == "DELETE")
+    for path, kv, deleted in _events(result):
+        named = _prefixed(kv, f"{path}.kv", prefix=prefix, deleted=deleted)
         mod = _int64(obj(kv, f"{path}.kv").get("mod_revision"), f"{path}.kv.mod_revision")
         revision = max(revision, mod)
         if named is not None:

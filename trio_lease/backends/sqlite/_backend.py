@@ -47,6 +47,7 @@ from ..._exceptions import (
     ConflictError,
     LeaseConfigError,
     LeaseError,
+    own_copy,
 )
 from ..._paths import user_path
 from ..._settings import parse_duration
@@ -121,15 +122,6 @@ class _Batch:
         self.done = threading.Event()  # set by the worker thread once the batch ran
 
 
-def _copy(error: LeaseError) -> LeaseError:
-    """One caller's own copy of a batch's error (each raise sets its own traceback)."""
-    try:
-        copied = type(error)(*error.args)
-    except Exception:  # an error type that cannot be rebuilt from its args
-        return error
-    copied.__cause__ = error.__cause__
-    copied.__suppress_context__ = error.__suppress_context__
-    return copied
 
 
 class SqliteBackend(LeaseBackend):
@@ -343,7 +335,7 @@ class SqliteBackend(LeaseBackend):
             else:
                 await self._drive(batch)
         if batch.error is not None:
-            raise _copy(batch.error)
+            raise own_copy(batch.error)
         if index >= len(batch.results):  # the worker thread ended by a BaseException
             raise BackendUnavailable(f"SQLite at {self.path}: the batched write did not finish")
         result = batch.results[index]
