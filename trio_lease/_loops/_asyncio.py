@@ -39,6 +39,7 @@ __all__ = [
     "clock",
     "connect",
     "deadline_keeper",
+    "sleep_until",
     "waiter",
 ]
 
@@ -54,6 +55,12 @@ FAILURES: tuple[type[BaseException], ...] = (
 
 def clock() -> Callable[[], float]:
     return asyncio.get_running_loop().time
+
+
+async def sleep_until(deadline: float) -> None:
+    """Sleep until the loop's clock reads ``deadline`` (asyncio's own sleep: a timer)."""
+    loop = asyncio.get_running_loop()
+    await asyncio.sleep(max(deadline - loop.time(), 0.0))
 
 
 class FutureWaiter:
