@@ -6,8 +6,10 @@
 lib and tree, one after another in each round (round 1: every lib on every tree, then round
 2, ...), so that whatever else loads the machine hits every row alike. ``--tree`` names other
 checkouts of the repository (the code before a change, say): their workers import that tree's
-``trio_lease`` and ``tools``. Every run records the load average before and after it; the
-document goes to ``<out>/alternate.json``, the medians are printed.
+``trio_lease`` and ``tools``. ``--backend memory`` runs the rows on one process's memory
+backend instead of the emulator: the core's own cost per renewal (heartbeat, scopes, sleeps),
+no I/O. Every run records the load average before and after it; the document goes to
+``<out>/alternate-<backend>.json``, the medians are printed.
 
 Client CPU is the worker's ``time.process_time()`` over the window, as in the full run; compare
 rows of one run only (tools/benchmarks/README.md, "Running them").
@@ -25,18 +27,28 @@ from typing import Any
 
 from ._common import machine, now
 from ._procs import ROOT, Emulator
-from .run import FULL, Runner
+from .run import ACQUIRE_RATE, FULL, Runner, derive_steady
 
 LIBS = ("ours", "ours-trio", "ours-uvloop")
 
 
+def _memory_row(runner: Runner, lib: str, leases: int, window: float) -> dict[str, Any]:
+    """One steady row on the memory backend (no emulator, no I/O)."""
+    params = {**runner.base(lib, "memory", FULL["steady"]), "backend": "memory"}
+    params.pop("kubeconfig", None)
+    params.update(n=leases, window=window, ramp=max(params["R"], leases / ACQUIRE_RATE))
+    raw = runner.worker(lib, "steady", params, params["ramp"] + window + 180)
+    return {"params": params, "raw": raw, **derive_steady(raw, params)}
+
+
 def run(libs: list[str], trees: list[Path], rounds: int, leases: int, window: float,
-        out: Path) -> dict[str, Any]:
+        out: Path, backend: str = "kube") -> dict[str, Any]:
     """The rounds; returns (and writes) the document."""
     doc: dict[str, Any] = {
         "machine": machine("alternate"),
         "plan": {"rounds": rounds, "leases": leases, "window": window, "libs": libs,
-                 "trees": [str(t) for t in trees], "timings": FULL["steady"]},
+                 "trees": [str(t) for t in trees], "timings": FULL["steady"],
+                 "backend": backend},
         "runs": [],
     }
     started = now()
@@ -49,7 +61,10 @@ def run(libs: list[str], trees: list[Path], rounds: int, leases: int, window: fl
                     runner.tree = tree
                     for lib in libs:
                         load_before = os.getloadavg()
-                        row = runner.steady(lib, leases, window, FULL["steady"])
+                        if backend == "memory":
+                            row = _memory_row(runner, lib, leases, window)
+                        else:
+                            row = runner.steady(lib, leases, window, FULL["steady"])
                         run_ = {
                             "round": round_, "tree": str(tree), "lib": lib,
                             "loadavg_before": list(load_before),
@@ -65,7 +80,7 @@ def run(libs: list[str], trees: list[Path], rounds: int, leases: int, window: fl
     doc["machine"]["loadavg_end"] = list(os.getloadavg())
     doc["machine"]["duration_s"] = now() - started
     out.mkdir(parents=True, exist_ok=True)
-    (out / "alternate.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    (out / f"alternate-{backend}.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
     return doc
 
 
@@ -92,10 +107,12 @@ def main() -> None:
     parser.add_argument("--lib", action="append", choices=LIBS, help="default: all three")
     parser.add_argument("--tree", action="append", type=Path, default=None,
                         help="a checkout to measure as well (repeatable; this one first)")
+    parser.add_argument("--backend", choices=("kube", "memory"), default="kube")
     parser.add_argument("--out", type=Path, default=ROOT / "tools/benchmarks/results/alternate")
     args = parser.parse_args()
     trees = [ROOT, *[t.resolve() for t in args.tree or []]]
-    doc = run(list(args.lib or LIBS), trees, args.rounds, args.leases, args.window, args.out)
+    doc = run(list(args.lib or LIBS), trees, args.rounds, args.leases, args.window, args.out,
+              args.backend)
     print("\n".join(medians(doc)))
 
 

@@ -60,6 +60,7 @@ from trio_lease._reply import encode_request
 from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
 from trio_lease.backends.kubernetes._times import format_micro_time
 
+from ._common import FLOOR_CONNECTIONS
 from ._layers import _Bare
 from ._procs import rounds_of_workers
 
@@ -72,7 +73,7 @@ BASE_RHYTHMS = (
 )
 #: Every rhythm on asyncio, then on trio (``RHYTHM, trio``).
 RHYTHMS = (*BASE_RHYTHMS, *(f"{rhythm}, trio" for rhythm in BASE_RHYTHMS))
-CONNECTIONS = 4
+CONNECTIONS = FLOOR_CONNECTIONS
 
 
 async def _worker(kubeconfig: str, rhythm: str, leases: int, interval: float,

@@ -1,7 +1,7 @@
 """The rhythms of :mod:`._floor` on trio's own sockets (``RHYTHM, trio``): a bare trio client.
 
 The same bytes as the asyncio rhythms, sent the same way: each task takes an idle connection
-(a trio memory channel of :data:`._floor.CONNECTIONS`), sends with :meth:`trio.socket.SocketType.send`
+(a trio memory channel of :data:`._common.FLOOR_CONNECTIONS`), sends with the trio socket's ``send``
 and reads with ``recv`` until the reply's last byte by its Content-Length (no parsing, no
 checks, no cancel scopes of its own); the watch's bytes are read and dropped by a task of their
 own; every task sleeps with :func:`trio.sleep`. What is measured is the machine, trio and the
@@ -21,12 +21,13 @@ from typing import Any
 import trio
 
 from trio_lease import LeaseRecord
+from trio_lease._algorithm import RENEWAL_TICKS as GRID
 from trio_lease._http import request_head
 from trio_lease._reply import encode_request
 from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
 from trio_lease.backends.kubernetes._times import format_micro_time
 
-from ._floor import CONNECTIONS, GRID
+from ._common import FLOOR_CONNECTIONS as CONNECTIONS
 
 _VERSION = re.compile(rb'"resourceVersion":"([0-9]+)"')
 Idle = tuple[trio.MemorySendChannel[trio.socket.SocketType],
