@@ -164,14 +164,14 @@ async def test_a_chunked_reply_written_one_byte_at_a_time_is_read_whole() -> Non
 
 
 @pytest.mark.anyio
-async def test_asyncio_uses_its_own_transport_and_trio_its_socket_stream(
+async def test_asyncio_uses_its_own_transport_and_trio_its_bare_socket(
     anyio_backend: str | tuple[str, dict[str, Any]], anyio_backend_name: str
 ) -> None:
     """On asyncio the connection is asyncio's transport with reading left on (anyio's streams
-    switch reading on and off around each receive: two epoll_ctl calls per read); on trio it
-    is trio's own socket stream (no anyio wrapper). Both kinds run every test in this file, the
-    native one on asyncio's own event loop and on uvloop's (whose transports are not
-    asyncio.Transport subclasses)."""
+    switch reading on and off around each receive: two epoll_ctl calls per read); on trio,
+    plain TCP is a bare socket on trio's low-level waits (no stream wrapper). Both kinds run
+    every test in this file, the native one on asyncio's own event loop and on uvloop's (whose
+    transports are not asyncio.Transport subclasses)."""
     async with scripted(echo) as server:
         client = LeanClient(server.url)
         await client.request("GET", "/")
@@ -180,7 +180,7 @@ async def test_asyncio_uses_its_own_transport_and_trio_its_socket_stream(
         transports = [type(conn.transport) for conn in native]
         await client.aclose()
     assert kinds == [
-        "NativeConnection" if anyio_backend_name == "asyncio" else "TrioConnection"
+        "NativeConnection" if anyio_backend_name == "asyncio" else "SocketConnection"
     ]
     if anyio_backend_name == "asyncio":
         # The "uvloop" run really is on uvloop, with a transport that is not asyncio's class

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from datetime import datetime
 
 import anyio
@@ -104,6 +104,10 @@ class Holding:
         #: Whether the holder's clock is the event loop's (anyio's, the default).
         self._loop_clock: bool = clock is anyio.current_time
         self._clock: Callable[[], float] = loop_clock() if self._loop_clock else clock
+        #: Sleeps until an instant of the loop's clock (the seam's: shared on trio).
+        self._sleep_until: Callable[[float], Awaitable[None]] | None = (
+            current().sleep_until if self._loop_clock else None
+        )
         self._wall_clock: Callable[[], datetime] = wall_clock
         self._needs_read: bool = False
         self._last_error: str | None = None
@@ -293,7 +297,10 @@ class Holding:
                 while self.is_active():
                     delay = next_at - self._clock()
                     if delay > 0:
-                        await anyio.sleep(delay)
+                        if self._sleep_until is not None:
+                            await self._sleep_until(next_at)
+                        else:
+                            await anyio.sleep(delay)
                     if not self.is_active():  # lost or ended while we slept
                         return
                     started = self._clock()

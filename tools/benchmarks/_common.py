@@ -20,6 +20,10 @@ import anyio.to_thread
 __all__ = ["emit", "now", "summary", "wait_for_line"]
 
 
+#: Idle connections the bare clients of :mod:`._floor` and :mod:`._floor_trio` send on.
+FLOOR_CONNECTIONS = 4
+
+
 def now() -> float:
     """CLOCK_MONOTONIC in seconds: one clock shared by every process on the machine."""
     return time.monotonic()

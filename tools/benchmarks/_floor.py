@@ -1,4 +1,4 @@
-"""The least client CPU any asyncio client pays per request in the steady row's rhythm.
+"""The least client CPU any asyncio or trio client pays per request in the steady row's rhythm.
 
 ``python -m tools.benchmarks._floor [--rounds 3] [--leases 1000] [--interval 1.5]
 [--window 15] [--only RHYTHM ...]`` starts the emulator (:mod:`._emulator`, its own process),
@@ -24,6 +24,13 @@ watch), so what is measured is the machine, the event loop and the emulator's pa
   one watch of the namespace open whose events are read and dropped (the steady row follows
   every lease on one watch, and each write comes back on it). Nothing is parsed or checked
   beyond that: the difference to the steady row is what the library itself does per renewal.
+
+Each rhythm runs on asyncio and, as ``RHYTHM, trio``, on trio's own sockets (:mod:`trio.socket`:
+the same bytes, each task sending on a free connection and reading the reply with ``recv``
+until its last byte; the idle connections in a trio memory channel where asyncio has a queue;
+the watch read and dropped by a task of its own; sleeps by :func:`trio.sleep`): what a bare
+trio client pays, against which trio_lease on trio is measured as the asyncio rows measure it
+on asyncio.
 
 The difference between ``back-to-back`` and ``paced`` is what the process pays for waking up
 between requests, on this machine, before any client does any work of its own; ``timers only``
@@ -53,21 +60,30 @@ from trio_lease._reply import encode_request
 from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
 from trio_lease.backends.kubernetes._times import format_micro_time
 
+from ._common import FLOOR_CONNECTIONS
 from ._layers import _Bare
 from ._procs import rounds_of_workers
 
 #: The grid rhythm's tick: the interval divided by this (the holders' own grid).
 GRID = RENEWAL_TICKS
 
-RHYTHMS = (
+BASE_RHYTHMS = (
     "back-to-back", "paced", "paced on a grid", "timers only", "renewals paced",
     "renewals on a grid",
 )
-CONNECTIONS = 4
+#: Every rhythm on asyncio, then on trio (``RHYTHM, trio``).
+RHYTHMS = (*BASE_RHYTHMS, *(f"{rhythm}, trio" for rhythm in BASE_RHYTHMS))
+CONNECTIONS = FLOOR_CONNECTIONS
 
 
 async def _worker(kubeconfig: str, rhythm: str, leases: int, interval: float,
                   window: float) -> None:
+    if rhythm.endswith(", trio"):
+        from . import _floor_trio
+
+        await _floor_trio.worker(kubeconfig, rhythm.removesuffix(", trio"), leases, interval,
+                                 window)
+        return
     backend = KubernetesBackend(resolve_config({"kubeconfig": kubeconfig}))
     name = f"floor-{os.getpid()}"
     await backend.create(LeaseRecord(name=name, holder="me", lease_duration=30.0))
@@ -216,7 +232,8 @@ async def _renewals(backend: KubernetesBackend, unary: Any, rhythm: str, leases:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         kubeconfig, rhythm, leases, interval, window = sys.argv[2:7]
-        anyio.run(_worker, kubeconfig, rhythm, int(leases), float(interval), float(window))
+        anyio.run(_worker, kubeconfig, rhythm, int(leases), float(interval), float(window),
+                  backend="trio" if rhythm.endswith(", trio") else "asyncio")
         return
     parser = argparse.ArgumentParser(description="Client CPU per request, by rhythm.")
     parser.add_argument("--rounds", type=int, default=3)

@@ -11,6 +11,9 @@ prints the worker's CPU time (``time.process_time``) per request. Layers, from t
 - ``lean``: ``LeanClient.request`` (trio_lease._lean_http), a GET of one Lease;
 - ``update``: ``KubernetesBackend.update``, a renewal's PUT with its checks, cache and records.
 
+Each layer runs on asyncio and, as ``LAYER, trio``, on trio; the trio floor sends the same bytes
+on a bare :mod:`trio.socket` socket and reads with ``recv`` until the reply's last byte.
+
 Every number on this VM moves between runs by more than some of the differences measured
 (tools/benchmarks/README.md); compare two trees by running this in both, alternating, and
 compare medians. The whole-process figure with the heartbeat and the shared watch is
@@ -35,10 +38,13 @@ from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
 
 from ._procs import rounds_of_workers
 
-LAYERS = ("floor", "lean", "update")
+BASE_LAYERS = ("floor", "lean", "update")
+#: Every layer on asyncio, then on trio (``LAYER, trio``).
+LAYERS = (*BASE_LAYERS, *(f"{layer}, trio" for layer in BASE_LAYERS))
 
 
-async def _worker(kubeconfig: str, layer: str, concurrency: int, count: int) -> None:
+async def _worker(kubeconfig: str, kind: str, concurrency: int, count: int) -> None:
+    layer = kind.removesuffix(", trio")
     backend = KubernetesBackend(resolve_config({"kubeconfig": kubeconfig}))
     names = [f"layers-{os.getpid()}-{i}" for i in range(concurrency)]
     records = {
@@ -52,7 +58,8 @@ async def _worker(kubeconfig: str, layer: str, concurrency: int, count: int) -> 
 
     async def one(name: str) -> None:
         if layer == "floor":
-            await _floor(unary, api.item_path(name) + "?timeout=5s", count)
+            floor = _floor if kind == layer else _floor_trio
+            await floor(unary, api.item_path(name) + "?timeout=5s", count)
             return
         record = records[name]
         for _ in range(count):
@@ -69,7 +76,7 @@ async def _worker(kubeconfig: str, layer: str, concurrency: int, count: int) -> 
         for name in names:
             tg.start_soon(one, name)
     cpu = time.process_time() - started
-    print(json.dumps({"layer": layer, "us_per_request": cpu / (concurrency * count) * 1e6}))
+    print(json.dumps({"layer": kind, "us_per_request": cpu / (concurrency * count) * 1e6}))
 
 
 class _Bare(asyncio.Protocol):
@@ -86,9 +93,10 @@ class _Bare(asyncio.Protocol):
         if head_end < 0:
             return
         length = int(self.buffer.lower().split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
-        if len(self.buffer) >= head_end + 4 + length and self.done is not None:
+        if len(self.buffer) >= head_end + 4 + length:
             self.last, self.buffer = self.buffer, b""
-            self.done.set_result(None)
+            if self.done is not None:
+                self.done.set_result(None)
 
 
 async def _floor(unary: Any, target: str, count: int) -> None:
@@ -107,10 +115,31 @@ async def _floor(unary: Any, target: str, count: int) -> None:
     transport.close()
 
 
+async def _floor_trio(unary: Any, target: str, count: int) -> None:
+    """The floor on trio: the same bytes on a bare trio socket, read to the reply's end."""
+    import trio
+
+    if unary._ssl is not None:
+        raise SystemExit("the trio floor speaks plain HTTP (the emulator's)")
+    data = request_head(
+        "GET", unary._prefix + target, [*unary._headers, ("Accept", "application/json")]
+    )
+    sock = trio.socket.socket()
+    await sock.connect((unary._host, unary._port))
+    bare = _Bare()
+    for _ in range(count):
+        await sock.send(data)
+        bare.last = b""
+        while not bare.last:
+            bare.data_received(await sock.recv(65536))
+    sock.close()
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         kubeconfig, layer, concurrency, count = sys.argv[2:6]
-        anyio.run(_worker, kubeconfig, layer, int(concurrency), int(count))
+        anyio.run(_worker, kubeconfig, layer, int(concurrency), int(count),
+                  backend="trio" if layer.endswith(", trio") else "asyncio")
         return
     parser = argparse.ArgumentParser(description="Client CPU per request at each layer.")
     parser.add_argument("--rounds", type=int, default=5)

@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository root (tools/<tool>/
 class Proc:
     """A child ``python -m MODULE ...`` with line-based stdin/stdout; always stopped."""
 
-    def __init__(self, module: str, *args: str) -> None:
+    def __init__(self, module: str, *args: str, cwd: Path = ROOT) -> None:
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", module, *args], cwd=ROOT, stdin=subprocess.PIPE,
+            [sys.executable, "-m", module, *args], cwd=cwd, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, text=True, bufsize=1,
         )
         self._selector = selectors.DefaultSelector()

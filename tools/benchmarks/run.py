@@ -24,7 +24,7 @@ from typing import Any
 
 from . import _one_watch
 from ._common import machine, now, summary
-from ._procs import Emulator, Proc
+from ._procs import ROOT, Emulator, Proc
 from ._report import render
 
 Params = dict[str, Any]
@@ -59,7 +59,7 @@ FULL: Params = {
     "capacity_window": 40.0,
     # The largest step that passed (under 20 % of a core) held again for 10 minutes.
     "capacity_confirm_window": 600.0,
-    "trio_n": 500,
+    "trio_n": 1000,
     "pool_n": 500,
     "pool_window": 20.0,
     "pools": list(POOLS),
@@ -109,6 +109,7 @@ class Runner:
         self.workdir = workdir
         self.etcd = etcd  # endpoints of the etcd server, None when there is none
         self.counter = 0
+        self.tree = ROOT  # the source tree the workers import (tools.benchmarks._alternate)
 
     def _prefix(self, label: str) -> str:
         self.counter += 1
@@ -117,7 +118,7 @@ class Runner:
     def worker(self, lib: str, scenario: str, params: Params, timeout: float,
                module: str | None = None) -> Params:
         """One scenario in a fresh worker; brackets ``steady`` windows with emulator counts."""
-        proc = Proc(module or _module(lib), scenario, json.dumps(params))
+        proc = Proc(module or _module(lib), scenario, json.dumps(params), cwd=self.tree)
         emulator: Params = {}
         try:
             while True:

@@ -5,6 +5,8 @@ The rest of the package is written against anyio; the few things that must diffe
 speed live here and nowhere else (tests/test_layout.py holds every other module to it):
 
 - the clock (:func:`clock`): the running loop's own, bound once;
+- sleeping until an instant of that clock (:func:`sleep_until`), shared on trio by the tasks
+  that sleep until the same one;
 - slot waiters (:func:`waiter`): what a request waiting for a free slot blocks on;
 - the safety timer's per-loop part (:func:`deadline_keeper`): how the deadline of a grant
   reaches its bodies' cancel scopes (the decision, and when it is read, is

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
+import weakref
 from collections.abc import Callable
 from typing import cast
 
@@ -39,6 +40,7 @@ __all__ = [
     "clock",
     "connect",
     "deadline_keeper",
+    "sleep_until",
     "waiter",
 ]
 
@@ -54,6 +56,40 @@ FAILURES: tuple[type[BaseException], ...] = (
 
 def clock() -> Callable[[], float]:
     return asyncio.get_running_loop().time
+
+
+_Sleepers = dict[float, list["asyncio.Future[None]"]]
+#: Per event loop, the futures of the tasks sleeping until each instant (one timer each).
+_SLEEPERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Sleepers] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def sleep_until(deadline: float) -> None:
+    """Sleep until the loop's clock reads ``deadline``: a future per task, one loop timer per
+    instant (asyncio's own sleep sets a timer per task, each pushed through the timer heap,
+    whose entries compare in Python)."""
+    loop = asyncio.get_running_loop()
+    if deadline <= loop.time():
+        await asyncio.sleep(0)
+        return
+    groups = _SLEEPERS.get(loop)
+    if groups is None:
+        groups = _SLEEPERS[loop] = {}
+    future = loop.create_future()
+    sleepers = groups.get(deadline)
+    if sleepers is None:
+        sleepers = groups[deadline] = [future]
+        loop.call_at(deadline, _wake, groups, deadline)
+    else:
+        sleepers.append(future)
+    await future  # cancelled with its task: the timer skips it
+
+
+def _wake(groups: _Sleepers, deadline: float) -> None:
+    for future in groups.pop(deadline, ()):
+        if not future.done():
+            future.set_result(None)
 
 
 class FutureWaiter:

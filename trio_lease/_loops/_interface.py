@@ -109,6 +109,11 @@ class LoopKit(Protocol):
         """A new :class:`Waiter`."""
         ...
 
+    async def sleep_until(self, deadline: float) -> None:
+        """Sleep until the loop's clock (:meth:`clock`) reads ``deadline``; a checkpoint.
+        Many tasks sleep until the same instant (renewals fall due on a grid)."""
+        ...
+
     def deadline_keeper(
         self, scopes: list[anyio.CancelScope], ring: Callable[[float], float | None]
     ) -> DeadlineKeeper:
