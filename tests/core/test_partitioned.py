@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
 import pytest
 
-from tests.conftest import World
+from tests.conftest import STARVED, World
 from trio_lease import (
     Grant,
     Lease,
@@ -135,14 +136,22 @@ async def test_each_key_runs_on_one_member_at_a_time_and_moves(world: World) -> 
 
     async def member(owner: str, scope: anyio.CancelScope) -> None:
         with scope:
-            await run_partitioned(
-                keys,
-                work(owner),
-                name="jobs",
-                owner=owner,
-                backend=OwnProcess(world.backend()),
-                settings=s,
-            )
+            while True:
+                try:
+                    await run_partitioned(
+                        keys,
+                        work(owner),
+                        name="jobs",
+                        owner=owner,
+                        backend=OwnProcess(world.backend()),
+                        settings=s,
+                    )
+                except LeaseLost as exc:
+                    # On a real store a loaded machine may starve a member of its group lease
+                    # (it must then stop, as it does); it joins again, as a supervised process
+                    # would. On virtual time nothing starves: any loss fails the test.
+                    if not world.tolerance or not re.search(STARVED, f"LeaseLost: {exc}"):
+                        raise
 
     # Each step settles within 4R on virtual time. On a real store this test checks who runs
     # what, not how fast (the virtual-time tests below do): a loaded machine may starve a

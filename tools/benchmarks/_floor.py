@@ -93,8 +93,8 @@ async def _worker(kubeconfig: str, rhythm: str, leases: int, interval: float,
         await _renewals(backend, unary, rhythm, leases, interval, window)
         return
     data = request_head(
-        "GET", unary._prefix + api.item_path(name) + "?timeout=5s",
-        [*unary._headers, ("Accept", "application/json")],
+        "GET", unary.url.prefix + api.item_path(name) + "?timeout=5s",
+        [("Host", unary.url.netloc), *unary._headers, ("Accept", "application/json")],
     )
     idle = await _connections(unary)
     sent = 0
@@ -194,16 +194,16 @@ async def _renewals(backend: KubernetesBackend, unary: Any, rhythm: str, leases:
         )
         objects.append(json.loads(reply.content))
     targets = [
-        unary._prefix + api.item_path(obj["metadata"]["name"]) + "?timeout=5s" for obj in objects
+        unary.url.prefix + api.item_path(obj["metadata"]["name"]) + "?timeout=5s" for obj in objects
     ]
     watch, _ = await loop.create_connection(_Drain, unary._host, unary._port, **ssl)
     watch.write(request_head(
-        "GET", unary._prefix + api.collection_path() + "?watch=1&timeoutSeconds=3600",
-        [*unary._headers, ("Accept", "application/json")],
+        "GET", unary.url.prefix + api.collection_path() + "?watch=1&timeoutSeconds=3600",
+        [("Host", unary.url.netloc), *unary._headers, ("Accept", "application/json")],
     ))
     idle = await _connections(unary)
     sent = 0
-    headers = [*unary._headers, ("Accept", "application/json"),
+    headers = [("Host", unary.url.netloc), *unary._headers, ("Accept", "application/json"),
                ("Content-Type", "application/json")]
 
     async def step(i: int) -> None:

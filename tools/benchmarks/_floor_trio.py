@@ -55,8 +55,8 @@ async def worker(kubeconfig: str, rhythm: str, leases: int, interval: float,
 async def _requests(nursery: trio.Nursery, unary: Any, path: str, rhythm: str, leases: int,
                     interval: float, window: float) -> None:
     data = request_head(
-        "GET", unary._prefix + path + "?timeout=5s",
-        [*unary._headers, ("Accept", "application/json")],
+        "GET", unary.url.prefix + path + "?timeout=5s",
+        [("Host", unary.url.netloc), *unary._headers, ("Accept", "application/json")],
     )
     idle = await _connections(unary)
     sent = 0
@@ -151,17 +151,17 @@ async def _renewals(nursery: trio.Nursery, backend: KubernetesBackend, unary: An
         )
         objects.append(json.loads(reply.content))
     targets = [
-        unary._prefix + api.item_path(obj["metadata"]["name"]) + "?timeout=5s" for obj in objects
+        unary.url.prefix + api.item_path(obj["metadata"]["name"]) + "?timeout=5s" for obj in objects
     ]
     watch = await _connect(unary)
     await watch.send(request_head(
-        "GET", unary._prefix + api.collection_path() + "?watch=1&timeoutSeconds=3600",
-        [*unary._headers, ("Accept", "application/json")],
+        "GET", unary.url.prefix + api.collection_path() + "?watch=1&timeoutSeconds=3600",
+        [("Host", unary.url.netloc), *unary._headers, ("Accept", "application/json")],
     ))
     nursery.start_soon(_drain, watch)
     idle = await _connections(unary)
     sent = 0
-    headers = [*unary._headers, ("Accept", "application/json"),
+    headers = [("Host", unary.url.netloc), *unary._headers, ("Accept", "application/json"),
                ("Content-Type", "application/json")]
 
     async def step(i: int) -> None:

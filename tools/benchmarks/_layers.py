@@ -102,7 +102,9 @@ class _Bare(asyncio.Protocol):
 async def _floor(unary: Any, target: str, count: int) -> None:
     loop = asyncio.get_running_loop()
     data = request_head(
-        "GET", unary._prefix + target, [*unary._headers, ("Accept", "application/json")]
+        "GET",
+        unary.url.prefix + target,
+        [("Host", unary.url.netloc), *unary._headers, ("Accept", "application/json")],
     )
     transport, bare = await loop.create_connection(
         _Bare, unary._host, unary._port, ssl=unary._ssl,
@@ -122,7 +124,9 @@ async def _floor_trio(unary: Any, target: str, count: int) -> None:
     if unary._ssl is not None:
         raise SystemExit("the trio floor speaks plain HTTP (the emulator's)")
     data = request_head(
-        "GET", unary._prefix + target, [*unary._headers, ("Accept", "application/json")]
+        "GET",
+        unary.url.prefix + target,
+        [("Host", unary.url.netloc), *unary._headers, ("Accept", "application/json")],
     )
     sock = trio.socket.socket()
     await sock.connect((unary._host, unary._port))
