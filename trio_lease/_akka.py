@@ -67,7 +67,7 @@ class AkkaHost:
             await self.end_hosted()
 
         try:
-            return await close_host(stack, end_hold, *exc_info)  # noqa: ASYNC102  close_host shields and bounds the release
+            return await close_host(stack, end_hold, *exc_info)  # noqa: ASYNC102  its release is shielded and bounded (drop_hold)
         finally:
             self._host = None
 

@@ -295,7 +295,7 @@ class _Host(Generic[_L]):
 
     async def __aexit__(self, *exc_info: *ExcInfo) -> bool | None:
         """End what :meth:`Lease.acquire` holds (releasing it), then close the task group."""
-        return await self._lease._akka.exit(*exc_info)  # noqa: ASYNC102  AkkaHost.exit shields and bounds the release
+        return await self._lease._akka.exit(*exc_info)  # noqa: ASYNC102  its release is shielded and bounded (drop_hold)
 
 
 async def end_hosted_hold(lease: Lease) -> None:
