@@ -76,6 +76,11 @@ REAL_TIME_RERUNS = 2
 #: ``"<exception type>: <message>"`` of the failure and every exception it was raised from.
 STARVED = r"LeaseLost: .*no renewal was confirmed before the holder's deadline"
 
+#: A real store that answered no request within the lease operation timeout before a case's
+#: body could run (an fsync, the machine's other work): the case never reached what it checks,
+#: so it runs again, as under :data:`STARVED` (tests/core/_matrix.py ``StoreStalled``).
+STALLED = r"StoreStalled: "
+
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str | tuple[str, dict[str, Any]]:
