@@ -16,6 +16,8 @@ import time
 import httpx
 import trustme
 
+from tests.etcd_server import EtcdCluster
+
 from ._stores import NAMESPACE, Emulator, start_emulator
 from .conftest import FAST, ONE_SHOT, Cli, no_record
 
@@ -296,3 +298,37 @@ def test_check_says_how_to_apply_the_shipped_crd(cli: Cli) -> None:
     assert "trio-lease manifests --lease-kind akka.io/v1 | kubectl apply -f -" in result.stdout
     assert "kubectl apply -f lease.yml" not in result.stdout
     assert NAMESPACE in result.stdout
+
+
+def test_https_to_a_plain_etcd_says_it_closed_in_the_tls_handshake(
+    cli: Cli, etcd_server: EtcdCluster
+) -> None:
+    """`status --endpoints https://` on a real plain-HTTP etcd, which closes on a ClientHello:
+    exit 69, saying a plain-HTTP server does this and to use http://; no traceback."""
+    endpoint = "https://" + etcd_server.endpoints[0].split("://", 1)[1]
+    for argv in (["status", "job"], ["status", "--json"]):
+        result = cli.run(*argv, "--endpoints", endpoint, "--prefix", "/plain-tls/")
+        assert result.returncode == 69, (argv, result.stderr)
+        assert "closed the connection during the TLS handshake" in result.stderr
+        assert "a plain-HTTP server does this" in result.stderr
+        assert "use http://" in result.stderr
+        assert TRACEBACK not in result.stderr + result.stdout
+
+
+def test_an_https_kubeconfig_on_the_plain_http_emulator_says_use_http(cli: Cli) -> None:
+    """A kubeconfig with https:// on `trio-lease emulate --plain-http`: `status`, `check` and
+    `run --timeout 3` say the server closed in the TLS handshake and to use http://."""
+    emulator = start_emulator(cli, "--plain-http")
+    server = "https://" + emulator.url.split("://", 1)[1]
+    kubeconfig = emulator.kubeconfig_with(cli.tmp / "https.kubeconfig", server=server)
+    _, child = cli.child("never", sleep=30)
+    store = ["--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE]
+    commands = (["status"], ["check"], ["run", "job", "--timeout", "3", *store, "--", *child])
+    for argv in commands:
+        result = cli.run(*argv) if argv[0] == "run" else cli.run(*argv, *store)
+        assert result.returncode != 0, (argv, result.stdout)
+        output = result.stderr + result.stdout
+        assert "closed the connection during the TLS handshake" in output, (argv, output)
+        assert "a plain-HTTP server does this" in output and "use http://" in output
+        assert "could not connect to the API server; the outcome is unknown" not in output
+        assert TRACEBACK not in output, (argv, output)
