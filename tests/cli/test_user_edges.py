@@ -57,6 +57,20 @@ def test_a_negative_duration_exits_78_saying_durations_are_positive(cli: Cli) ->
         assert result.stderr.count("\n") == 1
 
 
+def test_a_negative_duration_in_a_config_section_says_durations_are_positive(cli: Cli) -> None:
+    """`heartbeat-timeout = "-1s"` in a `--config` section exits 78 naming the key and saying
+    durations must be positive (it said "cannot read '-1s' as a duration")."""
+    config = cli.tmp / "negative.toml"
+    database = cli.tmp / "s.db"
+    config.write_text(
+        f'[leases.cli]\nlease-class = "sqlite"\npath = "{database}"\nheartbeat-timeout = "-1s"\n'
+    )
+    result = cli.run("status", "--config", str(config), "--section", "leases.cli")
+    assert result.returncode == 78, result.stderr
+    assert "heartbeat-timeout: durations must be positive, got '-1s'" in result.stderr
+    assert "cannot read" not in result.stderr and TRACEBACK not in result.stderr
+
+
 def test_the_top_level_usage_version_and_a_run_without_command(cli: Cli) -> None:
     """`trio-lease` alone prints the help (not "required: command_name"), `--version` prints
     the version, and `run job` prints run's usage and says a command is needed."""
