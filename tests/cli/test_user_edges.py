@@ -19,7 +19,7 @@ import trustme
 from tests.etcd_server import EtcdCluster
 
 from ._stores import NAMESPACE, Emulator, start_emulator
-from .conftest import FAST, ONE_SHOT, Cli, no_record
+from .conftest import FAST, ONE_SHOT, PATIENCE, Cli, no_record, trio_lease_command
 
 TRACEBACK = "Traceback (most recent call last)"
 
@@ -346,3 +346,32 @@ def test_an_https_kubeconfig_on_the_plain_http_emulator_says_use_http(cli: Cli) 
         assert "a plain-HTTP server does this" in output and "use http://" in output
         assert "could not connect to the API server; the outcome is unknown" not in output
         assert TRACEBACK not in output, (argv, output)
+
+
+def test_status_into_a_pipe_closed_early_ends_quietly_with_141(cli: Cli) -> None:
+    """`status | head -1` and `status --json | head -1`: the reader closes the pipe after one
+    line while status still writes; it exits 141 (128 + SIGPIPE) with no traceback."""
+    _, child = cli.child("once", sleep=0)
+    assert cli.run("run", "job", *FAST, "--", *child).returncode == 0
+    names = [f"lease-{i:05d}" for i in range(3000)]  # far more than a pipe's 64 KiB buffer
+    for extra in ([], ["--json"]):
+        process = subprocess.Popen(
+            [*trio_lease_command(), "status", *extra, "job", *names],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=cli.env,
+            cwd=cli.tmp,
+        )
+        assert process.stdout is not None and process.stderr is not None
+        first = process.stdout.readline()  # as `head -1` does, then close
+        process.stdout.close()
+        try:
+            code = process.wait(PATIENCE)
+        finally:
+            process.kill()
+        stderr = process.stderr.read().decode()
+        process.stderr.close()
+        assert first, (extra, stderr)
+        assert TRACEBACK not in stderr and "BrokenPipeError" not in stderr, (extra, stderr)
+        assert code == 141, (extra, code, stderr)
