@@ -375,3 +375,27 @@ def test_status_into_a_pipe_closed_early_ends_quietly_with_141(cli: Cli) -> None
         assert first, (extra, stderr)
         assert TRACEBACK not in stderr and "BrokenPipeError" not in stderr, (extra, stderr)
         assert code == 141, (extra, code, stderr)
+
+
+def test_a_backend_variable_beside_config_is_refused_naming_it(cli: Cli) -> None:
+    """`TRIO_LEASE_SQLITE_PATH=X status --config F --section S` (and the other variables that
+    choose a backend) exit 78 naming the variable and the fix; the variable was ignored."""
+    config = cli.tmp / "good.toml"
+    config.write_text(f'[leases.cli]\nlease-class = "sqlite"\npath = "{cli.tmp / "s.db"}"\n')
+    other = cli.tmp / "x.sqlite3"
+    base = {k: v for k, v in cli.env.items() if k != "TRIO_LEASE_SQLITE_PATH"}
+    args = ["--config", str(config), "--section", "leases.cli"]
+    assert cli.run("status", *args, env=base).returncode == 0
+    for variable, value in (
+        ("TRIO_LEASE_SQLITE_PATH", str(other)),
+        ("TRIO_LEASE_BACKEND", "etcd"),
+        ("TRIO_LEASE_ENDPOINTS", "http://127.0.0.1:2379"),
+        ("TRIO_LEASE_KUBECONFIG", str(cli.tmp / "kubeconfig")),
+    ):
+        for argv in (["status", *args], ["run", "job", *args, "--", "true"]):
+            result = cli.run(*argv, env={**base, variable: value})
+            assert result.returncode == 78, (variable, argv, result.stderr)
+            assert f"{variable} set in the environment" in result.stderr
+            assert "unset it" in result.stderr and "leave out --config" in result.stderr
+            assert TRACEBACK not in result.stderr
+    assert not other.exists()
