@@ -1,6 +1,6 @@
 """One consumer per partition of a queue, under FastAPI and uvicorn: scale from 1 to 3 replicas.
 
-    pip install "trio_lease[examples]"    # from a checkout: pip install -e ".[examples]"
+    pip install ".[examples]"    # in a checkout of this repository
     REPLICA=api-1 LEASES_DATABASE=leases.sqlite3 \\
         uvicorn --app-dir examples fastapi_partitioned:app --port 8001
 

@@ -71,9 +71,7 @@ def test_tuning_preset_validates_and_its_numbers_match_lease_settings(row: list[
     settings = LeaseSettings.from_mapping(options)
     assert settings.deadline == pytest.approx(seconds(d), abs=5e-4)
     assert settings.safety_margin == pytest.approx(seconds(margin), abs=5e-4)
-    assert settings.safety_margin - settings.stop_timeout == pytest.approx(
-        seconds(slack), abs=5e-4
-    )
+    assert settings.safety_margin - settings.stop_timeout == pytest.approx(seconds(slack), abs=5e-4)
     low, high = failover.removesuffix(" s").split("–")
     assert float(low) == pytest.approx(settings.heartbeat_timeout - settings.heartbeat_interval)
     assert float(high) == pytest.approx(settings.heartbeat_timeout)
@@ -82,9 +80,15 @@ def test_tuning_preset_validates_and_its_numbers_match_lease_settings(row: list[
 def test_cli_defaults_in_the_presets_are_the_clis() -> None:
     """The "CLI default" preset is what `trio-lease` uses without options."""
     [row] = [row for row in PRESETS if row[0].startswith("CLI default")]
-    expected = [parse_duration(CLI_DEFAULTS[key]) for key in (
-        "heartbeat_timeout", "heartbeat_interval", "lease_operation_timeout", "stop_timeout"
-    )]
+    expected = [
+        parse_duration(CLI_DEFAULTS[key])
+        for key in (
+            "heartbeat_timeout",
+            "heartbeat_interval",
+            "lease_operation_timeout",
+            "stop_timeout",
+        )
+    ]
     assert [seconds(cell) for cell in row[1:5]] == expected
 
 
@@ -169,3 +173,38 @@ def test_cli_guide_toml_section_loads_with_the_cli_defaults(tmp_path: Path) -> N
     backend, settings = provider._backend_for("leases.cli")
     assert type(backend).__name__ == "SqliteBackend"
     assert settings == LeaseSettings.from_mapping(CLI_DEFAULTS)
+
+
+#: A requirement naming this package (with extras or a version), as an index would resolve it.
+_PACKAGE_BY_NAME = re.compile(r"trio[-_.]?lease(\[.*\])?([<>=!~].*)?$", re.IGNORECASE)
+
+
+def _pip_install_lines() -> list[tuple[str, str]]:
+    """Every ``pip install ...`` command in README.md, docs/ and examples/: (file, command)."""
+    files = [
+        ROOT / "README.md",
+        *sorted(DOCS.rglob("*.md")),
+        *sorted((ROOT / "examples").rglob("*")),
+    ]
+    found = []
+    for path in files:
+        if not path.is_file() or path.suffix not in {".md", ".py", ".txt", ".sh", ".yaml", ".yml"}:
+            continue
+        for line in path.read_text().splitlines():
+            for match in re.finditer(r"pip install([^`#;&|\n]*)", line):
+                found.append((str(path.relative_to(ROOT)), match.group(1)))
+    return found
+
+
+def test_no_docs_pip_install_takes_the_package_from_an_index() -> None:
+    """A `pip install` in the docs installs this repository (`.`, `-e .`), never trio_lease by
+    name, which no index serves: `pip install "trio_lease[examples]"` failed."""
+    lines = _pip_install_lines()
+    assert len(lines) >= 4, lines  # the README's, the extras', the example's
+    by_name = [
+        (where, command)
+        for where, command in lines
+        for word in command.split()
+        if _PACKAGE_BY_NAME.match(word.strip("'\""))
+    ]
+    assert not by_name, by_name

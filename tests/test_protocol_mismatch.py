@@ -19,6 +19,7 @@ import pytest
 import trustme
 
 from tests.conftest import REAL_LOOPS
+from tests.etcd_server import EtcdCluster
 from trio_lease import LeaseBackend, LeaseError
 from trio_lease.backends.etcd import EtcdBackend
 from trio_lease.backends.kubernetes import KubernetesBackend
@@ -151,3 +152,32 @@ def test_a_tls_alert_where_a_status_line_belongs_is_named() -> None:
         reader.next_event()
     problem = reply_problem(caught.value, "http://127.0.0.1:6443")
     assert problem is not None and "answered in TLS" in problem and "use https://" in problem
+
+
+#: What the message says when the server closed the connection on the ClientHello.
+CLOSED_IN_HANDSHAKE = "closed the connection during the TLS handshake"
+
+
+async def test_etcd_https_to_a_real_plain_etcd_says_it_closed_in_the_handshake(
+    etcd_server: EtcdCluster,
+) -> None:
+    """https:// on a real plain-HTTP etcd (it closes on a ClientHello): likely plain, use http."""
+    plain = etcd_server.endpoints[0]
+    port = plain.rsplit(":", 1)[1]
+    message = await _etcd_error("https://" + plain.split("://", 1)[1])
+    assert f"the server at 127.0.0.1:{port} {CLOSED_IN_HANDSHAKE}" in message
+    assert "a plain-HTTP server does this" in message and "use http://" in message
+    assert "Traceback" not in message and "ConnectFailed" not in message
+
+
+async def test_kubernetes_https_to_the_plain_http_emulator_says_it_closed_in_the_handshake() -> (
+    None
+):
+    """https:// on the emulator serving plain HTTP (trio + h11 close on a ClientHello): use http."""
+    from trio_lease.testing.kube import KubeEmulator
+
+    async with KubeEmulator().serve(tls=False) as server:
+        url = "https://" + server.url.split("://", 1)[1]
+        message = await _kube_error(url)
+    assert CLOSED_IN_HANDSHAKE in message and "a plain-HTTP server does this" in message
+    assert "use http://" in message and "outcome is unknown" not in message

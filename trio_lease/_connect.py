@@ -12,7 +12,14 @@ import socket
 import ssl
 from urllib.parse import urlsplit
 
-__all__ = ["NO_REPLY", "TLS_REPLY", "certificate_problem", "connect_problem", "reply_problem"]
+__all__ = [
+    "NO_REPLY",
+    "TLS_REPLY",
+    "HandshakeClosed",
+    "certificate_problem",
+    "connect_problem",
+    "reply_problem",
+]
 
 _UNREACHABLE = {errno.ENETUNREACH, errno.EHOSTUNREACH}
 #: OpenSSL's reasons for a TLS handshake answered by something that is not TLS (a plain HTTP
@@ -32,6 +39,13 @@ _NOT_TLS = frozenset(
 TLS_REPLY = "the reply is a TLS record, not HTTP"
 #: What the HTTP/1.1 reader says of a connection closed before any byte of a reply.
 NO_REPLY = "the server closed the connection without a reply"
+
+
+class HandshakeClosed(ConnectionResetError):
+    """The server closed the connection during the TLS handshake (an EOF or a reset before the
+    handshake finished), as a plain-HTTP server that drops a ClientHello does. The loops raise
+    it from their own error (asyncio's bare ConnectionResetError, trio's BrokenResourceError
+    from ``ssl.SSLEOFError``), so every loop gives one message."""
 
 
 def connect_problem(exc: BaseException, url: str) -> str | None:
@@ -54,6 +68,12 @@ def connect_problem(exc: BaseException, url: str) -> str | None:
                 f"the server at {host}:{port} answered the TLS handshake with something that "
                 "is not TLS (plain HTTP, most likely): use http:// for it, or check the port; "
                 "nothing was sent"
+            )
+        if isinstance(current, (HandshakeClosed, ssl.SSLEOFError)):
+            return (
+                f"the server at {host}:{port} closed the connection during the TLS handshake; "
+                "a plain-HTTP server does this (so can a proxy or a firewall): if it speaks "
+                "plain HTTP, use http:// for it, or check the port; nothing was sent"
             )
         current = current.__cause__ or current.__context__
     return None

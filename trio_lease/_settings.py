@@ -45,6 +45,16 @@ def _duration_text(value: str) -> float:
         return float(text)
     except ValueError:
         pass
+    if text.startswith("-") and len(text) > 1:
+        try:
+            _duration_text(text[1:])
+        except ValueError:
+            pass
+        else:
+            raise ValueError(
+                f"durations must be positive, got {value!r} (seconds, or a string such as "
+                '"1.5s", "250ms", "2m")'
+            )
     pos = 0
     seconds = 0.0
     for match in _PART.finditer(text):

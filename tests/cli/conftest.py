@@ -147,7 +147,11 @@ class Cli:
         return path, argv
 
     def start(self, *args: str, env: dict[str, str] | None = None) -> Running:
-        """Start ``trio-lease ARGS`` in its own session; it is killed at teardown if alive."""
+        """Start ``trio-lease ARGS`` in its own session; it is killed at teardown if alive.
+        With ``--config`` in ARGS and no ``env``, the default environment without its
+        TRIO_LEASE_SQLITE_PATH (trio-lease refuses that variable beside --config)."""
+        if env is None and "--config" in args:
+            env = {k: v for k, v in self.env.items() if k != "TRIO_LEASE_SQLITE_PATH"}
         index = len(self.started)
         out, err = self.tmp / f"cli{index}.out", self.tmp / f"cli{index}.err"
         with out.open("wb") as stdout, err.open("wb") as stderr:

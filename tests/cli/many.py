@@ -1,9 +1,10 @@
 """Run many `trio-lease` command lines in one process: the wrong-inputs table's runner.
 
 Usage: ``python many.py CASES.json RESULTS.json``. Each case is ``{"argv": [...], "env":
-{...}}``; each result is ``{"code", "stdout", "stderr"}``: what the console script would exit
-with and print. The entry point (:func:`trio_lease._cli.main`) runs as the console script runs
-it, with ``sys.stdout`` and ``sys.stderr`` captured and logging sent to the captured stderr.
+{...}}`` (a variable set to null is unset for the case); each result is ``{"code", "stdout",
+"stderr"}``: what the console script would exit with and print. The entry point
+(:func:`trio_lease._cli.main`) runs as the console script runs it, with ``sys.stdout`` and
+``sys.stderr`` captured and logging sent to the captured stderr.
 An exception that escapes it is written to the captured stderr as the interpreter would print
 it (``Traceback (most recent call last): ...``), so the table sees every traceback a user
 would. A process per case would cost about a second each on a loaded machine; this costs one.
@@ -21,12 +22,16 @@ import traceback
 from pathlib import Path
 
 
-def run_case(argv: list[str], env: dict[str, str]) -> dict[str, object]:
+def run_case(argv: list[str], env: dict[str, str | None]) -> dict[str, object]:
     """One command line, as the console script runs it: its exit code and output."""
     from trio_lease._cli import main
 
     saved = dict(os.environ)
-    os.environ.update(env)
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     out, err = io.StringIO(), io.StringIO()
     root = logging.getLogger()
     for handler in list(root.handlers):  # main() configures logging on the captured stderr

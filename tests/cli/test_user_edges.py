@@ -16,8 +16,10 @@ import time
 import httpx
 import trustme
 
+from tests.etcd_server import EtcdCluster
+
 from ._stores import NAMESPACE, Emulator, start_emulator
-from .conftest import FAST, ONE_SHOT, Cli, no_record
+from .conftest import FAST, ONE_SHOT, PATIENCE, Cli, no_record, trio_lease_command
 
 TRACEBACK = "Traceback (most recent call last)"
 
@@ -53,6 +55,20 @@ def test_a_negative_duration_exits_78_saying_durations_are_positive(cli: Cli) ->
         assert result.returncode == 78, result.stderr
         assert "durations must be positive, got '-1s'" in result.stderr
         assert result.stderr.count("\n") == 1
+
+
+def test_a_negative_duration_in_a_config_section_says_durations_are_positive(cli: Cli) -> None:
+    """`heartbeat-timeout = "-1s"` in a `--config` section exits 78 naming the key and saying
+    durations must be positive (it said "cannot read '-1s' as a duration")."""
+    config = cli.tmp / "negative.toml"
+    database = cli.tmp / "s.db"
+    config.write_text(
+        f'[leases.cli]\nlease-class = "sqlite"\npath = "{database}"\nheartbeat-timeout = "-1s"\n'
+    )
+    result = cli.run("status", "--config", str(config), "--section", "leases.cli")
+    assert result.returncode == 78, result.stderr
+    assert "heartbeat-timeout: durations must be positive, got '-1s'" in result.stderr
+    assert "cannot read" not in result.stderr and TRACEBACK not in result.stderr
 
 
 def test_the_top_level_usage_version_and_a_run_without_command(cli: Cli) -> None:
@@ -296,3 +312,90 @@ def test_check_says_how_to_apply_the_shipped_crd(cli: Cli) -> None:
     assert "trio-lease manifests --lease-kind akka.io/v1 | kubectl apply -f -" in result.stdout
     assert "kubectl apply -f lease.yml" not in result.stdout
     assert NAMESPACE in result.stdout
+
+
+def test_https_to_a_plain_etcd_says_it_closed_in_the_tls_handshake(
+    cli: Cli, etcd_server: EtcdCluster
+) -> None:
+    """`status --endpoints https://` on a real plain-HTTP etcd, which closes on a ClientHello:
+    exit 69, saying a plain-HTTP server does this and to use http://; no traceback."""
+    endpoint = "https://" + etcd_server.endpoints[0].split("://", 1)[1]
+    for argv in (["status", "job"], ["status", "--json"]):
+        result = cli.run(*argv, "--endpoints", endpoint, "--prefix", "/plain-tls/")
+        assert result.returncode == 69, (argv, result.stderr)
+        assert "closed the connection during the TLS handshake" in result.stderr
+        assert "a plain-HTTP server does this" in result.stderr
+        assert "use http://" in result.stderr
+        assert TRACEBACK not in result.stderr + result.stdout
+
+
+def test_an_https_kubeconfig_on_the_plain_http_emulator_says_use_http(cli: Cli) -> None:
+    """A kubeconfig with https:// on `trio-lease emulate --plain-http`: `status`, `check` and
+    `run --timeout 3` say the server closed in the TLS handshake and to use http://."""
+    emulator = start_emulator(cli, "--plain-http")
+    server = "https://" + emulator.url.split("://", 1)[1]
+    kubeconfig = emulator.kubeconfig_with(cli.tmp / "https.kubeconfig", server=server)
+    _, child = cli.child("never", sleep=30)
+    store = ["--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE]
+    commands = (["status"], ["check"], ["run", "job", "--timeout", "3", *store, "--", *child])
+    for argv in commands:
+        result = cli.run(*argv) if argv[0] == "run" else cli.run(*argv, *store)
+        assert result.returncode != 0, (argv, result.stdout)
+        output = result.stderr + result.stdout
+        assert "closed the connection during the TLS handshake" in output, (argv, output)
+        assert "a plain-HTTP server does this" in output and "use http://" in output
+        assert "could not connect to the API server; the outcome is unknown" not in output
+        assert TRACEBACK not in output, (argv, output)
+
+
+def test_status_into_a_pipe_closed_early_ends_quietly_with_141(cli: Cli) -> None:
+    """`status | head -1` and `status --json | head -1`: the reader closes the pipe after one
+    line while status still writes; it exits 141 (128 + SIGPIPE) with no traceback."""
+    _, child = cli.child("once", sleep=0)
+    assert cli.run("run", "job", *FAST, "--", *child).returncode == 0
+    names = [f"lease-{i:05d}" for i in range(3000)]  # far more than a pipe's 64 KiB buffer
+    for extra in ([], ["--json"]):
+        process = subprocess.Popen(
+            [*trio_lease_command(), "status", *extra, "job", *names],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=cli.env,
+            cwd=cli.tmp,
+        )
+        assert process.stdout is not None and process.stderr is not None
+        first = process.stdout.readline()  # as `head -1` does, then close
+        process.stdout.close()
+        try:
+            code = process.wait(PATIENCE)
+        finally:
+            process.kill()
+        stderr = process.stderr.read().decode()
+        process.stderr.close()
+        assert first, (extra, stderr)
+        assert TRACEBACK not in stderr and "BrokenPipeError" not in stderr, (extra, stderr)
+        assert code == 141, (extra, code, stderr)
+
+
+def test_a_backend_variable_beside_config_is_refused_naming_it(cli: Cli) -> None:
+    """`TRIO_LEASE_SQLITE_PATH=X status --config F --section S` (and the other variables that
+    choose a backend) exit 78 naming the variable and the fix; the variable was ignored."""
+    config = cli.tmp / "good.toml"
+    config.write_text(f'[leases.cli]\nlease-class = "sqlite"\npath = "{cli.tmp / "s.db"}"\n')
+    other = cli.tmp / "x.sqlite3"
+    base = {k: v for k, v in cli.env.items() if k != "TRIO_LEASE_SQLITE_PATH"}
+    args = ["--config", str(config), "--section", "leases.cli"]
+    assert cli.run("status", *args, env=base).returncode == 0
+    for variable, value in (
+        ("TRIO_LEASE_SQLITE_PATH", str(other)),
+        ("TRIO_LEASE_BACKEND", "etcd"),
+        ("TRIO_LEASE_ENDPOINTS", "http://127.0.0.1:2379"),
+        ("TRIO_LEASE_KUBECONFIG", str(cli.tmp / "kubeconfig")),
+    ):
+        for argv in (["status", *args], ["run", "job", *args, "--", "true"]):
+            result = cli.run(*argv, env={**base, variable: value})
+            assert result.returncode == 78, (variable, argv, result.stderr)
+            assert f"{variable} set in the environment" in result.stderr
+            assert "unset it" in result.stderr and "leave out --config" in result.stderr
+            assert TRACEBACK not in result.stderr
+    assert not other.exists()

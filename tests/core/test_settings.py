@@ -86,6 +86,16 @@ def test_invalid_settings_name_the_failed_inequality(
     assert isinstance(info.value, ValueError)
 
 
+def test_a_negative_duration_string_says_durations_are_positive() -> None:
+    """`LeaseSettings(heartbeat_timeout="-1s")` names the rule (it said "cannot read")."""
+    for value in ("-1s", "-1m30s", " -250ms"):
+        with pytest.raises(LeaseConfigError, match="durations must be positive") as info:
+            LeaseSettings(heartbeat_timeout=value)
+        assert "heartbeat_timeout" in str(info.value) and "cannot read" not in str(info.value)
+    with pytest.raises(ValueError, match=r"durations must be positive, got '-2m'"):
+        parse_duration("-2m")
+
+
 def test_failed_inequality_says_by_how_much() -> None:
     """The message gives both sides and the shortfall."""
     with pytest.raises(LeaseConfigError, match=r"70 s >= 60 s \(too large by 10 s\)"):

@@ -13,6 +13,7 @@ import importlib
 import importlib.metadata
 import inspect
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -44,6 +45,7 @@ EXIT_LOST = 125
 EXIT_CONFIG = 78
 EXIT_UNAVAILABLE = 69
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a tool SIGPIPE ended
 
 #: The exit code of each error that ends a command (the first class that matches wins);
 #: any other error is a bug and ends with a traceback.
@@ -149,10 +151,29 @@ def _add_optional_commands(commands: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trio-lease`` console script."""
     try:
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()  # here, not in the interpreter's exit, where a closed pipe is noise
+        return code
     except KeyboardInterrupt:  # Ctrl-C before a command's own signal handling took over
         print("trio-lease: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _stdout_closed()
+    except BaseExceptionGroup as group:
+        _, rest = group.split(BrokenPipeError)
+        if rest is None:
+            return _stdout_closed()
+        raise
+
+
+def _stdout_closed() -> int:
+    """Whoever read stdout closed it (``trio-lease status | head -1``): end quietly, as a tool
+    SIGPIPE ends. stdout goes to devnull first, so the interpreter's last flush of what is
+    still buffered does not fail again (Python's documented recipe for SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_STDOUT_CLOSED
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -413,6 +413,20 @@ def _open_from_section(args: argparse.Namespace) -> tuple[LeaseBackend, LeaseSet
             f"{', '.join(given)}: with --config the section configures the backend; set "
             "the key there, or leave out --config"
         )
+    # The same options from the environment: ignoring them would use another store than the
+    # one the variable names, without a word.
+    variables = [
+        _env_name(dest)
+        for dest in ("backend", "sqlite_path", *(flag.dest for flag in BACKEND_FLAGS))
+        if getattr(args, dest, None) is not None
+    ]
+    if variables:
+        them = "it" if len(variables) == 1 else "them"
+        raise LeaseConfigError(
+            f"{', '.join(variables)} set in the environment: with --config the section "
+            f"configures the backend; unset {them} (set the key in the section instead), or "
+            "leave out --config"
+        )
     provider = LeaseProvider(args.config)
     backend, section_settings = provider._backend_for(args.section)
     return backend, run_settings(args, backend, section_settings)

@@ -30,6 +30,7 @@ from typing import cast
 import anyio
 import anyio.lowlevel
 
+from .._connect import HandshakeClosed
 from ._quiet import quiet
 
 __all__ = [
@@ -256,12 +257,19 @@ class NativeConnection:
 async def connect(
     host: str, port: int, ssl_context: ssl.SSLContext | None, server_hostname: str | None
 ) -> NativeConnection:
-    transport, reader = await asyncio.get_running_loop().create_connection(
-        _Reader,
-        host,
-        port,
-        ssl=ssl_context,
-        server_hostname=server_hostname if ssl_context is not None else None,
-    )
+    try:
+        transport, reader = await asyncio.get_running_loop().create_connection(
+            _Reader,
+            host,
+            port,
+            ssl=ssl_context,
+            server_hostname=server_hostname if ssl_context is not None else None,
+        )
+    except (ConnectionResetError, ssl.SSLEOFError) as exc:
+        # A refused TCP connect is ConnectionRefusedError: a reset or an EOF here came after
+        # the connect, while the TLS handshake ran (asyncio and uvloop raise a bare reset).
+        if ssl_context is None:
+            raise
+        raise HandshakeClosed("the server closed the connection during the TLS handshake") from exc
     # No isinstance check on the transport: uvloop's do not derive from asyncio.Transport.
     return NativeConnection(transport, reader)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 import anyio
 import trio
 
+from .._connect import HandshakeClosed
 from ._quiet import quiet
 from ._scopes import ScopeDeadlines
 
@@ -252,6 +253,12 @@ async def connect(
     )
     try:
         await tls.do_handshake()
+    except trio.BrokenResourceError as exc:
+        await trio.aclose_forcefully(stream)
+        if isinstance(exc.__cause__, (ssl.SSLEOFError, ConnectionResetError)):
+            closed = "the server closed the connection during the TLS handshake"
+            raise HandshakeClosed(closed) from exc
+        raise
     except BaseException:
         await trio.aclose_forcefully(stream)
         raise
