@@ -8,7 +8,11 @@ lib and tree, one after another in each round (round 1: every lib on every tree,
 checkouts of the repository (the code before a change, say): their workers import that tree's
 ``trio_lease`` and ``tools``. ``--backend memory`` runs the rows on one process's memory
 backend instead of the emulator: the core's own cost per renewal (heartbeat, scopes, sleeps),
-no I/O. Every run records the load average before and after it; the document goes to
+no I/O. ``--floor`` adds, in each round after each tree's rows, the bare client of
+:mod:`._floor` in the same rhythm ("renewals on a grid", ``leases`` leases every R) on each
+loop a lib runs on (asyncio for ``ours`` and ``ours-uvloop``, trio's own sockets for
+``ours-trio``), and prints what trio_lease adds above its loop's floor, per round. Every run
+records the load average before and after it; the document goes to
 ``<out>/alternate-<backend>.json``, the medians are printed.
 
 Client CPU is the worker's ``time.process_time()`` over the window, as in the full run; compare
@@ -26,10 +30,29 @@ from pathlib import Path
 from typing import Any
 
 from ._common import machine, now
-from ._procs import ROOT, Emulator
+from ._procs import ROOT, Emulator, Proc
 from .run import ACQUIRE_RATE, FULL, Runner, derive_steady
 
 LIBS = ("ours", "ours-trio", "ours-uvloop")
+#: The bare client's rhythm each lib's row is compared with (:mod:`._floor`), by the lib's loop.
+FLOOR_RHYTHM = "renewals on a grid"
+
+
+def _floor_loop(lib: str) -> str:
+    return "trio" if lib == "ours-trio" else "asyncio"
+
+
+def _floor_row(emulator: Emulator, loop: str, leases: int, window: float) -> dict[str, Any]:
+    """The bare client in the steady row's rhythm on ``loop``, in a fresh worker."""
+    rhythm = FLOOR_RHYTHM if loop == "asyncio" else f"{FLOOR_RHYTHM}, trio"
+    interval = FULL["steady"]["R"]
+    proc = Proc("tools.benchmarks._floor", "worker", str(emulator.kubeconfig), rhythm,
+                str(leases), str(interval), str(window))
+    try:
+        line: dict[str, Any] = json.loads(proc.readline(window + interval + 60))
+    finally:
+        proc.stop()
+    return {"rhythm": rhythm, "client_cpu_us_per_renewal": line["us_per_request"]}
 
 
 def _memory_row(runner: Runner, lib: str, leases: int, window: float) -> dict[str, Any]:
@@ -42,13 +65,13 @@ def _memory_row(runner: Runner, lib: str, leases: int, window: float) -> dict[st
 
 
 def run(libs: list[str], trees: list[Path], rounds: int, leases: int, window: float,
-        out: Path, backend: str = "kube") -> dict[str, Any]:
+        out: Path, backend: str = "kube", floor: bool = False) -> dict[str, Any]:
     """The rounds; returns (and writes) the document."""
     doc: dict[str, Any] = {
         "machine": machine("alternate"),
         "plan": {"rounds": rounds, "leases": leases, "window": window, "libs": libs,
                  "trees": [str(t) for t in trees], "timings": FULL["steady"],
-                 "backend": backend},
+                 "backend": backend, "floor": floor},
         "runs": [],
     }
     started = now()
@@ -75,6 +98,18 @@ def run(libs: list[str], trees: list[Path], rounds: int, leases: int, window: fl
                             "round", "tree", "lib", "held", "losses", "renewals",
                             "client_cpu_us_per_renewal", "loadavg_before", "loadavg_after",
                         )}), flush=True)
+                if floor:
+                    for loop in dict.fromkeys(_floor_loop(lib) for lib in libs):
+                        load_before = os.getloadavg()
+                        runner.emulator.restart()
+                        run_ = {
+                            "round": round_, "tree": "floor", "lib": loop,
+                            "loadavg_before": list(load_before),
+                            **_floor_row(runner.emulator, loop, leases, window),
+                            "loadavg_after": list(os.getloadavg()),
+                        }
+                        doc["runs"].append(run_)
+                        print(json.dumps(run_), flush=True)
         finally:
             runner.emulator.stop()
     doc["machine"]["loadavg_end"] = list(os.getloadavg())
@@ -96,6 +131,30 @@ def medians(doc: dict[str, Any]) -> list[str]:
                 runs = ", ".join(f"{v:.0f}" for v in values)
                 lines.append(f"{tree} {lib}: median {statistics.median(values):.0f} µs per "
                              f"renewal ({runs})")
+    if doc["plan"].get("floor"):
+        lines.extend(_above_floor(doc))
+    return lines
+
+
+def _above_floor(doc: dict[str, Any]) -> list[str]:
+    """Per lib: the floor of its loop, and what the lib adds above it, median over rounds."""
+    lines = []
+    floors = {(r["round"], r["lib"]): r["client_cpu_us_per_renewal"]
+              for r in doc["runs"] if r["tree"] == "floor"}
+    for loop in dict.fromkeys(_floor_loop(lib) for lib in doc["plan"]["libs"]):
+        values = [v for (_, lib), v in floors.items() if lib == loop]
+        runs = ", ".join(f"{v:.0f}" for v in values)
+        lines.append(f"floor {loop}: median {statistics.median(values):.0f} µs per renewal "
+                     f"({runs})")
+    for tree in doc["plan"]["trees"]:
+        for lib in doc["plan"]["libs"]:
+            above = [r["client_cpu_us_per_renewal"] - floors[(r["round"], _floor_loop(lib))]
+                     for r in doc["runs"] if r["tree"] == tree and r["lib"] == lib
+                     and r["client_cpu_us_per_renewal"] is not None]
+            if above:
+                runs = ", ".join(f"{v:.0f}" for v in above)
+                lines.append(f"{tree} {lib} above its floor: median "
+                             f"{statistics.median(above):.0f} µs per renewal ({runs})")
     return lines
 
 
@@ -108,11 +167,15 @@ def main() -> None:
     parser.add_argument("--tree", action="append", type=Path, default=None,
                         help="a checkout to measure as well (repeatable; this one first)")
     parser.add_argument("--backend", choices=("kube", "memory"), default="kube")
+    parser.add_argument("--floor", action="store_true",
+                        help="the bare client on each loop too, in each round (kube only)")
     parser.add_argument("--out", type=Path, default=ROOT / "tools/benchmarks/results/alternate")
     args = parser.parse_args()
     trees = [ROOT, *[t.resolve() for t in args.tree or []]]
+    if args.floor and args.backend != "kube":
+        parser.error("--floor measures the bare client against the emulator: --backend kube")
     doc = run(list(args.lib or LIBS), trees, args.rounds, args.leases, args.window, args.out,
-              args.backend)
+              args.backend, args.floor)
     print("\n".join(medians(doc)))
 
 

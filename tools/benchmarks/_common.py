@@ -3,13 +3,15 @@ the machine a run was made on."""
 
 from __future__ import annotations
 
+import contextlib
+import cProfile
 import json
 import math
 import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-__all__ = ["emit", "now", "summary", "wait_for_line"]
+__all__ = ["emit", "now", "profiled", "summary", "wait_for_line"]
 
 
 #: Idle connections the bare clients of :mod:`._floor` and :mod:`._floor_trio` send on.
@@ -38,6 +40,25 @@ async def wait_for_line() -> str:
     """Block (in a worker thread) until the runner writes a line to our stdin."""
     line: str = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
     return line.strip()
+
+
+@contextlib.contextmanager
+def profiled() -> Iterator[None]:
+    """cProfile of the block when ``TRIO_LEASE_BENCH_PROFILE`` names a file: the stats go to
+    ``<file>.<pid>`` (read them with :mod:`pstats`). A steady row's window is profiled so, to
+    see where a renewal's CPU goes (tools/benchmarks/README.md). Profiling slows every call;
+    read the shares, not the microseconds."""
+    target = os.environ.get("TRIO_LEASE_BENCH_PROFILE")
+    if not target:
+        yield
+        return
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        yield
+    finally:
+        profile.disable()
+        profile.dump_stats(f"{target}.{os.getpid()}")
 
 
 def percentile(values: Sequence[float], q: float) -> float:

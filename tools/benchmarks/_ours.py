@@ -45,7 +45,7 @@ from trio_lease.backends.kubernetes._config import resolve_config
 from trio_lease.backends.memory import MemoryBackend
 from trio_lease.backends.sqlite import SqliteBackend
 
-from ._common import emit, now, wait_for_line
+from ._common import emit, now, profiled, wait_for_line
 
 Params = dict[str, Any]
 
@@ -121,7 +121,8 @@ async def steady(p: Params) -> None:
         losses0, cpu0, wall0 = state["losses"], time.process_time(), now()
         times0 = os.times()
         renewals0 = sum(h.renewals for h in holdings)
-        await anyio.sleep(p["window"])
+        with profiled():
+            await anyio.sleep(p["window"])
         cpu, wall = time.process_time() - cpu0, now() - wall0
         times = os.times()
         renewals = sum(h.renewals for h in holdings) - renewals0
