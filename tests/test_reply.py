@@ -394,23 +394,63 @@ def test_requests_http_cannot_carry_are_refused_without_quoting_them(
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
 
 
-def test_encoded_fields_are_remembered_but_never_credentials(
+def test_encoded_fields_are_remembered_but_only_the_last_credential(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A checked header field is kept encoded for the next request (the memory is emptied when
-    full); an Authorization or Cookie field is checked and encoded every time, never kept; a
-    field HTTP cannot carry is refused each time it is sent."""
+    full); of an Authorization or Cookie field only the last one sent is kept, so a rotated
+    token is let go; a field HTTP cannot carry is refused each time it is sent."""
     monkeypatch.setattr(_reply, "_FIELDS", {})
     monkeypatch.setattr(_reply, "_FIELDS_KEPT", 2)
+    monkeypatch.setattr(_reply, "_CREDENTIALS", {})
     token = ("Authorization", "Bearer secret-token")
     first = encode_request("GET", "/x", [("Accept", "a"), token, ("Cookie", "c=secret")], None)
     assert list(_reply._FIELDS) == [("Accept", "a")]
+    assert [field for field, _ in _reply._CREDENTIALS.values()] == [token, ("Cookie", "c=secret")]
     again = encode_request("GET", "/x", [("Accept", "a"), token, ("Cookie", "c=secret")], None)
     assert again == first
     assert b"Authorization: Bearer secret-token\r\n" in again
+    rotated = ("Authorization", "Bearer rotated-token")
+    encode_request("GET", "/x", [rotated], None)
+    assert _reply._CREDENTIALS["authorization"][0] == rotated  # the old token is not kept
+    assert all("secret-token" not in value for value in map(repr, _reply._CREDENTIALS.values()))
     encode_request("GET", "/x", [("B", "b"), ("C", "c")], None)  # full at C: emptied, C kept
     assert list(_reply._FIELDS) == [("C", "c")]
     for _ in range(2):
         with pytest.raises(EncodeError):
             encode_request("GET", "/x", [("X", "bad\r\nInjected: 1")], None)
+        with pytest.raises(EncodeError):
+            encode_request("GET", "/x", [("Authorization", "Bearer bad\r\nInjected: 1")], None)
     assert list(_reply._FIELDS) == [("C", "c")]
+    assert _reply._CREDENTIALS["authorization"][0] == rotated
+
+
+def test_request_lines_are_checked_once_and_a_bad_one_every_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A checked request line is kept for the next request with that method and target (the
+    memory is emptied when full); a target HTTP cannot carry is refused each time it is sent,
+    also when every field of the request was checked before."""
+    monkeypatch.setattr(_reply, "_LINES", {})
+    monkeypatch.setattr(_reply, "_LINES_KEPT", 2)
+    checked: list[str] = []
+    real = h11.Request
+
+    def counting(**kwargs: object) -> object:
+        checked.append(str(kwargs["target"]))
+        return real(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(h11, "Request", counting)
+    fields = [("Host", "x"), ("Accept", "a")]
+    encode_request("PUT", "/a?timeout=1s", fields, None)
+    assert encode_request("PUT", "/a?timeout=1s", fields, b"{}").startswith(
+        b"PUT /a?timeout=1s HTTP/1.1\r\nHost: x\r\n"
+    )
+    assert checked == ["/a?timeout=1s"]  # the second request was not checked again
+    encode_request("GET", "/a?timeout=1s", fields, None)  # another method: checked
+    encode_request("PUT", "/b", fields, None)  # full at /b: emptied, /b kept
+    assert list(_reply._LINES) == [("PUT", "/b")]
+    for _ in range(2):
+        with pytest.raises(EncodeError):
+            encode_request("PUT", "/a b", fields, None)
+    assert checked == ["/a?timeout=1s", "/a?timeout=1s", "/b", "/a b", "/a b"]

@@ -58,7 +58,13 @@ MAX_HEAD: Final = 65536
 #: Header fields already checked and encoded. Credentials are never kept here.
 _FIELDS: dict[tuple[str, str], bytes] = {}
 _FIELDS_KEPT: Final = 1024
+#: Request lines (method, target) already checked and encoded: a holder sends the same few
+#: targets again and again.
+_LINES: dict[tuple[str, str], bytes] = {}
+_LINES_KEPT: Final = 4096
 _SECRET_FIELDS: Final = frozenset({"authorization", "proxy-authorization", "cookie"})
+#: The last credential field sent, checked and encoded, by its lower-case name.
+_CREDENTIALS: dict[str, tuple[tuple[str, str], bytes]] = {}
 #: llhttp's reason for refusing a reply, kept if it is plain words (it never quotes the bytes,
 #: and this makes sure).
 #: A reason phrase (RFC 9112: tabs, spaces, visible characters and obs-text; llhttp lets more
@@ -106,31 +112,60 @@ END: Final = _Sentinel("END")
 def encode_request(
     method: str, target: str, headers: Sequence[tuple[str, str]], body: bytes | None
 ) -> bytes:
-    """The request's bytes; :class:`EncodeError` (naming no value) if HTTP cannot carry it."""
-    unchecked = [field for field in headers if field not in _FIELDS]
-    if not any(name.lower() == "host" for name, _ in unchecked):
-        unchecked.append(("Host", "h"))  # h11 requires one in HTTP/1.1 (ours is remembered)
-    try:
-        # h11 checks the method, the target and each field it has not checked before.
-        h11.Request(method=method, target=target, headers=unchecked)
-        line = b"%s %s HTTP/1.1\r\n" % (method.encode("ascii"), target.encode("ascii"))
-    except (h11.LocalProtocolError, UnicodeEncodeError):
-        raise EncodeError("the method, the target or a header is not valid HTTP") from None
+    """The request's bytes; :class:`EncodeError` (naming no value) if HTTP cannot carry it.
+
+    h11 checks the request line and each field the first time they are sent; both are kept
+    encoded for the next request (bounded, emptied when full). Of a credential (an
+    ``Authorization``, ``Proxy-Authorization`` or ``Cookie`` field) only the last one sent is
+    kept, which its client holds anyway: a rotated token is checked anew and the old one let go.
+    """
+    line = _LINES.get((method, target))
+    unchecked = [field for field in headers if _kept(field) is None]
+    if line is None or unchecked:
+        if not any(name.lower() == "host" for name, _ in unchecked):
+            unchecked.append(("Host", "h"))  # h11 requires one in HTTP/1.1 (ours is remembered)
+        try:
+            # h11 checks the method, the target and the fields not checked before.
+            h11.Request(method=method, target=target, headers=unchecked)
+            line = b"%s %s HTTP/1.1\r\n" % (method.encode("ascii"), target.encode("ascii"))
+        except (h11.LocalProtocolError, UnicodeEncodeError):
+            raise EncodeError("the method, the target or a header is not valid HTTP") from None
+        _remember(_LINES, _LINES_KEPT, (method, target), line)
     parts = [line]
     for field in headers:
-        encoded = _FIELDS.get(field)
+        encoded = _kept(field)
         if encoded is None:
             name, value = field
             encoded = b"%s: %s\r\n" % (name.encode("ascii"), value.encode("ascii"))
-            if name.lower() not in _SECRET_FIELDS:
-                if len(_FIELDS) >= _FIELDS_KEPT:
-                    _FIELDS.clear()
-                _FIELDS[field] = encoded
+            lowered = name.lower()
+            if lowered in _SECRET_FIELDS:
+                _CREDENTIALS[lowered] = (field, encoded)
+            else:
+                _remember(_FIELDS, _FIELDS_KEPT, field, encoded)
         parts.append(encoded)
     parts.append(b"\r\n")
     if body:
         parts.append(body)
     return b"".join(parts)
+
+
+def _kept(field: tuple[str, str]) -> bytes | None:
+    """The field's bytes if it was checked and kept (None: h11 has to check it)."""
+    encoded = _FIELDS.get(field)
+    if encoded is None:
+        last = _CREDENTIALS.get(field[0].lower())
+        if last is not None and last[0] == field:
+            return last[1]
+    return encoded
+
+
+def _remember(
+    kept: dict[tuple[str, str], bytes], most: int, key: tuple[str, str], encoded: bytes
+) -> None:
+    """Keep ``encoded`` under ``key``; a memory that holds ``most`` already is emptied first."""
+    if len(kept) >= most:
+        kept.clear()
+    kept[key] = encoded
 
 
 def _not_a_reply(first: bytes) -> str | None:

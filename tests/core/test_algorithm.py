@@ -98,6 +98,25 @@ def test_renewal_keeps_token_and_release_keeps_history() -> None:
     assert (released.holder, released.fencing_token, released.lease_duration) == ("", 9, 1.0)
 
 
+def test_renewal_keeps_every_field_but_renewed_at() -> None:
+    """Each field of LeaseRecord set apart from its default: the renewal keeps all of them
+    except ``renewed_at`` (a field added to the record and forgotten here fails this)."""
+    values: dict[str, object] = {
+        "name": "n",
+        "holder": ME,
+        "lease_duration": 7.5,
+        "fencing_token": 11,
+        "acquired_at": datetime(2020, 1, 1, tzinfo=UTC),
+        "renewed_at": datetime(2021, 1, 1, tzinfo=UTC),
+        "version": "v9",
+        "unreadable": "spec: bad",
+        "handover_to": "next",
+    }
+    assert sorted(values) == sorted(field.name for field in dataclasses.fields(LeaseRecord))
+    renewed = algo.renewal(LeaseRecord(**values), WALL)  # type: ignore[arg-type]
+    assert renewed == LeaseRecord(**{**values, "renewed_at": WALL})  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("record", "token", "ours"),
     [
@@ -122,7 +141,8 @@ def test_deadline_and_request_bound() -> None:
 
 def _every(interval: float) -> LeaseSettings:
     return LeaseSettings(
-        heartbeat_timeout=10 * interval, heartbeat_interval=interval,
+        heartbeat_timeout=10 * interval,
+        heartbeat_interval=interval,
         lease_operation_timeout=interval / 10,
     )
 
