@@ -268,6 +268,31 @@ async def test_a_row_as_this_backend_wrote_it_is_not_decoded_again(path: Path) -
     assert (feed.rows_read, feed.rows_known) == (read + 1, known + 1)
 
 
+async def test_the_feed_learns_a_write_before_its_commit(path: Path) -> None:
+    """The poller runs in a thread of its own and may read a row the moment it is committed:
+    the backend hands the feed the records it wrote before the commit, so no poll can find the
+    row first and decode it again (a poll between the two did, under load)."""
+    async with SqliteBackend(path, watch_interval=0.01) as backend:
+        created = await backend.create(LeaseRecord(name="job", holder="a"))
+        feed = backend.watch_feed()
+        visible_when_told: list[bool] = []
+        told = feed.wrote
+
+        def wrote(rows: object) -> None:
+            with sqlite3.connect(path) as conn:  # another reader, as the poller is
+                row = conn.execute("SELECT version FROM leases WHERE name = 'job'").fetchone()
+            visible_when_told.append(row[0] != int(created.version))
+            told(rows)  # type: ignore[arg-type]
+
+        feed.wrote = wrote  # type: ignore[method-assign]
+        async with running(feed, "job") as published:
+            await until(lambda: published == [("job", created)])
+            renewed = await backend.update(created, created.version)
+            await until(lambda: len(published) == 2)
+        assert visible_when_told == [False]  # told while the write was not yet committed
+        assert published[1][1] is renewed
+
+
 async def test_a_row_deleted_in_the_commit_that_inserts_another_is_found(path: Path) -> None:
     """A deletion and an insert in one commit leave the table's row count unchanged: the poll
     still finds the deleted row (the names it knew plus the inserted one outnumber the rows),

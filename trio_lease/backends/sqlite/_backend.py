@@ -429,19 +429,23 @@ class SqliteBackend(LeaseBackend):
                         written.append((index, values, read, version))
                     except (ConflictError, BackendProtocolError) as exc:
                         results[index] = exc  # nothing of this row was written
+            for index, _, read, version in written:
+                # The row reads back as ``read`` at its version (``storable_and_read``).
+                results[index] = dataclasses.replace(read, version=str(version))
+            if self._feed is not None:
+                # Before the commit: a poll in another thread may read the rows as soon as
+                # they are committed, and takes these records for rows equal in every column
+                # (each record is what its row decodes to, so rows of a write rolled back
+                # match nothing, or decode the same).
+                self._feed.wrote(
+                    ((*values, version), results[index]) for index, values, _, version in written
+                )
             conn.execute("COMMIT")
         except BaseException:
             rollback(conn)
             raise
         if written:
             self._file.check_counter(written[-1][3], seen)  # committed: later reads find it
-        for index, _, read, version in written:
-            # The row reads back as ``read`` at its version (``storable_and_read``).
-            results[index] = dataclasses.replace(read, version=str(version))
-        if self._feed is not None:  # its next poll takes these records for these rows
-            self._feed.wrote(
-                ((*values, version), results[index]) for index, values, _, version in written
-            )
         return results
 
     def _write(
