@@ -35,7 +35,7 @@ from __future__ import annotations
 import collections
 import re
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, cast
 
 import h11
 import httptools
@@ -120,33 +120,33 @@ def encode_request(
     kept, which its client holds anyway: a rotated token is checked anew and the old one let go.
     """
     line = _LINES.get((method, target))
-    unchecked = [field for field in headers if _kept(field) is None]
-    if line is None or unchecked:
+    fields: list[bytes | None] = [_kept(field) for field in headers]
+    if line is None or None in fields:
+        unchecked = [field for field, kept in zip(headers, fields, strict=True) if kept is None]
         if not any(name.lower() == "host" for name, _ in unchecked):
             unchecked.append(("Host", "h"))  # h11 requires one in HTTP/1.1 (ours is remembered)
         try:
             # h11 checks the method, the target and the fields not checked before.
             h11.Request(method=method, target=target, headers=unchecked)
             line = b"%s %s HTTP/1.1\r\n" % (method.encode("ascii"), target.encode("ascii"))
+            for index, (name, value) in enumerate(headers):
+                if fields[index] is None:
+                    fields[index] = _encode_field(name, value)
         except (h11.LocalProtocolError, UnicodeEncodeError):
             raise EncodeError("the method, the target or a header is not valid HTTP") from None
         _remember(_LINES, _LINES_KEPT, (method, target), line)
-    parts = [line]
-    for field in headers:
-        encoded = _kept(field)
-        if encoded is None:
-            name, value = field
-            encoded = b"%s: %s\r\n" % (name.encode("ascii"), value.encode("ascii"))
-            lowered = name.lower()
-            if lowered in _SECRET_FIELDS:
-                _CREDENTIALS[lowered] = (field, encoded)
-            else:
-                _remember(_FIELDS, _FIELDS_KEPT, field, encoded)
-        parts.append(encoded)
-    parts.append(b"\r\n")
-    if body:
-        parts.append(body)
-    return b"".join(parts)
+    return b"".join([line, *cast("list[bytes]", fields), b"\r\n", body or b""])
+
+
+def _encode_field(name: str, value: str) -> bytes:
+    """A field h11 has just checked, encoded and kept (a credential only until the next)."""
+    encoded = b"%s: %s\r\n" % (name.encode("ascii"), value.encode("ascii"))
+    lowered = name.lower()
+    if lowered in _SECRET_FIELDS:
+        _CREDENTIALS[lowered] = ((name, value), encoded)
+    else:
+        _remember(_FIELDS, _FIELDS_KEPT, (name, value), encoded)
+    return encoded
 
 
 def _kept(field: tuple[str, str]) -> bytes | None:
