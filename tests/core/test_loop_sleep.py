@@ -115,3 +115,14 @@ async def test_an_instant_already_past_is_a_checkpoint_that_does_not_wait() -> N
         scope.cancel()
         await current().sleep_until(start - 1.0)
     assert scope.cancelled_caught
+
+
+async def test_the_seams_clock_reads_the_loops_time_as_it_moves() -> None:
+    """The clock the seam binds once (the loop's own, or trio's run clock) reads what
+    anyio.current_time reads, before and after time moves (virtual time here, jumped 7 s)."""
+    now = current().clock()
+    assert now() == anyio.current_time()
+    start = anyio.current_time()
+    await anyio.sleep(7.0)
+    assert now() == anyio.current_time() == start + 7.0
+
