@@ -271,7 +271,7 @@ async def test_a_row_as_this_backend_wrote_it_is_not_decoded_again(path: Path) -
 async def test_the_feed_learns_a_write_before_its_commit(path: Path) -> None:
     """The poller runs in a thread of its own and may read a row the moment it is committed:
     the backend hands the feed the records it wrote before the commit, so no poll can find the
-    row first and decode it again (a poll between the two did, under load)."""
+    row first and decode it again, however late the writing thread runs."""
     async with SqliteBackend(path, watch_interval=0.01) as backend:
         created = await backend.create(LeaseRecord(name="job", holder="a"))
         feed = backend.watch_feed()
