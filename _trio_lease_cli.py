@@ -3,7 +3,8 @@
 Importing the package takes a while (a second on a loaded machine); Python's own SIGINT
 handler would turn a Ctrl-C meanwhile into a ``KeyboardInterrupt`` traceback. This module
 imports nothing of the package until it has made SIGINT end the process quietly (exit 130,
-as shells report it); :func:`trio_lease._cli.main` then handles it itself.
+as shells report it); :func:`trio_lease._cli.main` then keeps it so until the event loop
+handles SIGINT itself (``trio_lease/_cli/_interrupt.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ def main() -> int:
     _signal.signal(_signal.SIGINT, _interrupted)
     from trio_lease._cli._main import main as cli_main
 
-    _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # main() catches it from here
     code: int = cli_main()
     return code
 

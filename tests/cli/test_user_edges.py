@@ -7,19 +7,25 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import ssl
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
+import pytest
 import trustme
 
 from tests.etcd_server import EtcdCluster
 
 from ._stores import NAMESPACE, Emulator, start_emulator
 from .conftest import FAST, ONE_SHOT, PATIENCE, Cli, no_record, trio_lease_command
+
+ROOT = Path(__file__).parents[2]
+INTERRUPTING = Path(__file__).with_name("interrupting.py")
 
 TRACEBACK = "Traceback (most recent call last)"
 
@@ -138,6 +144,27 @@ def test_ctrl_c_while_starting_ends_without_a_traceback(cli: Cli) -> None:
             code = running.wait()
             assert TRACEBACK not in running.stderr(), (argv, delay, running.stderr())
             assert code in (0, 130), (argv, delay, code, running.stderr())
+
+
+@pytest.mark.parametrize(
+    ("moment", "loop"), [("finaliser", "asyncio"), ("finaliser", "trio"), ("loop", "asyncio")]
+)
+def test_ctrl_c_where_python_would_lose_it_still_ends_the_command(
+    cli: Cli, moment: str, loop: str
+) -> None:
+    """A SIGINT that lands where Python loses or garbles a KeyboardInterrupt while the command
+    starts (a weak-reference callback, as the import system runs during imports; a half-built
+    event loop, whose finaliser prints a traceback) still ends it with one line and exit 130.
+
+    ``tests/cli/interrupting.py`` sends the signal at that moment. Python's own handler there
+    let ``status`` run on and print its table (exit 0), or printed an ignored-exception
+    traceback. (trio builds no asyncio loop.)"""
+    env = {key: value for key, value in cli.env.items() if not key.startswith("COVERAGE_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    argv = [sys.executable, str(INTERRUPTING), moment, "status", "--anyio-backend", loop]
+    result = subprocess.run(argv, env=env, cwd=cli.tmp, capture_output=True, text=True)
+    assert (result.returncode, result.stderr) == (130, "trio-lease: interrupted\n")
+    assert result.stdout == ""
 
 
 def test_status_of_a_missing_database_creates_nothing(cli: Cli) -> None:

@@ -33,6 +33,7 @@ from .._exceptions import (
 from .._host import reraise, sole_error
 from .._waiting import WAITING_LOG
 from ._admin import add_admin_commands
+from ._interrupt import EXIT_INTERRUPTED, hand_over, loop_options, quit_while_starting
 from ._manifests import add_manifests_command
 from ._options import add_timing_options, check_settings
 from ._run import add_run_command
@@ -44,7 +45,6 @@ EXIT_TIMEOUT = 124
 EXIT_LOST = 125
 EXIT_CONFIG = 78
 EXIT_UNAVAILABLE = 69
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a tool SIGPIPE ended
 
 #: The exit code of each error that ends a command (the first class that matches wins);
@@ -151,7 +151,8 @@ def _add_optional_commands(commands: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trio-lease`` console script."""
     try:
-        code = _main(argv)
+        with quit_while_starting():  # until the event loop handles SIGINT (see _interrupt)
+            code = _main(argv)
         sys.stdout.flush()  # here, not in the interpreter's exit, where a closed pipe is noise
         return code
     except KeyboardInterrupt:  # Ctrl-C before a command's own signal handling took over
@@ -293,8 +294,10 @@ def _call(func: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -
     try:
         if inspect.iscoroutinefunction(func):
             backend = getattr(args, "anyio_backend", None) or "asyncio"
-            result: int = anyio.run(func, args, backend=backend)
+            options = loop_options(backend)
+            result: int = anyio.run(func, args, backend=backend, backend_options=options)
         else:
+            hand_over()
             result = func(args)
     except BaseExceptionGroup as group:  # never expected: one error is reported bare
         single = sole_error(group)
