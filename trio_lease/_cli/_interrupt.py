@@ -20,7 +20,6 @@ installs its own; on trio just before the run starts.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import os
@@ -30,6 +29,8 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any
+
+from .._loops import run_options
 
 __all__ = ["EXIT_INTERRUPTED", "hand_over", "loop_options", "quit_while_starting"]
 
@@ -64,19 +65,12 @@ def hand_over() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def _asyncio_loop() -> asyncio.AbstractEventLoop:
-    """The runner's loop factory: the loop, then the default handler for the runner to replace."""
-    loop = asyncio.new_event_loop()
-    hand_over()
-    return loop
-
-
 def loop_options(backend: str) -> dict[str, Any]:
     """``anyio.run``'s backend options for ``backend`` that hand SIGINT over to the loop; the
     backend's module is imported now, while a Ctrl-C still ends the process at once."""
     with contextlib.suppress(ImportError):  # anyio's own module; anyio.run imports it anyway
         importlib.import_module(f"anyio._backends._{backend}")
-    if backend == "asyncio":
-        return {"loop_factory": _asyncio_loop}
-    hand_over()
-    return {"restrict_keyboard_interrupt_to_checkpoints": True}
+    options = run_options(backend, hand_over)
+    if backend == "trio":  # never raised inside a finaliser, where Python would lose it
+        options["restrict_keyboard_interrupt_to_checkpoints"] = True
+    return options

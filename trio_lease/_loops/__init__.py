@@ -12,13 +12,18 @@ speed live here and nowhere else (tests/test_layout.py holds every other module 
   reaches its bodies' cancel scopes (the decision, and when it is read, is
   :mod:`trio_lease._bodies`);
 - connections (:func:`connect`): a socket with the reply bytes read in the task that asks for
-  them, never parsed in a callback.
+  them, never parsed in a callback;
+- starting a loop (:func:`run_options`): a call made once the loop exists, before it installs
+  its own SIGINT handling.
 
 ``_asyncio.py`` serves asyncio and every loop built on it (uvloop); ``_trio.py`` serves trio.
 Each offers the same names; :func:`current` picks the running loop's module.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import sniffio
 
@@ -32,6 +37,7 @@ __all__ = [
     "ScopeDeadlines",
     "Waiter",
     "current",
+    "run_options",
 ]
 
 #: The modules loaded so far, by the name sniffio gives their loop.
@@ -62,3 +68,15 @@ def _load(name: str) -> LoopKit:
     else:
         raise RuntimeError(f"trio_lease runs on asyncio and trio, not on {name!r}")
     return kit
+
+
+def run_options(library: str, loop_built: Callable[[], None]) -> dict[str, Any]:
+    """``anyio.run``'s backend options for ``library`` that call ``loop_built`` once the loop
+    exists and before it installs its own SIGINT handler: asyncio's runner installs it right
+    after calling its loop factory; trio has no such hook, so ``loop_built`` is called now."""
+    if library == "asyncio":
+        from . import _asyncio
+
+        return {"loop_factory": _asyncio.loop_factory(loop_built)}
+    loop_built()
+    return {}
