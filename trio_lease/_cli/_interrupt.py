@@ -54,8 +54,8 @@ def quit_while_starting() -> Iterator[None]:
     try:
         yield
     finally:
-        if signal.getsignal(signal.SIGINT) is _quit:
-            signal.signal(signal.SIGINT, previous)
+        if signal.getsignal(signal.SIGINT) is _quit:  # None: a handler set outside Python
+            signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
 
 
 def hand_over() -> None:
