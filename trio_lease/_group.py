@@ -11,7 +11,8 @@ follows them with the backend's watch (the process's shared watch), and counts a
 live member once it has seen the record change (a renewal, a join) and until the record has
 stood unchanged for L on its own clock. A record seen only as it was at the first read is not
 counted: its holder may have died just before this member joined. So the first view waits (at
-most R + T) until each held slot was seen renewed. A clean leave releases the slot, which every
+most R + T) until each held slot was seen renewed; a live member renewing later than that is
+listed once its renewal is seen. A clean leave releases the slot, which every
 watcher sees at once; a crashed member stops renewing and drops out of every view L after its
 last renewal was seen. A member then takes the dead member's slot back (acquires it by the
 lease's own rules, and releases it at once), so the next member to join reuses it and the
