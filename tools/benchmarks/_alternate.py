@@ -52,7 +52,8 @@ def _floor_row(emulator: Emulator, loop: str, leases: int, window: float) -> dic
         line: dict[str, Any] = json.loads(proc.readline(window + interval + 60))
     finally:
         proc.stop()
-    return {"rhythm": rhythm, "client_cpu_us_per_renewal": line["us_per_request"]}
+    return {"rhythm": rhythm, "client_cpu_us_per_renewal": line["us_per_request"],
+            "client_gc_us_per_renewal": line["gc_us_per_request"]}
 
 
 def _memory_row(runner: Runner, lib: str, leases: int, window: float) -> dict[str, Any]:
@@ -94,9 +95,10 @@ def run(libs: list[str], trees: list[Path], rounds: int, leases: int, window: fl
                             "loadavg_after": list(os.getloadavg()), **row,
                         }
                         doc["runs"].append(run_)
-                        print(json.dumps({k: run_[k] for k in (
+                        print(json.dumps({k: run_.get(k) for k in (
                             "round", "tree", "lib", "held", "losses", "renewals",
-                            "client_cpu_us_per_renewal", "loadavg_before", "loadavg_after",
+                            "client_cpu_us_per_renewal", "client_gc_us_per_renewal",
+                            "loadavg_before", "loadavg_after",
                         )}), flush=True)
                 if floor:
                     for loop in dict.fromkeys(_floor_loop(lib) for lib in libs):
@@ -131,9 +133,22 @@ def medians(doc: dict[str, Any]) -> list[str]:
                 runs = ", ".join(f"{v:.0f}" for v in values)
                 lines.append(f"{tree} {lib}: median {statistics.median(values):.0f} µs per "
                              f"renewal ({runs})")
+            lines.extend(_collector(doc, tree, lib))
     if doc["plan"].get("floor"):
         lines.extend(_above_floor(doc))
     return lines
+
+
+def _collector(doc: dict[str, Any], tree: str, lib: str) -> list[str]:
+    """The garbage collector's part of a row's CPU per renewal, median over rounds (rows of
+    trees whose workers do not measure it have none)."""
+    values = [r["client_gc_us_per_renewal"] for r in doc["runs"]
+              if r["tree"] == tree and r["lib"] == lib and r.get("client_gc_us_per_renewal")]
+    if not values:
+        return []
+    runs = ", ".join(f"{v:.0f}" for v in values)
+    return [f"{tree} {lib}: of it the garbage collector, median "
+            f"{statistics.median(values):.0f} µs per renewal ({runs})"]
 
 
 def _above_floor(doc: dict[str, Any]) -> list[str]:
@@ -146,6 +161,7 @@ def _above_floor(doc: dict[str, Any]) -> list[str]:
         runs = ", ".join(f"{v:.0f}" for v in values)
         lines.append(f"floor {loop}: median {statistics.median(values):.0f} µs per renewal "
                      f"({runs})")
+        lines.extend(_collector(doc, "floor", loop))
     for tree in doc["plan"]["trees"]:
         for lib in doc["plan"]["libs"]:
             above = [r["client_cpu_us_per_renewal"] - floors[(r["round"], _floor_loop(lib))]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
+import gc
 import json
 import math
 import os
@@ -59,6 +60,36 @@ def profiled() -> Iterator[None]:
     finally:
         profile.disable()
         profile.dump_stats(f"{target}.{os.getpid()}")
+
+
+class GcMeter:
+    """The CPU the garbage collector takes in a block (``gc.callbacks``, process time), by
+    generation, and how many collections of each ran: part of every client's CPU per renewal,
+    and what a renewal's allocations cost besides their own (tools/benchmarks/README.md)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.collections = [0, 0, 0]
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            generation = info["generation"]
+            self.seconds[generation] += time.process_time() - self._started
+            self.collections[generation] += 1
+
+    def __enter__(self) -> GcMeter:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def fields(self) -> dict[str, Any]:
+        """The raw fields a worker reports: ``gc_s`` and ``gc_collections``, by generation."""
+        return {"gc_s": [round(s, 4) for s in self.seconds], "gc_collections": self.collections}
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -60,7 +60,7 @@ from trio_lease._reply import encode_request
 from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
 from trio_lease.backends.kubernetes._times import format_micro_time
 
-from ._common import FLOOR_CONNECTIONS
+from ._common import FLOOR_CONNECTIONS, GcMeter
 from ._layers import _Bare
 from ._procs import rounds_of_workers
 
@@ -157,7 +157,8 @@ async def _measure(rhythm: str, running: list[asyncio.Future[None]], warmup: flo
     """After ``warmup`` (every task in its rhythm), print the CPU per request in ``window``."""
     await asyncio.sleep(warmup)
     cpu, before = time.process_time(), count()
-    await asyncio.sleep(window)
+    with GcMeter() as gc_meter:
+        await asyncio.sleep(window)
     cpu, done = time.process_time() - cpu, count() - before
     failed = [task for task in running if task.done()]
     for task in running:
@@ -166,7 +167,8 @@ async def _measure(rhythm: str, running: list[asyncio.Future[None]], warmup: flo
         failed[0].result()  # its error
     if done == 0:
         raise SystemExit(f"no reply in {window:g} s: the emulator did not answer ({rhythm})")
-    print(json.dumps({"rhythm": rhythm, "requests": done, "us_per_request": cpu / done * 1e6}))
+    print(json.dumps({"rhythm": rhythm, "requests": done, "us_per_request": cpu / done * 1e6,
+                      "gc_us_per_request": sum(gc_meter.seconds) / done * 1e6}))
 
 
 class _Drain(asyncio.Protocol):

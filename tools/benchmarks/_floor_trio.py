@@ -28,6 +28,7 @@ from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
 from trio_lease.backends.kubernetes._times import format_micro_time
 
 from ._common import FLOOR_CONNECTIONS as CONNECTIONS
+from ._common import GcMeter
 
 _VERSION = re.compile(rb'"resourceVersion":"([0-9]+)"')
 Idle = tuple[trio.MemorySendChannel[trio.socket.SocketType],
@@ -124,12 +125,14 @@ def _paced(nursery: trio.Nursery, step: Callable[[int], Awaitable[None]], tasks:
 async def _measure(rhythm: str, warmup: float, window: float, count: Callable[[], int]) -> None:
     await trio.sleep(warmup)
     cpu, before = time.process_time(), count()
-    await trio.sleep(window)
+    with GcMeter() as gc_meter:
+        await trio.sleep(window)
     cpu, done = time.process_time() - cpu, count() - before
     if done == 0:
         raise SystemExit(f"no reply in {window:g} s: the emulator did not answer ({rhythm})")
     print(json.dumps({"rhythm": f"{rhythm}, trio", "requests": done,
-                      "us_per_request": cpu / done * 1e6}), flush=True)
+                      "us_per_request": cpu / done * 1e6,
+                      "gc_us_per_request": sum(gc_meter.seconds) / done * 1e6}), flush=True)
 
 
 async def _drain(sock: trio.socket.SocketType) -> None:

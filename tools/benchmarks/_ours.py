@@ -45,7 +45,7 @@ from trio_lease.backends.kubernetes._config import resolve_config
 from trio_lease.backends.memory import MemoryBackend
 from trio_lease.backends.sqlite import SqliteBackend
 
-from ._common import emit, now, profiled, wait_for_line
+from ._common import GcMeter, emit, now, profiled, wait_for_line
 
 Params = dict[str, Any]
 
@@ -121,7 +121,7 @@ async def steady(p: Params) -> None:
         losses0, cpu0, wall0 = state["losses"], time.process_time(), now()
         times0 = os.times()
         renewals0 = sum(h.renewals for h in holdings)
-        with profiled():
+        with profiled(), GcMeter() as gc_meter:
             await anyio.sleep(p["window"])
         cpu, wall = time.process_time() - cpu0, now() - wall0
         times = os.times()
@@ -134,6 +134,7 @@ async def steady(p: Params) -> None:
             acquire_s_max=max(acquire_times, default=0.0), renewals=renewals,
             user_s=times.user - times0.user, system_s=times.system - times0.system,
             errors=dict(errors.most_common(5)),
+            **gc_meter.fields(),
         )
 
 

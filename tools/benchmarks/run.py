@@ -258,6 +258,10 @@ def derive_steady(raw: Params, params: Params) -> Params:
         "client_cpu_us_per_renewal": raw["cpu_s"] / renewals * 1e6 if renewals else None,
         "client_cpu_pct_of_core": 100 * raw["cpu_s"] / wall,
     }
+    if "gc_s" in raw and renewals:
+        # The collector's share: part of the CPU per renewal above (_common.GcMeter).
+        out["client_gc_us_per_renewal"] = sum(raw["gc_s"]) / renewals * 1e6
+        out["gc_collections"] = raw["gc_collections"]
     if emu:
         out["requests_per_renewal"] = emu["requests"] / renewals if renewals else None
         out["emulator_cpu_pct_of_core"] = 100 * emu["cpu_s"] / emu["wall_s"]

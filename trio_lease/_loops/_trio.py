@@ -1,7 +1,8 @@
 """The seam on trio: trio's own objects, not anyio's wrappers around them.
 
 - Clock: :func:`trio.current_time` (anyio's ``current_time`` looks the loop up on each call).
-- Waiter: a :class:`trio.Event` (anyio's Event on trio wraps one).
+- Waiter: the waiting task itself, parked and rescheduled by trio's low-level API
+  (:class:`TaskWaiter`; a :class:`trio.Event` per wait cost more).
 - Sleeping until a time (:func:`sleep_until`): the tasks that sleep until the same instant
   share one trio sleep. A trio sleep is a cancel scope whose deadline cancels it, and waking
   from one costs the whole cancellation (a ``Cancelled`` raised and caught, the scope's status
@@ -33,8 +34,8 @@ from ._scopes import ScopeDeadlines
 
 __all__ = [
     "FAILURES",
-    "EventWaiter",
     "SocketConnection",
+    "TaskWaiter",
     "TrioConnection",
     "clock",
     "connect",
@@ -57,28 +58,47 @@ def clock() -> Callable[[], float]:
     return trio.lowlevel.current_clock().current_time
 
 
-class EventWaiter:
-    """A :class:`~trio_lease._loops.Waiter` on a :class:`trio.Event`: handing never fails, as
-    a waiter that left is taken out of the queue before anyone can hand it anything."""
+class TaskWaiter:
+    """A :class:`~trio_lease._loops.Waiter` on trio's own parking: the waiting task is
+    rescheduled by :meth:`hand` (:func:`trio.lowlevel.reschedule`). A :class:`trio.Event`
+    per wait cost an event, its task set and an abort closure on every slot wait; this costs
+    one bound method.
 
-    __slots__ = ("_event",)
+    Handing never fails, as a waiter that left is taken out of the queue before anyone can
+    hand it anything; one cancelled after it was handed reports :meth:`handed`, so the giver's
+    slot is passed on.
+    """
+
+    __slots__ = ("_handed", "_task")
 
     def __init__(self) -> None:
-        self._event = trio.Event()
+        self._task: trio.lowlevel.Task | None = None
+        self._handed = False
 
     async def wait(self) -> None:
-        await self._event.wait()
+        if self._handed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        self._task = None  # cancelled: trio reschedules the task with the cancellation
+        return trio.lowlevel.Abort.SUCCEEDED
 
     def hand(self) -> bool:
-        self._event.set()
+        self._handed = True
+        task, self._task = self._task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
         return True
 
     def handed(self) -> bool:
-        return self._event.is_set()
+        return self._handed
 
 
-def waiter() -> EventWaiter:
-    return EventWaiter()
+def waiter() -> TaskWaiter:
+    return TaskWaiter()
 
 
 class _Sleepers:
