@@ -454,3 +454,53 @@ def test_request_lines_are_checked_once_and_a_bad_one_every_time(
         with pytest.raises(EncodeError):
             encode_request("PUT", "/a b", fields, None)
     assert checked == ["/a?timeout=1s", "/a?timeout=1s", "/b", "/a b", "/a b"]
+
+
+class _Watched(ReplyReader):
+    """A reader that a weak reference can follow (ReplyReader has no ``__weakref__`` slot)."""
+
+    __slots__ = ("__weakref__",)
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"],
+        [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"],
+        [b"HTTP/1.1 204 No Content\r\n\r\n", b"HTTP/1.1 200 OK\r\n"],  # bytes beyond the reply
+        [b"HTTP/1.1 200 OK\r\n\r\nto the end", b""],  # framed by the connection's end
+        [b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n"],  # refused by llhttp
+        [b"\x16\x03\x01\x00\x02\x02\x28"],  # a TLS record: refused before llhttp
+        [b""],  # closed before a byte
+    ],
+    ids=["length", "chunked", "trailing", "to-close", "refused", "tls", "no-reply"],
+)
+def test_a_reader_done_with_its_reply_is_freed_without_the_garbage_collector(
+    pieces: list[bytes],
+) -> None:
+    """llhttp's parser calls the reader's methods, so the two form a reference cycle. A reader
+    that has its reply (or its error) lets go of the parser: dropped, it is freed at once.
+    Left to the collector, one cycle per request was most of the garbage the steady row made
+    (tools/benchmarks/README.md, "The garbage collector's share")."""
+    import gc
+    import weakref
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        reader = _Watched()
+        for data in pieces:
+            reader.receive_data(data)
+        events: list[object] = []
+        try:
+            while (event := reader.next_event()) is not END and event is not NEED_DATA:
+                events.append(event)
+        except ReplyError:
+            events.append("error")
+        assert events, "the reply gave neither a piece nor an error"
+        gone = weakref.ref(reader)
+        del reader
+        assert gone() is None, "the reader outlived its last reference: a cycle is left"
+    finally:
+        if enabled:
+            gc.enable()

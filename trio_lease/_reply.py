@@ -206,7 +206,10 @@ class ReplyReader:
     )
 
     def __init__(self) -> None:
-        self._parser = httptools.HttpResponseParser(self)
+        #: llhttp's parser, whose callbacks are this reader's methods: a reference cycle,
+        #: broken (the parser let go) once nothing is left to parse, so that a reply read to
+        #: its end is freed at once and not left to the garbage collector.
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self._events: collections.deque[Head | bytes | _Sentinel] = collections.deque()
         self._headers: list[tuple[bytes, bytes]] = []
         self._codings = 0  # Transfer-Encoding fields seen
@@ -243,6 +246,7 @@ class ReplyReader:
             refused = _not_a_reply(data)
             if refused is not None:
                 self._error = ReplyError(refused)
+                self._parser = None
                 return
         self._seen = True
         before = len(self._events)
@@ -251,23 +255,27 @@ class ReplyReader:
 
     def _closed(self) -> None:
         self._ended = True
+        self._parser = None  # nothing more comes
         if self._state == "to_close":
             self._state = "done"
             self._events.append(END)
 
     def _feed(self, data: bytes) -> None:
         """Parse ``data``, keeping llhttp's and the callbacks' refusals as :attr:`_error`."""
+        parser = self._parser
+        if parser is None:  # the end of the connection came first (no byte follows it)
+            return
         try:
             if data[-1] in _LINE_END:
                 # llhttp skips line ends after a reply without a callback: the last byte is
                 # fed alone, so one that came after the reply is known to be beyond it.
-                self._parser.feed_data(memoryview(data)[:-1])
+                parser.feed_data(memoryview(data)[:-1])
                 if self._state == "done":
                     self.trailing = True
                 else:
-                    self._parser.feed_data(data[-1:])
+                    parser.feed_data(data[-1:])
             else:
-                self._parser.feed_data(data)
+                parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._error = ReplyError(f"a {self._status} reply was not asked for")
         except httptools.HttpParserError as exc:
@@ -278,6 +286,9 @@ class ReplyReader:
                 self._error = ReplyError(_llhttp_says(exc))
             else:
                 self.trailing = True  # bytes after the reply that are not a reply: not reused
+        if self._state == "done" or self._error is not None:
+            # Later bytes are only counted as trailing (receive_data): the cycle is broken.
+            self._parser = None
 
     def _note_progress(self, progressed: bool, size: int) -> None:
         """Refuse a head, chunk framing or trailer that grows past MAX_HEAD with no event."""
@@ -335,7 +346,7 @@ class ReplyReader:
     def on_headers_complete(self) -> None:
         if self._state == "done":
             return
-        parser = self._parser
+        parser = cast(httptools.HttpResponseParser, self._parser)  # parsing: still there
         status = self._status = parser.get_status_code()
         if status < 100 or status == 101:
             raise ReplyError(f"a {status} reply was not asked for")
