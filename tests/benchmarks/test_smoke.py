@@ -53,13 +53,17 @@ def test_smoke_run_has_every_benchmark_for_both_libraries(smoke: dict[str, Any])
 
 
 def test_smoke_steady_figures_are_well_formed(smoke: dict[str, Any]) -> None:
-    """Each steady run reports held leases, renewals, CPU per renewal and request counts."""
+    """Each steady run reports held leases, renewals, CPU per renewal (for trio_lease's rows,
+    with the garbage collector's part of it) and request counts."""
     for lib, step in smoke["results"]["steady"].items():
         assert step["held"] == step["params"]["n"], lib
         assert step["renewals"] > 0, lib
         assert _finite_or_nan(step["client_cpu_us_per_renewal"]), lib
         if lib not in ("ours-sqlite", "ours-etcd"):  # only the emulator counts requests
             assert step["requests_per_renewal"] >= 1.0, lib
+        if lib.startswith("ours"):  # trio_lease's rows say what the collector took of it
+            assert 0.0 <= step["client_gc_us_per_renewal"] <= step["client_cpu_us_per_renewal"]
+            assert len(step["gc_collections"]) == 3, lib
 
 
 def test_smoke_latencies_are_summaries(smoke: dict[str, Any]) -> None:

@@ -2,7 +2,8 @@
 
 - Clock: :func:`trio.current_time` (anyio's ``current_time`` looks the loop up on each call).
 - Waiter: the waiting task itself, parked and rescheduled by trio's low-level API
-  (:class:`TaskWaiter`; a :class:`trio.Event` per wait cost more).
+  (:class:`TaskWaiter`): a :class:`trio.Event` per wait cost about a tenth more per contended
+  slot (tools/benchmarks/README.md, "A slot wait on trio").
 - Sleeping until a time (:func:`sleep_until`): the tasks that sleep until the same instant
   share one trio sleep. A trio sleep is a cancel scope whose deadline cancels it, and waking
   from one costs the whole cancellation (a ``Cancelled`` raised and caught, the scope's status
