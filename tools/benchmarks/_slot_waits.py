@@ -11,6 +11,7 @@ checkout: the code before a change), each in a fresh interpreter, alternated thr
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -63,7 +64,8 @@ def main() -> None:
             # This file runs in each: the tree given first on the path imports its trio_lease.
             out = subprocess.run(
                 [sys.executable, __file__, "--worker"],
-                env={"PYTHONPATH": str(tree)}, check=True, capture_output=True, text=True,
+                env={**os.environ, "PYTHONPATH": str(tree)},
+                check=True, capture_output=True, text=True,
             )
             results[tree].append(float(out.stdout))
     for tree, values in results.items():
