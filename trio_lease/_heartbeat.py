@@ -38,7 +38,7 @@ from . import _algorithm as algo
 from ._abc import LeaseBackend, LeaseRecord
 from ._bodies import BodyScopes
 from ._exceptions import ConflictError
-from ._loops import current
+from ._loops import WriteBound, current
 from ._observer import LeaseInfo, LeaseObserver, everywhere, notify
 from ._per_loop import PerLoop
 from ._settings import LeaseSettings
@@ -290,10 +290,11 @@ class Holding:
         started = self._clock()
         while self.is_active():
             # One cancel scope bounds this holder's writes until one outlives its bound: its
-            # deadline is set only while a write is in flight. A scope entered per write cost
-            # about 10 µs of a renewal's 70 on asyncio (memory backend; tools/benchmarks/
-            # README.md, "Design measurements").
-            with anyio.CancelScope() as bounds:  # noqa: ASYNC912  a deadline only while a write awaits
+            # deadline is set only while a write is in flight (the seam's write bound). A scope
+            # entered per write cost about 10 µs of a renewal's 70 on asyncio (memory backend;
+            # tools/benchmarks/README.md, "Design measurements").
+            with anyio.CancelScope() as scope:  # noqa: ASYNC912  a deadline only while a write awaits
+                bounds = current().write_bound(scope)
                 while self.is_active():
                     delay = next_at - self._clock()
                     if delay > 0:
@@ -310,7 +311,7 @@ class Holding:
                     with urgent(self._deadline_on_loop()):
                         renewed = await self._renew_once(bounds)
                     next_at = self._next_attempt(renewed, started)
-            if bounds.cancelled_caught:  # the write outlived its bound: an unknown outcome
+            if scope.cancelled_caught:  # the write outlived its bound: an unknown outcome
                 self._unknown(None)
                 next_at = self._next_attempt(False, started)
 
@@ -330,11 +331,12 @@ class Holding:
         # Retry soon: D >= R + 2T leaves room for at least two attempts.
         return started + max(self._settings.lease_operation_timeout / 4, 0.001)
 
-    async def _renew_once(self, bounds: anyio.CancelScope) -> bool:
+    async def _renew_once(self, bounds: WriteBound) -> bool:
         """One renewal attempt; True when a write was confirmed and the deadline moved.
 
-        The write runs under ``bounds``, whose deadline is the request's bound while it is in
-        flight; one that outlives it cancels the scope (the caller counts an unknown outcome).
+        The write runs under the scope of ``bounds``, whose deadline is the request's bound
+        while it is in flight; one that outlives it cancels the scope (the caller counts an
+        unknown outcome).
         """
         if self._needs_read and not await self._resolve():
             return False
@@ -343,7 +345,7 @@ class Holding:
             return False
         new = algo.renewal(self.record, self._wall_clock())
         send = self._clock()
-        bounds.deadline = (send if self._loop_clock else anyio.current_time()) + bound
+        bounds.set((send if self._loop_clock else anyio.current_time()) + bound)
         try:
             stored = await self._backend.update(new, self.record.version)
         except ConflictError:
@@ -356,7 +358,7 @@ class Holding:
             self._unknown(exc)
             return False
         finally:
-            bounds.deadline = math.inf
+            bounds.clear()
         if self.lost_cause is not None or self.ended:
             return False
         problem = algo.echo_problem(stored, new, self.record.version)

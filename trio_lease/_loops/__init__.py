@@ -11,6 +11,8 @@ speed live here and nowhere else (tests/test_layout.py holds every other module 
 - the safety timer's per-loop part (:func:`deadline_keeper`): how the deadline of a grant
   reaches its bodies' cancel scopes (the decision, and when it is read, is
   :mod:`trio_lease._bodies`);
+- the bound of a holder's writes (:func:`write_bound`): a cancel scope's deadline while a write
+  is in flight;
 - connections (:func:`connect`): a socket with the reply bytes read in the task that asks for
   them, never parsed in a callback;
 - starting a loop (:func:`run_options`): a call made once the loop exists, before it installs
@@ -27,7 +29,7 @@ from typing import Any
 
 import sniffio
 
-from ._interface import Connection, DeadlineKeeper, LoopKit, Waiter
+from ._interface import Connection, DeadlineKeeper, LoopKit, Waiter, WriteBound
 from ._scopes import ScopeDeadlines
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "LoopKit",
     "ScopeDeadlines",
     "Waiter",
+    "WriteBound",
     "current",
     "run_options",
 ]

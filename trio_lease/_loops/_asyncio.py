@@ -11,6 +11,16 @@
   (tools/benchmarks/README.md, "Design measurements"). The alarm fires at the deadline it last
   read and asks its owner again: about one timer per lease duration instead of one per renewal,
   with the same timing (a timer callback like anyio's own, run with the other expired timers).
+- Write bounds (:class:`SharedBound`): one loop timer for the bounds of every holder's writes
+  in flight. A bound is a scope's deadline while a write is in flight, set and cleared once per
+  renewal; as the scope's own deadline, each set armed a loop timer, and the cleared one stayed
+  in the loop's heap for T (its handle, a copy of the task's context and what that holds: a
+  fifth of the objects a renewal left to the garbage collector's oldest generation). The
+  scope's deadline field is written without a timer (so
+  :func:`anyio.current_effective_deadline` reads the bound, as the backends need), and one
+  timer per loop, set for the earliest bound of a write still in flight, cancels the scope
+  whose bound passed, as anyio's timer would (tools/benchmarks/README.md, "A write bound on
+  asyncio").
 - Connection (:class:`NativeConnection`): asyncio's own transport with reading left on. anyio's
   stream switches reading on and off around every receive (two ``epoll_ctl`` calls each) plus a
   checkpoint: about 60 to 90 µs per request on the benchmark machine, a quarter of the request.
@@ -23,6 +33,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import heapq
+import itertools
+import math
 import ssl
 import weakref
 from collections.abc import Callable
@@ -39,12 +52,14 @@ __all__ = [
     "FutureWaiter",
     "LoopAlarm",
     "NativeConnection",
+    "SharedBound",
     "clock",
     "connect",
     "deadline_keeper",
     "loop_factory",
     "sleep_until",
     "waiter",
+    "write_bound",
 ]
 
 _READ_SIZE = 65536
@@ -164,6 +179,124 @@ def deadline_keeper(
     scopes: list[anyio.CancelScope], ring: Callable[[float], float | None]
 ) -> LoopAlarm:
     return LoopAlarm(ring)
+
+
+class _Bounds:
+    """The bounds of the writes in flight on one loop, by one loop timer.
+
+    A heap of (bound, write, its :class:`SharedBound`); an entry whose write has ended stays
+    until it reaches the top (tuples of a float and an int compare in C). The timer is set for
+    the earliest bound of a write still in flight: when it fires it drops the ended writes
+    before that one, cancels the scopes whose bounds passed and is set again for the next. A
+    write ends long before its bound, so the timer fires about once per bound's length (T),
+    not once per write.
+    """
+
+    __slots__ = ("_at", "_handle", "_heap", "_loop", "timers_set")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._heap: list[tuple[float, int, SharedBound]] = []
+        self._handle: asyncio.TimerHandle | None = None
+        self._at = math.inf
+        #: Loop timers set so far (for tests and the benchmarks).
+        self.timers_set = 0
+
+    def add(self, deadline: float, write: int, bound: SharedBound) -> None:
+        heapq.heappush(self._heap, (deadline, write, bound))
+        if deadline < self._at:
+            self._set(deadline)
+
+    def _set(self, deadline: float) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = self._loop.call_at(deadline, self._fire)
+        self._at = deadline
+        self.timers_set += 1
+
+    def _fire(self) -> None:
+        self._handle, self._at = None, math.inf
+        heap, now = self._heap, self._loop.time()
+        while heap:
+            deadline, write, bound = heap[0]
+            if bound.write != write:
+                heapq.heappop(heap)  # that write ended: its bound is void
+            elif deadline > now:
+                self._set(deadline)
+                return
+            else:
+                heapq.heappop(heap)
+                bound.expire()
+
+
+#: Per event loop, the bounds of its writes in flight.
+_BOUNDS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Bounds] = (
+    weakref.WeakKeyDictionary()
+)
+#: Numbers the writes (0: none in flight).
+_WRITES = itertools.count(1)
+
+
+class SharedBound:
+    """A :class:`~trio_lease._loops.WriteBound` kept by its loop's one timer (:class:`_Bounds`).
+
+    The scope's deadline is anyio's ``_deadline`` field, written directly: the public setter
+    arms a loop timer for each new value. Where that field is missing (another anyio), the
+    public setter is used and each write arms its timer, as before.
+    """
+
+    __slots__ = ("_bounds", "_scope", "write")
+
+    def __init__(self, scope: anyio.CancelScope) -> None:
+        loop = asyncio.get_running_loop()
+        bounds = _BOUNDS.get(loop)
+        if bounds is None:
+            bounds = _BOUNDS[loop] = _Bounds(loop)
+        self._bounds = bounds
+        self._scope = scope
+        #: The write in flight (its number), 0 when none.
+        self.write = 0
+
+    def set(self, deadline: float) -> None:
+        scope = self._scope
+        if not _DEADLINE_FIELD or deadline <= self._bounds._loop.time():
+            scope.deadline = deadline  # anyio's own: a deadline already past cancels at once
+            return
+        scope._deadline = deadline  # type: ignore[attr-defined]
+        self.write = write = next(_WRITES)
+        self._bounds.add(deadline, write, self)
+
+    def clear(self) -> None:
+        self.write = 0
+        scope = self._scope
+        if _DEADLINE_FIELD:
+            scope._deadline = math.inf  # type: ignore[attr-defined]
+        else:
+            scope.deadline = math.inf
+
+    def expire(self) -> None:
+        """The bound passed with the write still in flight: cancel the scope."""
+        self.write = 0
+        self._scope.cancel()
+
+
+def _has_deadline_field() -> bool:
+    """Whether anyio's asyncio cancel scope keeps its deadline in ``_deadline`` (and reads it
+    back through ``deadline``), so that writing the field is setting the deadline."""
+    from anyio._backends._asyncio import CancelScope
+
+    scope = CancelScope()
+    if getattr(scope, "_deadline", None) != math.inf:
+        return False
+    scope._deadline = 1.0
+    return scope.deadline == 1.0
+
+
+_DEADLINE_FIELD = _has_deadline_field()
+
+
+def write_bound(scope: anyio.CancelScope) -> SharedBound:
+    return SharedBound(scope)
 
 
 class _Reader(asyncio.Protocol):

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
     import anyio
 
-__all__ = ["Connection", "DeadlineKeeper", "LoopKit", "Waiter"]
+__all__ = ["Connection", "DeadlineKeeper", "LoopKit", "Waiter", "WriteBound"]
 
 
 class Waiter(Protocol):
@@ -69,6 +69,26 @@ class DeadlineKeeper(Protocol):
         ...
 
 
+class WriteBound(Protocol):
+    """The bound of one holder's writes: the deadline of a cancel scope the holder keeps entered,
+    set while a write is in flight and cleared after it.
+
+    While set, the scope's ``deadline`` (and so :func:`anyio.current_effective_deadline` inside
+    it, which the backends read to bound their requests) is the bound, and the scope is
+    cancelled once the loop's clock reaches it, with the loop's other expired timers, as a
+    deadline of its own would be. The scope has no deadline of its own besides.
+    """
+
+    def set(self, deadline: float) -> None:
+        """A write starts: cancel the scope at ``deadline`` (on the loop's clock) unless
+        :meth:`clear` comes first. A deadline already past cancels it at once."""
+        ...
+
+    def clear(self) -> None:
+        """The write ended: nothing is cancelled."""
+        ...
+
+
 class Connection(Protocol):
     """One client connection: bytes out, bytes in (``b""`` at the end), read in the calling
     task. Failures are the loop's own types (:data:`LoopKit.FAILURES`); the caller translates
@@ -112,6 +132,10 @@ class LoopKit(Protocol):
     async def sleep_until(self, deadline: float) -> None:
         """Sleep until the loop's clock (:meth:`clock`) reads ``deadline``; a checkpoint.
         Many tasks sleep until the same instant (renewals fall due on a grid)."""
+        ...
+
+    def write_bound(self, scope: anyio.CancelScope) -> WriteBound:
+        """The :class:`WriteBound` of ``scope`` (entered, with no deadline of its own)."""
         ...
 
     def deadline_keeper(

@@ -1,17 +1,24 @@
-"""Scope deadlines: the safety timer kept by the bodies' cancel scopes themselves.
+"""Scope deadlines: the safety timer kept by the bodies' cancel scopes themselves, and a
+holder's write bound kept by its scope's own deadline (:class:`ScopeBound`).
 
 Every scope carries the grant's deadline and every renewal moves it. On trio this is the cheap
 way (trio keeps deadlines in its own heap, and moving one is an update there), so it is
 ``_trio``'s keeper. It is also the keeper wherever the deadline must not be read from a loop
 timer's callback: a holder's injected clock may need a running task (``anyio.current_time()``
 does), and a callback runs outside any task.
+
+A write bound as a scope's own deadline is trio's (moving a deadline updates trio's heap). On
+asyncio each such move arms a loop timer, so asyncio keeps the bounds of every holder by one
+timer instead (``_asyncio.SharedBound``).
 """
 
 from __future__ import annotations
 
+import math
+
 import anyio
 
-__all__ = ["ScopeDeadlines"]
+__all__ = ["ScopeBound", "ScopeDeadlines"]
 
 
 class ScopeDeadlines:
@@ -38,3 +45,18 @@ class ScopeDeadlines:
 
     def stop(self) -> None:
         """Nothing to undo: the scopes left carry their deadlines with them."""
+
+
+class ScopeBound:
+    """A :class:`~trio_lease._loops.WriteBound` that sets the scope's own deadline."""
+
+    __slots__ = ("_scope",)
+
+    def __init__(self, scope: anyio.CancelScope) -> None:
+        self._scope = scope
+
+    def set(self, deadline: float) -> None:
+        self._scope.deadline = deadline
+
+    def clear(self) -> None:
+        self._scope.deadline = math.inf

@@ -9,8 +9,9 @@
   from one costs the whole cancellation (a ``Cancelled`` raised and caught, the scope's status
   recomputed): renewals fall due on a grid (:func:`trio_lease._algorithm.next_renewal`), so
   one sleep wakes the dozens due at that instant.
-- Safety timer: scope deadlines (:class:`~trio_lease._loops.ScopeDeadlines`): trio keeps
-  deadlines in its own heap, and moving one is cheap.
+- Safety timer and write bounds: scope deadlines (:class:`~trio_lease._loops.ScopeDeadlines`,
+  :class:`~trio_lease._loops._scopes.ScopeBound`): trio keeps deadlines in its own heap, and
+  moving one is cheap.
 - Connection: plain TCP is :class:`SocketConnection`, a non-blocking socket driven by trio's
   own waits (:func:`trio.lowlevel.wait_readable`): a request costs one wait for its reply and
   no other trip through the scheduler. trio's socket stream (under anyio's, or alone) spends a
@@ -31,7 +32,7 @@ import trio
 
 from .._connect import HandshakeClosed
 from ._quiet import quiet
-from ._scopes import ScopeDeadlines
+from ._scopes import ScopeBound, ScopeDeadlines
 
 __all__ = [
     "FAILURES",
@@ -43,6 +44,7 @@ __all__ = [
     "deadline_keeper",
     "sleep_until",
     "waiter",
+    "write_bound",
 ]
 
 _READ_SIZE = 65536
@@ -167,6 +169,10 @@ def deadline_keeper(
     scopes: list[anyio.CancelScope], ring: Callable[[float], float | None]
 ) -> ScopeDeadlines:
     return ScopeDeadlines(scopes)
+
+
+def write_bound(scope: anyio.CancelScope) -> ScopeBound:
+    return ScopeBound(scope)
 
 
 #: Reads in a row that found bytes already there before one yields to the scheduler (a
