@@ -43,7 +43,7 @@ from ._observer import LeaseInfo, LeaseObserver, everywhere, notify
 from ._per_loop import PerLoop
 from ._settings import LeaseSettings
 from ._shared_watch import FeedFailure, SharedWatch, shared_watch
-from ._slots import urgent
+from ._slots import Urgency, urgent
 
 __all__ = ["Holding", "registry"]
 
@@ -288,6 +288,14 @@ class Holding:
         settings = self._settings
         next_at = algo.next_renewal(self.last_send, settings)
         started = self._clock()
+        # This task's renewals go before acquisitions, the nearest deadline first among those
+        # waiting for a slot: a lease whose last attempt failed overtakes those with time to
+        # spare (trio_lease._slots). Marked once; the deadline is set before each attempt.
+        urgency = Urgency()
+        with urgent(urgency):
+            await self._renew_loop_marked(urgency, next_at, started)
+
+    async def _renew_loop_marked(self, urgency: Urgency, next_at: float, started: float) -> None:
         while self.is_active():
             # One cancel scope bounds this holder's writes until one outlives its bound: its
             # deadline is set only while a write is in flight (the seam's write bound). A scope
@@ -305,11 +313,8 @@ class Holding:
                     if not self.is_active():  # lost or ended while we slept
                         return
                     started = self._clock()
-                    # The nearest deadline goes first among renewals waiting for a slot: a
-                    # lease whose last attempt failed overtakes those with time to spare
-                    # (trio_lease._slots).
-                    with urgent(self._deadline_on_loop()):
-                        renewed = await self._renew_once(bounds)
+                    urgency.deadline = self._deadline_on_loop()
+                    renewed = await self._renew_once(bounds)
                     next_at = self._next_attempt(renewed, started)
             if scope.cancelled_caught:  # the write outlived its bound: an unknown outcome
                 self._unknown(None)

@@ -33,21 +33,36 @@ from typing import Any
 
 from ._loops import Waiter, current
 
-__all__ = ["Slots", "urgent"]
+__all__ = ["Slots", "Urgency", "urgent", "urgent_deadline"]
 
-#: The deadline of the current context's urgent requests (``math.inf``: urgent, no deadline);
-#: None when they are not urgent.
-_URGENT: ContextVar[float | None] = ContextVar("trio_lease_urgent", default=None)
+class Urgency:
+    """The deadline of a task's urgent requests, moved by its owner between them.
+
+    A holder's renewal task marks itself urgent once, with one of these, and sets
+    :attr:`deadline` before each renewal: marking each renewal anew (a context variable set
+    and reset) left a few objects per renewal to the garbage collector.
+    """
+
+    __slots__ = ("deadline",)
+
+    def __init__(self, deadline: float = math.inf) -> None:
+        #: On :func:`anyio.current_time`'s clock; ``math.inf``: urgent, no deadline.
+        self.deadline = deadline
+
+
+#: The urgency of the current context's requests; None when they are not urgent.
+_URGENT: ContextVar[Urgency | None] = ContextVar("trio_lease_urgent", default=None)
 
 
 @contextmanager
-def urgent(deadline: float = math.inf) -> Iterator[None]:
+def urgent(deadline: float | Urgency = math.inf) -> Iterator[None]:
     """Requests made in this block (in this task) take free slots before the others.
 
     ``deadline`` (on :func:`anyio.current_time`'s clock) orders urgent waiters: the nearest
-    deadline is served first, and those without one after every one that has one.
+    deadline is served first, and those without one after every one that has one. An
+    :class:`Urgency` is read when a request waits, so its owner may move it within the block.
     """
-    token = _URGENT.set(deadline)
+    token = _URGENT.set(deadline if isinstance(deadline, Urgency) else Urgency(deadline))
     try:
         yield
     finally:
@@ -57,6 +72,12 @@ def urgent(deadline: float = math.inf) -> Iterator[None]:
 def is_urgent() -> bool:
     """Whether the current context was marked with :func:`urgent`."""
     return _URGENT.get() is not None
+
+
+def urgent_deadline() -> float | None:
+    """The current context's urgent deadline (``math.inf``: none), or None if not urgent."""
+    urgency = _URGENT.get()
+    return None if urgency is None else urgency.deadline
 
 
 class Slots:
@@ -95,13 +116,13 @@ class Slots:
         if self._free > 0:
             self._free -= 1
             return
-        deadline = _URGENT.get()
+        urgency = _URGENT.get()
         waiter = current().waiter()
         entry: list[Any] | None = None
-        if deadline is None:
+        if urgency is None:
             self._normal.append(waiter)
         else:
-            entry = [deadline, next(self._arrivals), waiter]
+            entry = [urgency.deadline, next(self._arrivals), waiter]
             heapq.heappush(self._urgent, entry)
             self._urgent_waiting += 1
         try:

@@ -10,7 +10,7 @@ import pytest
 from trio_lease import Lease, LeaseSettings
 from trio_lease._abc import LeaseRecord
 from trio_lease._exceptions import BackendUnavailable
-from trio_lease._slots import _URGENT, Slots, is_urgent, urgent
+from trio_lease._slots import Slots, Urgency, is_urgent, urgent, urgent_deadline
 from trio_lease.backends.memory import MemoryBackend
 
 pytestmark = pytest.mark.anyio
@@ -167,6 +167,40 @@ async def test_urgent_waiters_go_nearest_deadline_first() -> None:
     assert repr(slots) == "<Slots 1/1 free, 0 waiting>"
 
 
+async def test_an_urgency_moved_between_requests_orders_each_wait_by_its_value_then() -> None:
+    """A task marked once with an Urgency (a holder's renewal task) waits with the deadline the
+    Urgency holds when it starts waiting; moving it later does not reorder a wait in progress,
+    and the next request waits with the new value."""
+    slots = Slots(1)
+    order: list[str] = []
+    moving = Urgency(30.0)
+
+    async def marked_task() -> None:
+        with urgent(moving):
+            await slots.acquire()  # waits with 30
+            order.append(f"moving {urgent_deadline()}")
+            slots.release()
+            moving.deadline = 5.0
+            await anyio.sleep(0.05)
+            await slots.acquire()  # waits with 5, ahead of the 10 that arrived first
+            order.append(f"moving {urgent_deadline()}")
+            slots.release()
+
+    await slots.acquire()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(marked_task)
+        await anyio.sleep(0.01)
+        tg.start_soon(_queue_by, slots, order, "d20", 20.0)
+        await anyio.sleep(0.01)
+        moving.deadline = 1.0  # too late for the wait already queued with 30
+        slots.release()  # to d20 (queued with 20, against the marked task's 30)
+        await slots.acquire()  # waits (not urgent) until d20 and the marked task are done
+        tg.start_soon(_queue_by, slots, order, "d10", 10.0)
+        await anyio.sleep(0.1)  # d10 waits with 10; the marked task waits again, now with 5
+        slots.release()
+    assert order == ["d20", "moving 1.0", "moving 5.0", "d10"]
+
+
 async def test_a_cancelled_urgent_waiter_leaves_the_queue() -> None:
     """An urgent waiter cancelled before its turn is no longer counted nor handed a slot."""
     slots = Slots(1)
@@ -206,7 +240,7 @@ class _Deadlines(MemoryBackend):
     async def update(self, record: LeaseRecord, expected_version: str) -> LeaseRecord:
         now = anyio.current_time()
         if record.holder:  # not the release
-            self.marks.append((now, _URGENT.get()))
+            self.marks.append((now, urgent_deadline()))
         if any(start <= now < start + 0.5 for start in self.fail_at):
             raise BackendUnavailable("down for the test")
         return await super().update(record, expected_version)

@@ -38,7 +38,7 @@ import itertools
 import math
 import ssl
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import cast
 
 import anyio
@@ -83,14 +83,15 @@ _SLEEPERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Sleepers] = (
 )
 
 
-async def sleep_until(deadline: float) -> None:
+def sleep_until(deadline: float) -> Awaitable[None]:
     """Sleep until the loop's clock reads ``deadline``: a future per task, one loop timer per
     instant (asyncio's own sleep sets a timer per task, each pushed through the timer heap,
-    whose entries compare in Python)."""
+    whose entries compare in Python). The future itself is awaited, not a coroutine around
+    it: a sleeping holder's objects outlive the garbage collector's young generations, and
+    a coroutine per sleep was one more of them per renewal."""
     loop = asyncio.get_running_loop()
     if deadline <= loop.time():
-        await asyncio.sleep(0)
-        return
+        return asyncio.sleep(0)
     groups = _SLEEPERS.get(loop)
     if groups is None:
         groups = _SLEEPERS[loop] = {}
@@ -101,7 +102,7 @@ async def sleep_until(deadline: float) -> None:
         loop.call_at(deadline, _wake, groups, deadline)
     else:
         sleepers.append(future)
-    await future  # cancelled with its task: the timer skips it
+    return future  # cancelled with its task: the timer skips it
 
 
 def _wake(groups: _Sleepers, deadline: float) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -129,9 +129,10 @@ class LoopKit(Protocol):
         """A new :class:`Waiter`."""
         ...
 
-    async def sleep_until(self, deadline: float) -> None:
+    def sleep_until(self, deadline: float) -> Awaitable[None]:
         """Sleep until the loop's clock (:meth:`clock`) reads ``deadline``; a checkpoint.
-        Many tasks sleep until the same instant (renewals fall due on a grid)."""
+        Many tasks sleep until the same instant (renewals fall due on a grid). Awaited at
+        once by the caller (it may start the sleep when called)."""
         ...
 
     def write_bound(self, scope: anyio.CancelScope) -> WriteBound:
