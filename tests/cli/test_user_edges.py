@@ -122,6 +122,20 @@ def _interpreter_start(env: dict[str, str]) -> float:
     return max(times)
 
 
+def test_the_console_scripts_sigint_handler_is_in_place_once_its_module_is_imported() -> None:
+    """The console script's wrapper runs code of its own between importing ``_trio_lease_cli``
+    and calling its ``main`` (a regular expression compiled for ``sys.argv[0]``): the quiet
+    SIGINT handler is installed by the import, so a Ctrl-C there prints no traceback."""
+    probe = (
+        "import signal, _trio_lease_cli\n"
+        "print(signal.getsignal(signal.SIGINT) is _trio_lease_cli._interrupted)\n"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert shown.stdout.strip() == "True", shown
+
+
 def test_ctrl_c_while_starting_ends_without_a_traceback(cli: Cli) -> None:
     """SIGINT while `run` or `status --watch` is still starting (importing, parsing, entering
     the loop) ends it with one line, never a KeyboardInterrupt traceback.
