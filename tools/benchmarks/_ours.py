@@ -26,6 +26,7 @@ scenario's own.
 from __future__ import annotations
 
 import collections
+import gc
 import json
 import logging
 import os
@@ -39,6 +40,7 @@ import anyio
 import httpx
 
 from trio_lease import Lease, LeaseLost, LeaseSettings
+from trio_lease._heartbeat import Holding
 from trio_lease.abc import LeaseBackend
 from trio_lease.backends.kubernetes import KubernetesBackend, _client
 from trio_lease.backends.kubernetes._config import resolve_config
@@ -192,10 +194,13 @@ class _LossLog(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.lost_at: dict[str, float] = {}
+        #: Why each lease was lost, as the core logged it.
+        self.causes: dict[str, str] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.msg.startswith("lease %r lost") and isinstance(record.args, tuple):
             self.lost_at.setdefault(str(record.args[0]), now())
+            self.causes.setdefault(str(record.args[0]), str(record.args[-1]))
 
 
 async def take_over(client: httpx.AsyncClient, name: str, thief: str) -> float:
@@ -221,18 +226,29 @@ def kube_server(kubeconfig: str) -> str:
 
 
 async def loss(p: Params) -> None:
-    """Take over ``n`` held leases at random moments; inject → cancelled, noticed → cancelled."""
+    """Take over held leases at random moments; inject → cancelled, noticed → cancelled.
+
+    ``n`` leases are held (acquired over ``ramp`` seconds, default all at once); ``victims`` of
+    them (default all), picked at random, are taken over at moments spread evenly at random
+    over ``spread`` seconds (default 2R). With many leases held and a few victims over a long
+    spread, each takeover meets the process as a steady holder of ``n`` leases is: renewing,
+    and now and then collecting its garbage (the longest collection in the window is reported
+    beside the latencies).
+    """
     handler = _LossLog()
     logging.getLogger("trio_lease").addHandler(handler)
     backend, settings, n = make_backend(p), make_settings(p), p["n"]
+    ramp, spread = p.get("ramp", 0.0), p.get("spread", p["R"] * 2)
     cancelled_at: dict[str, float] = {}
     injected_at: dict[str, float] = {}
     held = anyio.Event()
     count = {"held": 0}
+    pauses = _Pauses()
 
-    async def hold(name: str) -> None:
+    async def hold(i: int, name: str) -> None:
+        await anyio.sleep(i * ramp / n)
         try:
-            async with Lease(name, "victim", backend, settings).held(timeout=30):
+            async with Lease(name, "victim", backend, settings).held(timeout=30 + ramp):
                 count["held"] += 1
                 if count["held"] == n:
                     held.set()
@@ -240,31 +256,90 @@ async def loss(p: Params) -> None:
                     await anyio.sleep_forever()
                 finally:
                     cancelled_at[name] = now()
+                    uncancelled.discard(name)
+                    if not uncancelled:
+                        all_cancelled.set()
         except LeaseLost:
             pass
 
+    # When each holder began the read that confirms a foreign state seen on its watch: splits
+    # takeover → noticed into the watch's delivery and the confirming read.
+    confirming: dict[str, float] = {}
+    confirm = Holding._confirm_loss
+
+    async def stamped(holding: Holding) -> bool:
+        confirming.setdefault(holding.name, now())
+        return await confirm(holding)
+
+    Holding._confirm_loss = stamped  # type: ignore[method-assign,assignment]
     names = [f"{p['prefix']}-{i}" for i in range(n)]
+    victims = random.sample(names, int(p.get("victims") or n))
+    uncancelled, all_cancelled = set(victims), anyio.Event()
     async with httpx.AsyncClient(base_url=kube_server(p["kubeconfig"])) as client:
-        with anyio.fail_after(p["R"] * 4 + 120):
+        with anyio.fail_after(p["R"] * 4 + 120 + ramp + spread + p["L"]):
             async with anyio.create_task_group() as tg:
-                for name in names:
-                    tg.start_soon(hold, name)
+                for i, name in enumerate(names):
+                    tg.start_soon(hold, i, name)
                 await held.wait()
+                await anyio.sleep(p["R"])  # every holder renewing, in its rhythm
 
                 async def inject(name: str) -> None:
-                    await anyio.sleep(random.uniform(0, p["R"] * 2))
+                    await anyio.sleep(random.uniform(0, spread))
                     injected_at[name] = await take_over(client, name, f"thief-{name}")
 
-                async with anyio.create_task_group() as injectors:
-                    for name in names:
-                        injectors.start_soon(inject, name)
+                with pauses:
+                    async with anyio.create_task_group() as injectors:
+                        for name in victims:
+                            injectors.start_soon(inject, name)
+                    # A victim that missed its takeover on the watch is cancelled by its
+                    # deadline, at most L after its last renewal.
+                    with anyio.move_on_after(p["L"] + p["R"] * 4):
+                        await all_cancelled.wait()
+                tg.cancel_scope.cancel()
     _finish(
-        inject_to_cancel_s=[cancelled_at[k] - injected_at[k] for k in names if k in cancelled_at],
+        inject_to_cancel_s=[
+            cancelled_at[k] - injected_at[k] for k in victims if k in cancelled_at
+        ],
         noticed_to_cancel_s=[
-            cancelled_at[k] - handler.lost_at[k] for k in names
+            cancelled_at[k] - handler.lost_at[k] for k in victims
             if k in cancelled_at and k in handler.lost_at
         ],
+        inject_to_confirming_s=[
+            confirming[k] - injected_at[k] for k in victims if k in confirming
+        ],
+        confirming_to_noticed_s=[
+            handler.lost_at[k] - confirming[k] for k in victims
+            if k in confirming and k in handler.lost_at
+        ],
+        seen_on_watch=sum("seen on the watch" in handler.causes.get(k, "") for k in victims),
+        longest_collection_s=pauses.longest,
+        collections=pauses.collections,
     )
+
+
+class _Pauses:
+    """The longest garbage collection (wall time) in a block, and how many of each generation."""
+
+    def __init__(self) -> None:
+        self.longest = [0.0, 0.0, 0.0]
+        self.collections = [0, 0, 0]
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        generation = info["generation"]
+        took = time.perf_counter() - self._started
+        self.longest[generation] = max(self.longest[generation], round(took, 6))
+        self.collections[generation] += 1
+
+    def __enter__(self) -> _Pauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 async def hold_forever(p: Params) -> None:
