@@ -44,14 +44,41 @@ def _one_round(
         "kubeconfig": str(emulator.kubeconfig),
         "anyio_backend": args.loop,
     }
+    watcher = Proc("tools.benchmarks._watch_stamps", str(emulator.kubeconfig))
     proc = Proc("tools.benchmarks._ours", "loss", json.dumps(params), cwd=tree)
     try:
+        if watcher.readline(30).strip() != "ready":
+            raise RuntimeError("the bare watcher did not start")
         while True:
             event = proc.event(args.spread + 300)
             if event["event"] == "result":
-                return event
+                break
     finally:
         proc.stop()
+        seen = _stamps(watcher)
+    # The server's part of a holder's watch delay (takeover → a bare watcher in a process of its
+    # own saw it), and the holder process's own part (→ its confirming read began).
+    injected, confirming = event.get("injected_at", {}), event.get("confirming_at", {})
+    event["inject_to_sent_s"] = [seen[k] - injected[k] for k in injected if k in seen]
+    event["sent_to_confirming_s"] = [confirming[k] - seen[k] for k in confirming if k in seen]
+    return event
+
+
+def _stamps(watcher: Proc) -> dict[str, float]:
+    """The bare watcher's stamps, once its stdin is closed (it then exits)."""
+    assert watcher.popen.stdin is not None
+    watcher.popen.stdin.close()
+    seen: dict[str, float] = {}
+    try:
+        while True:
+            line = watcher.readline(10)
+            if line.startswith("{"):
+                stamp = json.loads(line)
+                seen[stamp["name"]] = stamp["seen"]
+    except (EOFError, TimeoutError):
+        pass
+    watcher.stop()
+    return seen
 
 
 def _ms(values: list[float], q: float) -> str:
@@ -93,7 +120,11 @@ def main() -> None:
             f"{_ms(result['inject_to_confirming_s'], 50)} p99 "
             f"{_ms(result['inject_to_confirming_s'], 99)} ms, that read → noticed p50 "
             f"{_ms(result['confirming_to_noticed_s'], 50)} p99 "
-            f"{_ms(result['confirming_to_noticed_s'], 99)} ms; longest collection by generation "
+            f"{_ms(result['confirming_to_noticed_s'], 99)} ms; of the watch's delay the server's"
+            f" (takeover → a bare watcher saw it) p50 {_ms(result['inject_to_sent_s'], 50)} p99 "
+            f"{_ms(result['inject_to_sent_s'], 99)} ms, the holder's (→ its read began) p50 "
+            f"{_ms(result['sent_to_confirming_s'], 50)} p99 "
+            f"{_ms(result['sent_to_confirming_s'], 99)} ms; longest collection by generation "
             f"{longest} ms ({result['collections']} collections)"
         )
     for tree in trees:

@@ -311,6 +311,9 @@ async def loss(p: Params) -> None:
             handler.lost_at[k] - confirming[k] for k in victims
             if k in confirming and k in handler.lost_at
         ],
+        #: CLOCK_MONOTONIC of each victim's takeover and of its holder's confirming read.
+        injected_at=injected_at,
+        confirming_at={k: confirming[k] for k in victims if k in confirming},
         seen_on_watch=sum("seen on the watch" in handler.causes.get(k, "") for k in victims),
         longest_collection_s=pauses.longest,
         collections=pauses.collections,
