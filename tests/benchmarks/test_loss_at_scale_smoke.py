@@ -11,8 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_only_the_victims_are_taken_over_and_each_one_is_cancelled(tmp_path: Path) -> None:
-    """Four leases held, two taken over: two takeover → cancelled latencies and the
-    collections of the window are reported; the two left alone are not counted."""
+    """Four leases held, two taken over: two takeover → cancelled latencies, the bare watcher's
+    stamps of the two takeovers and the collections of the window are reported; the two left
+    alone are not counted."""
     out = tmp_path / "loss.json"
     done = subprocess.run(
         [sys.executable, "-m", "tools.benchmarks._loss_at_scale", "--leases", "4",
@@ -26,6 +27,9 @@ def test_only_the_victims_are_taken_over_and_each_one_is_cancelled(tmp_path: Pat
     # may be cancelled a little before it: finite, and within the deadline's bound (L = 15 s).
     assert all(abs(value) < 15 for value in result["inject_to_cancel_s"])
     assert len(result["longest_collection_s"]) == 3 and len(result["collections"]) == 3
+    # The bare watcher in a process of its own saw both takeovers, and only those.
+    assert len(result["inject_to_sent_s"]) == 2
+    assert all(abs(value) < 15 for value in result["inject_to_sent_s"])
     assert "2 of 2 cancelled" in done.stdout
 
 
