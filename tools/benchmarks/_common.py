@@ -70,15 +70,21 @@ class GcMeter:
     def __init__(self) -> None:
         self.seconds = [0.0, 0.0, 0.0]
         self.collections = [0, 0, 0]
+        #: The longest collection of each generation, wall time (the loop's pause).
+        self.longest = [0.0, 0.0, 0.0]
         self._started = 0.0
+        self._wall = 0.0
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.process_time()
+            self._wall = time.perf_counter()
         else:
             generation = info["generation"]
             self.seconds[generation] += time.process_time() - self._started
             self.collections[generation] += 1
+            took = round(time.perf_counter() - self._wall, 6)
+            self.longest[generation] = max(self.longest[generation], took)
 
     def __enter__(self) -> GcMeter:
         gc.callbacks.append(self._callback)

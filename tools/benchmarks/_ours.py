@@ -26,7 +26,6 @@ scenario's own.
 from __future__ import annotations
 
 import collections
-import gc
 import json
 import logging
 import os
@@ -243,7 +242,7 @@ async def loss(p: Params) -> None:
     injected_at: dict[str, float] = {}
     held = anyio.Event()
     count = {"held": 0}
-    pauses = _Pauses()
+    pauses = GcMeter()
 
     async def hold(i: int, name: str) -> None:
         await anyio.sleep(i * ramp / n)
@@ -318,31 +317,6 @@ async def loss(p: Params) -> None:
         longest_collection_s=pauses.longest,
         collections=pauses.collections,
     )
-
-
-class _Pauses:
-    """The longest garbage collection (wall time) in a block, and how many of each generation."""
-
-    def __init__(self) -> None:
-        self.longest = [0.0, 0.0, 0.0]
-        self.collections = [0, 0, 0]
-        self._started = 0.0
-
-    def _callback(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-            return
-        generation = info["generation"]
-        took = time.perf_counter() - self._started
-        self.longest[generation] = max(self.longest[generation], round(took, 6))
-        self.collections[generation] += 1
-
-    def __enter__(self) -> _Pauses:
-        gc.callbacks.append(self._callback)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        gc.callbacks.remove(self._callback)
 
 
 async def hold_forever(p: Params) -> None:
