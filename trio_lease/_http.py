@@ -83,12 +83,21 @@ class Answer(Protocol):
 class Headers(Mapping[str, str]):
     """Response headers: read-only, case-insensitive names (the last value of a repeated one)."""
 
-    __slots__ = ("_items",)
+    __slots__ = ("_decoded", "_raw")
 
     def __init__(self, items: Sequence[tuple[bytes, bytes]]) -> None:
-        self._items = {
-            name.decode("latin-1").lower(): value.decode("latin-1") for name, value in items
-        }
+        # Decoded on first use: most replies (a renewal's) are read without a header looked up.
+        self._raw = items
+        self._decoded: dict[str, str] | None = None
+
+    @property
+    def _items(self) -> dict[str, str]:
+        decoded = self._decoded
+        if decoded is None:
+            decoded = self._decoded = {
+                name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self._raw
+            }
+        return decoded
 
     def __getitem__(self, name: str) -> str:
         return self._items[name.lower()]
@@ -129,7 +138,7 @@ class Reply:
         return f"<Reply {self.status_code}, {len(self.content)} bytes>"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Outgoing:
     """One request as :meth:`Unary.request` checked it, for a transport to carry."""
 
@@ -145,8 +154,14 @@ class Outgoing:
     body: bytes | None
     #: Overrides the seam's time to open a new connection.
     connect_timeout: float | None
-    #: How messages name the reply (:meth:`CappedBody.describe`).
-    what: str
+    #: The server, for :attr:`what`.
+    server: ServerURL
+
+    @property
+    def what(self) -> str:
+        """How messages name the reply (:meth:`CappedBody.describe`); made only when a message
+        needs it."""
+        return CappedBody.describe(self.method, self.target, self.server.origin)
 
 
 class Unary(abc.ABC):
@@ -198,8 +213,7 @@ class Unary(abc.ABC):
         if body is not None:
             sent.append(("Content-Length", str(len(body))))
         head = request_head(method, self.url.prefix + target, sent)
-        what = CappedBody.describe(method, target, self.url.origin)
-        return Outgoing(method, target, headers, sent, head, body, connect_timeout, what)
+        return Outgoing(method, target, headers, sent, head, body, connect_timeout, self.url)
 
     @abc.abstractmethod
     async def _exchange(self, out: Outgoing) -> Reply:
@@ -278,16 +292,22 @@ class CappedBody:
     connection, which is mid-reply; for a write the outcome is unknown).
     """
 
-    __slots__ = ("_chunks", "_size", "limit", "what")
+    __slots__ = ("_chunks", "_size", "_what", "limit")
 
     limit: int
-    what: str
 
-    def __init__(self, limit: int, what: str) -> None:
+    def __init__(self, limit: int, what: str | Outgoing) -> None:
         self.limit = limit
-        self.what = what  # "the reply to GET /x from https://host": no server text
+        # "the reply to GET /x from https://host": no server text. Given the request, the
+        # words are made only if a message needs them.
+        self._what = what
         self._chunks: list[bytes] = []
         self._size = 0
+
+    @property
+    def what(self) -> str:
+        what = self._what
+        return what if isinstance(what, str) else what.what
 
     def add(self, chunk: bytes) -> None:
         """Append ``chunk``; BackendProtocolError once the body is over the limit."""
@@ -362,7 +382,7 @@ class HttpxUnary(Unary):
         except httpx.HTTPError as exc:
             error = translate(exc)
         else:
-            return await read_capped(response, CappedBody(self._max_body, out.what))
+            return await read_capped(response, CappedBody(self._max_body, out))
         # Outside the handler, with the cause translate kept (a socket's or TLS's error, which
         # the backends read: a certificate check), none when the error may quote the wire.
         raise error from error.__cause__

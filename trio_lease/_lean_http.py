@@ -84,6 +84,34 @@ async def _next_piece(conn: Connection, reader: ReplyReader) -> Head | bytes | o
         raise error from None  # the library's own words; nothing of the reply is kept
 
 
+async def _receive(conn: Connection, reader: ReplyReader, body: CappedBody) -> Reply:
+    """The whole reply to a unary request (:func:`_next_piece`'s steps in one loop: a reply
+    usually arrives in one piece, so this awaits once)."""
+    head: Head | None = None
+    while True:
+        try:
+            event = reader.next_event()
+            while event is NEED_DATA:
+                try:
+                    data = await conn.receive()
+                except current().FAILURES as exc:
+                    raise translate(exc, "receive") from exc
+                reader.receive_data(data)
+                event = reader.next_event()
+        except ReplyError as exc:
+            error = translate(exc)
+        else:
+            if type(event) is bytes:
+                body.add(event)  # over the cap: the caller closes the connection
+            elif isinstance(event, Head):
+                head = event
+            else:  # END
+                assert head is not None
+                return Reply(head.status_code, Headers(head.headers), body.content)
+            continue
+        raise error from None  # the library's own words; nothing of the reply is kept
+
+
 class LeanClient(Unary):
     """Unary HTTP/1.1 requests to one server over a few keep-alive connections.
 
@@ -144,7 +172,7 @@ class LeanClient(Unary):
         reader = ReplyReader()
         try:
             await _send_request(conn, _bytes(out))
-            reply = await self._receive(conn, reader, out.what)
+            reply = await _receive(conn, reader, CappedBody(self._max_body, out))
         except BaseException:
             await conn.close()  # noqa: ASYNC102  closes at once (abort, no wait)
             raise
@@ -205,19 +233,6 @@ class LeanClient(Unary):
             raise translate(exc, "connect") from exc
         self.connections_opened += 1
         return conn
-
-    async def _receive(self, conn: Connection, reader: ReplyReader, what: str) -> Reply:
-        head: Head | None = None
-        body = CappedBody(self._max_body, what)
-        while True:
-            event = await _next_piece(conn, reader)
-            if type(event) is bytes:
-                body.add(event)  # over the cap: the caller closes the connection
-            elif isinstance(event, Head):
-                head = event
-            else:  # END
-                assert head is not None
-                return Reply(head.status_code, Headers(head.headers), body.content)
 
     async def aclose(self) -> None:
         """Close every idle connection; requests in flight close theirs when they finish."""

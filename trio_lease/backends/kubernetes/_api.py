@@ -169,7 +169,12 @@ class KubeApi:
         body: JsonObject | None = None,
         params: dict[str, str] | None = None,
     ) -> Answer:
-        """One request within the budget; 429s retried after Retry-After while it fits."""
+        """One request within the budget; 429s retried after Retry-After while it fits.
+
+        Each attempt is bounded by what is left of the budget, sent to the server as
+        ``timeout``, and waits for one of the client's slots (renewals first; no checkpoint
+        when one is free).
+        """
         lease = self._lease()
         now = anyio.current_time()
         bound = anyio.current_effective_deadline()
@@ -180,10 +185,16 @@ class KubeApi:
         reloaded_ca = False
         retries = 0
         while True:
+            left = max(deadline - now, 0.0)  # -inf when the caller's scope is cancelled
+            query = {**params, "timeout": _timeout(left)} if params else _timeouts(left)
+            slots = lease.slots
             try:
-                response = await self._send(
-                    lease, method, path, body, params, deadline - now, scoped=scoped
-                )
+                with contextlib.nullcontext() if scoped else anyio.fail_after(left):
+                    await slots.acquire()
+                    try:
+                        response = await lease.send(method, path, query, body)
+                    finally:
+                        slots.release()
             except _TRANSPORT_ERRORS as exc:
                 if reloaded_ca or not self._ca_may_have_rotated(exc):
                     raise map_transport_error(exc, ctx) from None
@@ -198,37 +209,6 @@ class KubeApi:
             await _wait_to_retry(parse_status(response), retries, deadline, ctx)
             retries += 1
             now = anyio.current_time()
-
-    async def _send(
-        self,
-        lease: ClientLease,
-        method: str,
-        path: str,
-        body: JsonObject | None,
-        params: dict[str, str] | None,
-        left: float,
-        *,
-        scoped: bool,
-    ) -> Answer:
-        """One attempt, bounded by ``left`` seconds (sent to the server as ``timeout``);
-        ``scoped``: the caller's cancel scope already ends the attempt in time."""
-        left = max(left, 0.0)  # -inf when the caller's scope is cancelled
-        query = dict(params or {})
-        query["timeout"] = f"{max(1, math.floor(left))}s"
-        if scoped:
-            return await self._send_in_slot(lease, method, path, query, body)
-        with anyio.fail_after(left):
-            return await self._send_in_slot(lease, method, path, query, body)
-
-    @staticmethod
-    async def _send_in_slot(
-        lease: ClientLease, method: str, path: str, query: dict[str, str], body: JsonObject | None
-    ) -> Answer:
-        await lease.slots.acquire()  # renewals first; no checkpoint when one is free
-        try:
-            return await lease.send(method, path, query, body)
-        finally:
-            lease.slots.release()
 
     def _ca_may_have_rotated(self, exc: BaseException) -> bool:
         return self.config.ca_file is not None and tls_verification_failed(exc)
@@ -354,6 +334,28 @@ class KubeApi:
                 raise error_for(status, ctx)
             return None
         raise error_from(response, ctx)
+
+
+def _timeout(left: float) -> str:
+    """The server-side ``timeout`` of an attempt with ``left`` seconds: whole seconds, at
+    least one."""
+    return f"{max(1, math.floor(left))}s"
+
+
+#: The query of an attempt that has no other parameters, by its whole seconds (a renewal's is
+#: one of a few: ``timeout=1s`` … ``timeout=5s``).
+_TIMEOUT_QUERIES: dict[str, dict[str, str]] = {}
+
+
+def _timeouts(left: float) -> dict[str, str]:
+    """``{"timeout": _timeout(left)}``, one shared dict per value (callers only read it)."""
+    value = _timeout(left)
+    query = _TIMEOUT_QUERIES.get(value)
+    if query is None:
+        query = {"timeout": value}
+        if len(_TIMEOUT_QUERIES) < 64:
+            _TIMEOUT_QUERIES[value] = query
+    return query
 
 
 async def _wait_to_retry(

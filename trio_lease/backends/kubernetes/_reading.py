@@ -33,7 +33,7 @@ import dataclasses
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Final, TypeVar
+from typing import Final, NamedTuple, TypeVar
 
 from ... import _wire
 from ..._abc import LeaseRecord
@@ -103,8 +103,7 @@ class _Reader:
         self.problems.append(f"{path}: {problem}")
 
 
-@dataclasses.dataclass(frozen=True)
-class _Fields:
+class _Fields(NamedTuple):
     """What the spec (and for akka.io/v1 the annotations) of one object say."""
 
     holder: str
@@ -118,13 +117,14 @@ class _Fields:
 
 def identifier(metadata: JsonObject, field: str) -> str:
     """``metadata.<field>`` as a non-empty string of bounded length, or Malformed."""
+    value = metadata.get(field)
+    if type(value) is str and value and len(value) <= _MAX_ID:
+        return value  # read four times per renewal: no message made unless one is needed
     path = f"metadata.{field}"
-    value = _wire.string(metadata.get(field), path, default=None)
+    value = _wire.string(value, path, default=None)
     if not value:
         raise Malformed(path, "expected a non-empty string, got an empty one")
-    if len(value) > _MAX_ID:
-        raise Malformed(path, f"longer than {_MAX_ID} characters")
-    return value
+    raise Malformed(path, f"longer than {_MAX_ID} characters")
 
 
 def resource_version(obj: JsonObject) -> str:
@@ -138,7 +138,9 @@ def read_record(key: str, obj: JsonObject, *, coordination: bool) -> KubernetesL
     version = identifier(metadata, "resourceVersion")
     reader = _Reader()
     ours = _our_annotations(metadata, reader)
-    spec = reader.read(lambda: _wire.optional_obj(obj.get("spec"), "spec"), None)
+    spec = obj.get("spec")
+    if type(spec) is not dict:  # absent or null reads as empty; anything else is noted
+        spec = reader.read(lambda: _wire.optional_obj(obj.get("spec"), "spec"), None)
     if coordination:
         fields = _coordination_fields(reader, spec)
     else:
@@ -221,11 +223,14 @@ def _our_annotations(metadata: JsonObject, reader: _Reader) -> dict[str, object]
     A value that is not a string under one of our keys is noted (it makes the record
     unreadable); other annotations are never read, so whatever they hold cannot matter.
     """
-    annotations = reader.read(
-        lambda: _wire.optional_obj(metadata.get("annotations"), "metadata.annotations"), None
-    )
-    if annotations is None:
-        return None
+    annotations = metadata.get("annotations")
+    if type(annotations) is not dict:  # absent or null reads as empty; anything else is noted
+        annotations = reader.read(
+            lambda: _wire.optional_obj(metadata.get("annotations"), "metadata.annotations"),
+            None,
+        )
+        if annotations is None:
+            return None
     ours = {k: v for k, v in annotations.items() if k.startswith(ANNOTATION_PREFIX)}
     for key, value in ours.items():
         if not isinstance(value, str):

@@ -29,17 +29,27 @@ _FORMATTED: dict[str, datetime] = {}
 FORMATTED_KEPT: Final = 8192
 
 
+#: The text of each time in :data:`_FORMATTED`: a held lease's acquireTime is written again
+#: with every renewal, unchanged.
+_TEXTS: dict[datetime, str] = {}
+
+
 def format_micro_time(value: datetime) -> str:
     """Format as Kubernetes MicroTime: UTC, ``Z``, exactly six fraction digits."""
     if value.tzinfo is None:
         raise ValueError("MicroTime needs an aware datetime (UTC)")
+    known = _TEXTS.get(value)
+    if known is not None:
+        return known
     if value.tzinfo is not UTC:
         value = value.astimezone(UTC)
     # isoformat() with timespec: always six digits (strftime cost four times as much).
     text = value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
     if len(_FORMATTED) >= FORMATTED_KEPT:
         _FORMATTED.clear()
+        _TEXTS.clear()
     _FORMATTED[text] = value
+    _TEXTS[value] = text
     return text
 
 

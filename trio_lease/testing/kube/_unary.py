@@ -61,7 +61,7 @@ class InProcessUnary(Unary):
         if response.stream is not None:
             await response.stream.aclose()
             raise RuntimeError("a watch is a stream, not a unary request: send it through httpx")
-        capped = CappedBody(self._max_body, out.what)
+        capped = CappedBody(self._max_body, out)
         capped.add(response.body)
         raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
         raw.append((b"Content-Length", str(len(response.body)).encode()))
