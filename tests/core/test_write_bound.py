@@ -164,3 +164,30 @@ async def test_renewals_on_a_grid_share_the_loop_timers(anyio_backend_name: str)
         timers = _asyncio._BOUNDS[asyncio.get_running_loop()].timers_set
         # Writes last 0.9 s in all (8 rounds of 0.11 s), bounds are 1 s: few timers at all.
         assert 1 <= timers <= rounds
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_an_ended_writes_entry_holds_nothing_the_collector_walks() -> None:
+    """On asyncio an ended write's entry stays in the loop's heap until its bound is reached
+    (seconds, past the young generations): it holds only its bound and its number, which the
+    collector stops tracking, and the write is dropped from the writes in flight at once.
+    tools/benchmarks/README.md, "Promoted per renewal"."""
+    import asyncio
+    import gc
+
+    from trio_lease._loops import _asyncio
+
+    with anyio.CancelScope() as scope:
+        bound = current().write_bound(scope)
+        for _ in range(50):
+            bound.set(anyio.current_time() + 30.0)
+            bound.set(anyio.current_time() + 20.0)  # set again before it was cleared
+            await anyio.sleep(0.01)  # the write
+            bound.clear()
+    bounds = _asyncio._BOUNDS[asyncio.get_running_loop()]
+    assert bounds.in_flight == {}
+    gc.collect()
+    entries = list(bounds._heap)
+    assert len(entries) >= 100
+    assert not any(gc.is_tracked(entry) for entry in entries)
+    assert not scope.cancel_called

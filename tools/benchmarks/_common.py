@@ -12,6 +12,7 @@ import os
 import platform
 import sys
 import time
+import types
 from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-__all__ = ["emit", "now", "profiled", "summary", "wait_for_line"]
+__all__ = ["emit", "now", "profiled", "promoted", "summary", "wait_for_line"]
 
 
 #: Idle connections the bare clients of :mod:`._floor` and :mod:`._floor_trio` send on.
@@ -60,6 +61,89 @@ def profiled() -> Iterator[None]:
     finally:
         profile.disable()
         profile.dump_stats(f"{target}.{os.getpid()}")
+
+
+class Promoted:
+    """What the garbage collector moves to its oldest generation in a block, by kind.
+
+    At each collection of the middle generation every object it holds (the young ones too)
+    moves to the oldest, and the next full collection, which walks every tracked object, comes
+    once a quarter of the oldest generation's size has been moved there: so its cost per second
+    is set by how many objects are moved, whatever the heap's size. An object a renewal makes
+    that outlives a second or so (the reply kept for the next write, a sleep's future) is one
+    more of them. Counted at each collection of the middle generation (its objects before,
+    those found in the oldest after), so the block runs slower: read the counts, not the time.
+    """
+
+    def __init__(self) -> None:
+        #: Objects moved to the oldest generation, by kind (:func:`kind_of`).
+        self.counts: dict[str, int] = {}
+        #: Collections of the middle generation counted.
+        self.collections = 0
+        self._before: list[tuple[int, str]] | None = None
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 1:
+            return
+        gc.callbacks.remove(self._callback)  # what this does allocates: not counted
+        try:
+            if phase == "start":
+                self._before = [(id(obj), kind_of(obj)) for obj in gc.get_objects(1)]
+                self._before += [(id(obj), kind_of(obj)) for obj in gc.get_objects(0)]
+            elif self._before is not None:
+                oldest = {id(obj) for obj in gc.get_objects(2)}
+                for ident, kind in self._before:
+                    if ident in oldest:
+                        self.counts[kind] = self.counts.get(kind, 0) + 1
+                self._before = None
+                self.collections += 1
+        finally:
+            gc.callbacks.append(self._callback)
+
+    def __enter__(self) -> Promoted:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def most(self, count: int = 40) -> list[tuple[str, int]]:
+        return sorted(self.counts.items(), key=lambda item: -item[1])[:count]
+
+
+def kind_of(obj: object) -> str:
+    """The object's type, with what tells its maker: a coroutine's function, a method's, a
+    bound builtin's name and owner, a tuple's item types, a dict's first keys."""
+    cls = type(obj)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    detail = ""
+    if isinstance(obj, types.CoroutineType):
+        detail = obj.cr_code.co_qualname
+    elif isinstance(obj, types.MethodType):
+        detail = obj.__func__.__qualname__
+    elif isinstance(obj, types.BuiltinMethodType) and obj.__self__ is not None:
+        detail = f"{obj.__name__} of {type(obj.__self__).__name__}"
+    elif cls is tuple:
+        detail = ", ".join(type(item).__name__ for item in obj[:4])  # type: ignore[index]
+    elif cls is dict:
+        detail = ", ".join(str(key) for key in list(obj)[:3])  # type: ignore[call-overload]
+    return f"{name} ({detail})" if detail else name
+
+
+@contextlib.contextmanager
+def promoted() -> Iterator[None]:
+    """:class:`Promoted` over the block when ``TRIO_LEASE_BENCH_PROMOTED`` names a file: the
+    counts go to ``<file>.<pid>`` as JSON (what a steady row's window moves to the oldest
+    generation; tools/benchmarks/README.md, "Promoted per renewal")."""
+    target = os.environ.get("TRIO_LEASE_BENCH_PROMOTED")
+    if not target:
+        yield
+        return
+    with Promoted() as counted:
+        yield
+    Path(f"{target}.{os.getpid()}").write_text(json.dumps(
+        {"middle_collections": counted.collections, "promoted": counted.most(60)}, indent=1
+    ))
 
 
 class GcMeter:

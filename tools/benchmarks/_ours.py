@@ -46,7 +46,7 @@ from trio_lease.backends.kubernetes._config import resolve_config
 from trio_lease.backends.memory import MemoryBackend
 from trio_lease.backends.sqlite import SqliteBackend
 
-from ._common import GcMeter, emit, now, profiled, wait_for_line
+from ._common import GcMeter, emit, now, profiled, promoted, wait_for_line
 
 Params = dict[str, Any]
 
@@ -122,7 +122,7 @@ async def steady(p: Params) -> None:
         losses0, cpu0, wall0 = state["losses"], time.process_time(), now()
         times0 = os.times()
         renewals0 = sum(h.renewals for h in holdings)
-        with profiled(), GcMeter() as gc_meter:
+        with profiled(), GcMeter() as gc_meter, promoted():
             await anyio.sleep(p["window"])
         cpu, wall = time.process_time() - cpu0, now() - wall0
         times = os.times()

@@ -185,26 +185,31 @@ def deadline_keeper(
 class _Bounds:
     """The bounds of the writes in flight on one loop, by one loop timer.
 
-    A heap of (bound, write, its :class:`SharedBound`); an entry whose write has ended stays
-    until it reaches the top (tuples of a float and an int compare in C). The timer is set for
-    the earliest bound of a write still in flight: when it fires it drops the ended writes
-    before that one, cancels the scopes whose bounds passed and is set again for the next. A
-    write ends long before its bound, so the timer fires about once per bound's length (T),
-    not once per write.
+    A heap of (bound, write) and the writes still in flight by number; an entry whose write
+    has ended stays in the heap until it reaches the top (tuples of a float and an int compare
+    in C, and the collector stops tracking them: an entry outlives the young generations, and
+    one that held its :class:`SharedBound` was one more object per renewal for every full
+    collection to walk). The timer is set for the earliest bound of a write still in flight:
+    when it fires it drops the ended writes before that one, cancels the scopes whose bounds
+    passed and is set again for the next. A write ends long before its bound, so the timer
+    fires about once per bound's length (T), not once per write.
     """
 
-    __slots__ = ("_at", "_handle", "_heap", "_loop", "timers_set")
+    __slots__ = ("_at", "_handle", "_heap", "_loop", "in_flight", "timers_set")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._heap: list[tuple[float, int, SharedBound]] = []
+        self._heap: list[tuple[float, int]] = []
+        #: The writes in flight, by number.
+        self.in_flight: dict[int, SharedBound] = {}
         self._handle: asyncio.TimerHandle | None = None
         self._at = math.inf
         #: Loop timers set so far (for tests and the benchmarks).
         self.timers_set = 0
 
     def add(self, deadline: float, write: int, bound: SharedBound) -> None:
-        heapq.heappush(self._heap, (deadline, write, bound))
+        self.in_flight[write] = bound
+        heapq.heappush(self._heap, (deadline, write))
         if deadline < self._at:
             self._set(deadline)
 
@@ -217,16 +222,18 @@ class _Bounds:
 
     def _fire(self) -> None:
         self._handle, self._at = None, math.inf
-        heap, now = self._heap, self._loop.time()
+        heap, in_flight, now = self._heap, self.in_flight, self._loop.time()
         while heap:
-            deadline, write, bound = heap[0]
-            if bound.write != write:
+            deadline, write = heap[0]
+            bound = in_flight.get(write)
+            if bound is None:
                 heapq.heappop(heap)  # that write ended: its bound is void
             elif deadline > now:
                 self._set(deadline)
                 return
             else:
                 heapq.heappop(heap)
+                del in_flight[write]
                 bound.expire()
 
 
@@ -264,11 +271,15 @@ class SharedBound:
             scope.deadline = deadline  # anyio's own: a deadline already past cancels at once
             return
         scope._deadline = deadline  # type: ignore[attr-defined]
+        if self.write:
+            del self._bounds.in_flight[self.write]  # set again before it was cleared
         self.write = write = next(_WRITES)
         self._bounds.add(deadline, write, self)
 
     def clear(self) -> None:
-        self.write = 0
+        if self.write:
+            del self._bounds.in_flight[self.write]
+            self.write = 0
         scope = self._scope
         if _DEADLINE_FIELD:
             scope._deadline = math.inf  # type: ignore[attr-defined]
