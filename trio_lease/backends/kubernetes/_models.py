@@ -36,6 +36,7 @@ into :class:`~trio_lease.BackendProtocolError`):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Final
 
 from ... import _wire
@@ -70,14 +71,23 @@ class LeaseKind:
     #: Whether a PUT to a missing object creates it (the built-in Lease does; CRs give 404).
     create_on_update: bool = False
 
-    @property
+    @functools.cached_property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
 
-    @property
+    @functools.cached_property
     def resource(self) -> str:
         """``leases.coordination.k8s.io``: the resource as error messages and kubectl name it."""
         return f"{self.plural}.{self.group}"
+
+    @functools.cached_property
+    def _identity_fields(self) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+        """What :meth:`check_object` compares: each field, its value, and the other values
+        a message names (checked on every reply and watch event)."""
+        return (
+            ("kind", self.kind, ("Status", f"{self.kind}List")),
+            ("apiVersion", self.api_version, ()),
+        )
 
     def collection_path(self, namespace: str) -> str:
         return f"/apis/{self.group}/{self.version}/namespaces/{namespace}/{self.plural}"
@@ -97,10 +107,7 @@ class LeaseKind:
         See the module docstring for the rules; the content is read by :meth:`to_record`.
         """
         obj = _wire.obj(body, "")
-        for field, expected, known in (
-            ("kind", self.kind, ("Status", f"{self.kind}List")),
-            ("apiVersion", self.api_version, ()),
-        ):
+        for field, expected, known in self._identity_fields:
             value = obj.get(field)
             if value == expected or (value is None and listed):
                 continue

@@ -1,0 +1,147 @@
+"""Instructions per renewal write, counted by valgrind: the client's own work, unmoved by load.
+
+``python -m tools.benchmarks._instructions [--tree DIR ...] [--loop asyncio] [--concurrency 20]
+[--counts 20 120] [--json]`` starts the emulator (:mod:`._emulator`, its own process), then,
+for this checkout and each ``--tree`` (another checkout of the repository: the code before a
+change, say; only its ``trio_lease`` is used, so it needs no copy of this tool), runs a
+worker twice under ``valgrind --tool=callgrind``: ``concurrency`` tasks
+each sending the first count of renewal writes one after another, then the second count. The
+difference of the two runs' instruction counts, divided by the writes it adds, is what one
+write costs in user-space instructions (the interpreter's start and the set-up cancel out).
+
+Each write is what a holder sends: ``KubernetesBackend.update`` of the last record with a new
+``renewTime``, under the bound a holder sets (the seam's write bound, ``_loops.write_bound``),
+at the version the last answer gave. The count does not depend on the machine's speed or load:
+two runs of one tree agree to a fraction of a percent (tools/benchmarks/README.md, "Counted in
+instructions"), where the client CPU of the steady row moves by ±10 % between rounds. What it
+leaves out is the kernel (the socket's send and receive) and any cost that grows with the heap
+(the garbage collector's full collections): the steady row still decides.
+
+Valgrind runs a program about fifty times slower; the emulator runs outside it at full speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import anyio
+
+from ._procs import ROOT, Emulator
+
+#: callgrind's summary line: ``==123== Collected : 2847056434``.
+_COLLECTED = re.compile(r"Collected\s*:\s*([0-9][0-9,]*)")
+
+
+def collected(stderr: str) -> int:
+    """The instructions valgrind's callgrind reports in its summary (``Collected``)."""
+    found = _COLLECTED.search(stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count in valgrind's output: {stderr[-500:]!r}")
+    return int(found.group(1).replace(",", ""))
+
+
+def per_write(low: int, high: int, counts: tuple[int, int], concurrency: int) -> float:
+    """Instructions per write: the runs' difference over the writes the second one adds."""
+    return (high - low) / (concurrency * (counts[1] - counts[0]))
+
+
+async def _worker(kubeconfig: str, concurrency: int, count: int) -> None:
+    # Imported here, after main() put the tree first on the path.
+    from trio_lease import LeaseRecord
+    from trio_lease._loops import current
+    from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
+
+    backend = KubernetesBackend(resolve_config({"kubeconfig": kubeconfig}))
+    written = 0
+
+    async def renew(index: int) -> None:
+        nonlocal written
+        record = await backend.create(LeaseRecord(
+            name=f"instructions-{os.getpid()}-{index}", holder="me", lease_duration=15.0,
+            fencing_token=1, acquired_at=datetime.now(UTC),
+        ))
+        with anyio.CancelScope() as scope:
+            bound = current().write_bound(scope)
+            for _ in range(count):
+                bound.set(anyio.current_time() + 3.0)
+                renewal = dataclasses.replace(record, renewed_at=datetime.now(UTC))
+                record = await backend.update(renewal, record.version)
+                bound.clear()
+                written += 1
+
+    async with anyio.create_task_group() as tg:
+        for index in range(concurrency):
+            tg.start_soon(renew, index)
+    await backend.aclose()
+    import trio_lease
+
+    print(json.dumps({"writes": written, "trio_lease": trio_lease.__file__}))
+
+
+def _count(tree: Path, kubeconfig: Path, loop: str, concurrency: int, count: int) -> int:
+    """Instructions of one worker run under callgrind, in ``tree``."""
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+         "-m", "tools.benchmarks._instructions", "worker", str(tree), str(kubeconfig), loop,
+         str(concurrency), str(count)],
+        cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the worker in {tree} failed: {done.stderr[-2000:]}")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    if report["writes"] != concurrency * count:
+        raise RuntimeError(f"the worker in {tree} did not write {concurrency * count} times")
+    if not Path(report["trio_lease"]).is_relative_to(tree.resolve()):
+        raise RuntimeError(f"the worker imported {report['trio_lease']}, not {tree}'s")
+    return collected(done.stderr)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        tree, kubeconfig, loop, concurrency, count = sys.argv[2:7]
+        sys.path.insert(0, tree)
+        anyio.run(_worker, kubeconfig, int(concurrency), int(count), backend=loop)
+        return
+    parser = argparse.ArgumentParser(description="Instructions per renewal write (valgrind).")
+    parser.add_argument("--tree", action="append", default=[], type=Path)
+    parser.add_argument("--loop", default="asyncio", choices=("asyncio", "trio"))
+    parser.add_argument("--concurrency", type=int, default=20)
+    parser.add_argument("--counts", type=int, nargs=2, default=(20, 120))
+    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    counts = (args.counts[0], args.counts[1])
+    if not 0 < counts[0] < counts[1]:
+        raise SystemExit("--counts takes two counts, the first smaller: 20 120")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        emulator = Emulator(Path(tmp) / "kubeconfig")
+        try:
+            for tree in (ROOT, *(tree.resolve() for tree in args.tree)):
+                low, high = (
+                    _count(tree, emulator.kubeconfig, args.loop, args.concurrency, count)
+                    for count in counts
+                )
+                results[str(tree)] = round(per_write(low, high, counts, args.concurrency))
+        finally:
+            emulator.stop()
+    if args.json:
+        print(json.dumps({"loop": args.loop, "instructions_per_write": results}))
+        return
+    for tree, value in results.items():
+        print(f"{tree}: {value:,} instructions per renewal write ({args.loop})")
+
+
+if __name__ == "__main__":
+    main()
