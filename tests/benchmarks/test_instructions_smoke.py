@@ -17,8 +17,9 @@ from tools.benchmarks._procs import Emulator
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+@pytest.mark.parametrize("loop", ["asyncio", "trio", "bare"])
 def test_the_worker_renews_each_lease_the_times_asked_with_this_trees_library(loop: str) -> None:
+    """On each loop, and sent bare (``--bare``: the same writes as _floor sends them)."""
     with tempfile.TemporaryDirectory() as tmp:
         emulator = Emulator(Path(tmp) / "kubeconfig")
         try:

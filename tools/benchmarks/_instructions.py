@@ -8,6 +8,8 @@ worker twice under ``valgrind --tool=callgrind``: ``concurrency`` tasks
 each sending the first count of renewal writes one after another, then the second count. The
 difference of the two runs' instruction counts, divided by the writes it adds, is what one
 write costs in user-space instructions (the interpreter's start and the set-up cancel out).
+``--bare`` also counts the same writes sent bare, as :mod:`._floor`'s renewal rhythms send
+them: what any client pays for them in this process (asyncio).
 
 Each write is what a holder sends: ``KubernetesBackend.update`` of the last record with a new
 ``renewTime``, under the bound a holder sets (the seam's write bound, ``_loops.write_bound``),
@@ -88,6 +90,58 @@ async def _worker(kubeconfig: str, concurrency: int, count: int) -> None:
     print(json.dumps({"writes": written, "trio_lease": trio_lease.__file__}))
 
 
+async def _bare(kubeconfig: str, concurrency: int, count: int) -> None:
+    """The same writes as :func:`_worker` sent bare, as :mod:`._floor`'s renewal rhythms send
+    them (asyncio only): the body by ``json.dumps``, the version taken from the answer's bytes
+    by a regular expression, a bare protocol on one of four connections, nothing checked."""
+    from trio_lease import LeaseRecord
+    from trio_lease._reply import encode_request
+    from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
+    from trio_lease.backends.kubernetes._times import format_micro_time
+
+    from ._floor import _VERSION, _connections, _exchange
+
+    backend = KubernetesBackend(resolve_config({"kubeconfig": kubeconfig}))
+    api = backend._api
+    unary = api._lease()._entry.unary
+    idle = await _connections(unary)
+    headers = [("Host", unary.url.netloc), *unary._headers, ("Accept", "application/json"),
+               ("Content-Type", "application/json")]
+    written = 0
+
+    async def renew(index: int) -> None:
+        nonlocal written
+        name = f"instructions-bare-{os.getpid()}-{index}"
+        await backend.create(LeaseRecord(
+            name=name, holder="me", lease_duration=15.0, fencing_token=1,
+            acquired_at=datetime.now(UTC),
+        ))
+        reply = await unary.request(
+            "GET", api.item_path(name), headers=[("Accept", "application/json")]
+        )
+        obj = json.loads(reply.content)
+        target = unary.url.prefix + api.item_path(name) + "?timeout=5s"
+        for _ in range(count):
+            obj["spec"]["renewTime"] = format_micro_time(datetime.now(UTC))
+            body = json.dumps(obj, separators=(",", ":")).encode()
+            data = encode_request(
+                "PUT", target, [*headers, ("Content-Length", str(len(body)))], body
+            )
+            answer = await _exchange(idle, data)
+            found = _VERSION.search(answer)
+            if found is None or not answer.startswith(b"HTTP/1.1 200"):
+                raise SystemExit(f"a renewal was refused: {answer[:200]!r}")
+            obj["metadata"]["resourceVersion"] = found.group(1).decode()
+            written += 1
+
+    async with anyio.create_task_group() as tg:
+        for index in range(concurrency):
+            tg.start_soon(renew, index)
+    import trio_lease
+
+    print(json.dumps({"writes": written, "trio_lease": trio_lease.__file__}))
+
+
 def _count(tree: Path, kubeconfig: Path, loop: str, concurrency: int, count: int) -> int:
     """Instructions of one worker run under callgrind, in ``tree``."""
     done = subprocess.run(
@@ -110,7 +164,10 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         tree, kubeconfig, loop, concurrency, count = sys.argv[2:7]
         sys.path.insert(0, tree)
-        anyio.run(_worker, kubeconfig, int(concurrency), int(count), backend=loop)
+        if loop == "bare":
+            anyio.run(_bare, kubeconfig, int(concurrency), int(count), backend="asyncio")
+        else:
+            anyio.run(_worker, kubeconfig, int(concurrency), int(count), backend=loop)
         return
     parser = argparse.ArgumentParser(description="Instructions per renewal write (valgrind).")
     parser.add_argument("--tree", action="append", default=[], type=Path)
@@ -118,6 +175,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--counts", type=int, nargs=2, default=(20, 120))
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    parser.add_argument(
+        "--bare", action="store_true",
+        help="also count the same writes sent bare, as _floor sends them (asyncio)",
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
@@ -134,13 +195,22 @@ def main() -> None:
                     for count in counts
                 )
                 results[str(tree)] = round(per_write(low, high, counts, args.concurrency))
+            if args.bare:
+                low, high = (
+                    _count(ROOT, emulator.kubeconfig, "bare", args.concurrency, count)
+                    for count in counts
+                )
+                results["bare"] = round(per_write(low, high, counts, args.concurrency))
         finally:
             emulator.stop()
     if args.json:
         print(json.dumps({"loop": args.loop, "instructions_per_write": results}))
         return
     for tree, value in results.items():
-        print(f"{tree}: {value:,} instructions per renewal write ({args.loop})")
+        if tree == "bare":
+            print(f"the same writes sent bare (as _floor sends them): {value:,} instructions")
+        else:
+            print(f"{tree}: {value:,} instructions per renewal write ({args.loop})")
 
 
 if __name__ == "__main__":
