@@ -210,17 +210,7 @@ async def _renewals(backend: KubernetesBackend, unary: Any, rhythm: str, leases:
 
     async def step(i: int) -> None:
         nonlocal sent
-        obj = objects[i]
-        obj["spec"]["renewTime"] = format_micro_time(datetime.now(UTC))
-        body = json.dumps(obj, separators=(",", ":")).encode()
-        data = encode_request(
-            "PUT", targets[i], [*headers, ("Content-Length", str(len(body)))], body
-        )
-        reply = await _exchange(idle, data)
-        found = _VERSION.search(reply)
-        if found is None or not reply.startswith(b"HTTP/1.1 200"):
-            raise SystemExit(f"a renewal was refused: {reply[:200]!r}")
-        obj["metadata"]["resourceVersion"] = found.group(1).decode()
+        await bare_renewal(idle, objects[i], targets[i], headers)
         sent += 1
 
     tick = interval / GRID if rhythm == "renewals on a grid" else 0.0
@@ -229,6 +219,22 @@ async def _renewals(backend: KubernetesBackend, unary: Any, rhythm: str, leases:
         await _measure(rhythm, running, interval + 2.0, window, lambda: sent)
     finally:
         watch.close()
+
+
+async def bare_renewal(
+    idle: asyncio.Queue[tuple[asyncio.Transport, _Bare]], obj: dict[str, Any], target: str,
+    headers: list[tuple[str, str]],
+) -> None:
+    """One bare renewal of ``obj``: a new ``renewTime``, the body by ``json.dumps``, a PUT on
+    an idle connection, the answer's version taken from its bytes by :data:`_VERSION`."""
+    obj["spec"]["renewTime"] = format_micro_time(datetime.now(UTC))
+    body = json.dumps(obj, separators=(",", ":")).encode()
+    data = encode_request("PUT", target, [*headers, ("Content-Length", str(len(body)))], body)
+    reply = await _exchange(idle, data)
+    found = _VERSION.search(reply)
+    if found is None or not reply.startswith(b"HTTP/1.1 200"):
+        raise SystemExit(f"a renewal was refused: {reply[:200]!r}")
+    obj["metadata"]["resourceVersion"] = found.group(1).decode()
 
 
 def main() -> None:

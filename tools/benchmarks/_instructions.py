@@ -95,11 +95,9 @@ async def _bare(kubeconfig: str, concurrency: int, count: int) -> None:
     them (asyncio only): the body by ``json.dumps``, the version taken from the answer's bytes
     by a regular expression, a bare protocol on one of four connections, nothing checked."""
     from trio_lease import LeaseRecord
-    from trio_lease._reply import encode_request
     from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
-    from trio_lease.backends.kubernetes._times import format_micro_time
 
-    from ._floor import _VERSION, _connections, _exchange
+    from ._floor import _connections, bare_renewal
 
     backend = KubernetesBackend(resolve_config({"kubeconfig": kubeconfig}))
     api = backend._api
@@ -122,16 +120,7 @@ async def _bare(kubeconfig: str, concurrency: int, count: int) -> None:
         obj = json.loads(reply.content)
         target = unary.url.prefix + api.item_path(name) + "?timeout=5s"
         for _ in range(count):
-            obj["spec"]["renewTime"] = format_micro_time(datetime.now(UTC))
-            body = json.dumps(obj, separators=(",", ":")).encode()
-            data = encode_request(
-                "PUT", target, [*headers, ("Content-Length", str(len(body)))], body
-            )
-            answer = await _exchange(idle, data)
-            found = _VERSION.search(answer)
-            if found is None or not answer.startswith(b"HTTP/1.1 200"):
-                raise SystemExit(f"a renewal was refused: {answer[:200]!r}")
-            obj["metadata"]["resourceVersion"] = found.group(1).decode()
+            await bare_renewal(idle, obj, target, headers)
             written += 1
 
     async with anyio.create_task_group() as tg:
