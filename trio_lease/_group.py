@@ -132,7 +132,10 @@ class Group:
 
         The :class:`Membership` yielded lists the live members and streams their changes. If
         the member's lease is lost while the body runs, the body is cancelled and a bare
-        :class:`LeaseLost` is raised here, as with :meth:`Lease.held`.
+        :class:`LeaseLost` is raised here, as with :meth:`Lease.held`. It can also be raised
+        before the body runs: joining takes a first view of the members, which waits up to
+        R + T for each other slot to be seen renewed, and a grant whose own renewals were
+        starved past its deadline meanwhile (an event loop blocked that long) is lost then.
         """
         return self._joined()
 
