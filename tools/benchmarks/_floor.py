@@ -20,7 +20,8 @@ watch), so what is measured is the machine, the event loop and the emulator's pa
 - ``renewals paced`` and ``renewals on a grid``: the least a *renewal* costs any client in the
   steady row's rhythm: ``leases`` tasks, each with a Lease of its own, each sending a PUT of its
   object every ``interval`` seconds (new ``renewTime``, the ``resourceVersion`` of its last
-  reply taken from the reply's bytes by one regular expression, the body by ``json.dumps``), with
+  reply taken from the reply's bytes by one regular expression, the body by pydantic-core's
+  ``to_json``, as trio_lease encodes its bodies), with
   one watch of the namespace open whose events are read and dropped (the steady row follows
   every lease on one watch, and each write comes back on it). Nothing is parsed or checked
   beyond that: the difference to the steady row is what the library itself does per renewal.
@@ -52,6 +53,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
+from pydantic_core import to_json
 
 from trio_lease import LeaseRecord
 from trio_lease._algorithm import RENEWAL_TICKS
@@ -225,10 +227,10 @@ async def bare_renewal(
     idle: asyncio.Queue[tuple[asyncio.Transport, _Bare]], obj: dict[str, Any], target: str,
     headers: list[tuple[str, str]],
 ) -> None:
-    """One bare renewal of ``obj``: a new ``renewTime``, the body by ``json.dumps``, a PUT on
+    """One bare renewal of ``obj``: a new ``renewTime``, the body by ``to_json``, a PUT on
     an idle connection, the answer's version taken from its bytes by :data:`_VERSION`."""
     obj["spec"]["renewTime"] = format_micro_time(datetime.now(UTC))
-    body = json.dumps(obj, separators=(",", ":")).encode()
+    body = to_json(obj)
     data = encode_request("PUT", target, [*headers, ("Content-Length", str(len(body)))], body)
     reply = await _exchange(idle, data)
     found = _VERSION.search(reply)

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import trio
+from pydantic_core import to_json
 
 from trio_lease import LeaseRecord
 from trio_lease._algorithm import RENEWAL_TICKS as GRID
@@ -171,7 +172,7 @@ async def _renewals(nursery: trio.Nursery, backend: KubernetesBackend, unary: An
         nonlocal sent
         obj = objects[i]
         obj["spec"]["renewTime"] = format_micro_time(datetime.now(UTC))
-        body = json.dumps(obj, separators=(",", ":")).encode()
+        body = to_json(obj)
         data = encode_request(
             "PUT", targets[i], [*headers, ("Content-Length", str(len(body)))], body
         )

@@ -92,7 +92,7 @@ async def _worker(kubeconfig: str, concurrency: int, count: int) -> None:
 
 async def _bare(kubeconfig: str, concurrency: int, count: int) -> None:
     """The same writes as :func:`_worker` sent bare, as :mod:`._floor`'s renewal rhythms send
-    them (asyncio only): the body by ``json.dumps``, the version taken from the answer's bytes
+    them (asyncio only): the body by ``to_json``, the version taken from the answer's bytes
     by a regular expression, a bare protocol on one of four connections, nothing checked."""
     from trio_lease import LeaseRecord
     from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config

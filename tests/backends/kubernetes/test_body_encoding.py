@@ -1,0 +1,79 @@
+"""A request body is encoded by pydantic-core (``_client._encode_json``): what it writes must
+read back, through the decoder every reply goes through, as the very value that was encoded,
+for every value a body can hold (an object we read, with the record written over it)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trio_lease._wire import load_json
+from trio_lease.backends.kubernetes._client import _encode_json
+
+_LEASE_BODY: dict[str, Any] = {
+    "kind": "Lease",
+    "apiVersion": "coordination.k8s.io/v1",
+    "metadata": {
+        "name": "nightly-report",
+        "namespace": "default",
+        "uid": "6bff40d4-7368-44c8-a276-7c80b515764b",
+        "resourceVersion": "1234",
+        "labels": {"app.kubernetes.io/managed-by": "trio-lease"},
+        "annotations": {
+            "trio-lease.io/key": "nightly/report", "note": "caf\u00e9 \u2028 \U0001f600",
+        },
+    },
+    "spec": {
+        "holderIdentity": "worker-1",
+        "leaseDurationSeconds": 15,
+        "acquireTime": "2026-11-30T03:43:52.114833Z",
+        "renewTime": "2026-11-30T03:43:52.227116Z",
+        "leaseTransitions": 3,
+        "strategy": None,
+    },
+}
+
+
+def _stdlib(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def test_a_lease_body_is_the_bytes_the_standard_library_writes() -> None:
+    assert _encode_json(_LEASE_BODY) == _stdlib(_LEASE_BODY)
+
+
+def test_escapes_and_numbers_read_back_as_the_values_sent() -> None:
+    body = {
+        "controls": "\x00\x1f\"\\/\t\n",
+        "unicode": "\u00e9\u2028\U0001f600",
+        "numbers": [0, -1, 2**63, 10**23, -(10**23), 0.1, 1e-07, 1.5e300, -0.0],
+        "flags": [True, False, None],
+        "nested": {"a": [{"b": []}, {}]},
+    }
+    data = _encode_json(body)
+    assert load_json(data, "the body") == body
+    # Equal values; only a float's exponent is written differently (1e-7 against 1e-07).
+    assert json.loads(data) == json.loads(_stdlib(body))
+
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**24) + 1, max_value=10**24 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()  # no lone surrogates (hypothesis leaves them out): a reply cannot carry one
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(st.text(), _VALUES, max_size=6))
+def test_any_body_a_reply_could_give_reads_back_as_itself(body: dict[str, Any]) -> None:
+    assert load_json(_encode_json(body), "the body") == body
