@@ -11,21 +11,28 @@ from pathlib import Path
 
 import pytest
 
-from tools.benchmarks._instructions import collected, per_write
+from tools.benchmarks._instructions import LAYERS, collected, per_write
 from tools.benchmarks._procs import Emulator
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("loop", ["asyncio", "trio", "bare"])
-def test_the_worker_renews_each_lease_the_times_asked_with_this_trees_library(loop: str) -> None:
-    """On each loop, and sent bare (``--bare``: the same writes as _floor sends them)."""
+@pytest.mark.parametrize(
+    ("loop", "layer"),
+    [("asyncio", "update"), ("trio", "update"), ("bare", "update"),
+     *((loop, layer) for layer in LAYERS[1:] for loop in ("asyncio", "trio"))],
+)
+def test_the_worker_renews_each_lease_the_times_asked_with_this_trees_library(
+    loop: str, layer: str
+) -> None:
+    """On each loop, through each layer (``--layers``), and sent bare (``--bare``: the same
+    writes as _floor sends them). A write that does not renew fails the worker."""
     with tempfile.TemporaryDirectory() as tmp:
         emulator = Emulator(Path(tmp) / "kubeconfig")
         try:
             done = subprocess.run(
                 [sys.executable, "-m", "tools.benchmarks._instructions", "worker", str(ROOT),
-                 str(emulator.kubeconfig), loop, "3", "4"],
+                 str(emulator.kubeconfig), loop, "3", "4", layer],
                 cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
             )
         finally:

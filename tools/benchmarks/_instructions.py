@@ -1,7 +1,7 @@
 """Instructions per renewal write, counted by valgrind: the client's own work, unmoved by load.
 
 ``python -m tools.benchmarks._instructions [--tree DIR ...] [--loop asyncio] [--concurrency 20]
-[--counts 20 120] [--json]`` starts the emulator (:mod:`._emulator`, its own process), then,
+[--counts 20 120] [--bare] [--layers] [--json]`` starts the emulator (:mod:`._emulator`, its own process), then,
 for this checkout and each ``--tree`` (another checkout of the repository: the code before a
 change, say; only its ``trio_lease`` is used, so it needs no copy of this tool), runs a
 worker twice under ``valgrind --tool=callgrind``: ``concurrency`` tasks
@@ -9,7 +9,9 @@ each sending the first count of renewal writes one after another, then the secon
 difference of the two runs' instruction counts, divided by the writes it adds, is what one
 write costs in user-space instructions (the interpreter's start and the set-up cancel out).
 ``--bare`` also counts the same writes sent bare, as :mod:`._floor`'s renewal rhythms send
-them: what any client pays for them in this process (asyncio).
+them: what any client pays for them in this process (asyncio). ``--layers`` also counts this
+checkout's write through each layer below ``KubernetesBackend.update`` (:data:`LAYERS`): where
+the write's instructions go, layer by layer.
 
 Each write is what a holder sends: ``KubernetesBackend.update`` of the last record with a new
 ``renewTime``, under the bound a holder sets (the seam's write bound, ``_loops.write_bound``),
@@ -33,8 +35,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -57,7 +61,26 @@ def per_write(low: int, high: int, counts: tuple[int, int], concurrency: int) ->
     return (high - low) / (concurrency * (counts[1] - counts[0]))
 
 
-async def _worker(kubeconfig: str, concurrency: int, count: int) -> None:
+#: The layers ``--layers`` counts, from the top: what each write goes through.
+LAYERS = ("update", "read", "request", "send", "unary")
+
+#: The answer's version, from its bytes (the layers below ``update`` do not read the answer).
+_VERSION = re.compile(rb'"resourceVersion":"([0-9]+)"')
+
+
+async def _worker(kubeconfig: str, concurrency: int, count: int, layer: str = "update") -> None:
+    """``concurrency`` tasks each sending ``count`` renewal writes through ``layer``:
+
+    - ``update``: ``KubernetesBackend.update`` (a holder's write, everything included);
+    - ``read``: ``KubeApi.request`` of the body, then the answer read as ``update`` reads it
+      (``load_json``, ``read_object``, ``ObjectCache.record``), without building the body;
+    - ``request``: ``KubeApi.request`` of the body alone (the attempt's bound, slot, retries);
+    - ``send``: ``ClientLease.send`` (the headers and the body's encoding, no slot);
+    - ``unary``: the seam's ``Unary.request`` of the encoded body (the lean HTTP client).
+
+    Below ``update`` each task writes one body it built once, with a new ``renewTime`` and the
+    version found in the last answer's bytes.
+    """
     # Imported here, after main() put the tree first on the path.
     from trio_lease import LeaseRecord
     from trio_lease._loops import current
@@ -72,12 +95,16 @@ async def _worker(kubeconfig: str, concurrency: int, count: int) -> None:
             name=f"instructions-{os.getpid()}-{index}", holder="me", lease_duration=15.0,
             fencing_token=1, acquired_at=datetime.now(UTC),
         ))
+        write = None if layer == "update" else _layer_write(backend, record, layer)
         with anyio.CancelScope() as scope:
             bound = current().write_bound(scope)
             for _ in range(count):
                 bound.set(anyio.current_time() + 3.0)
-                renewal = dataclasses.replace(record, renewed_at=datetime.now(UTC))
-                record = await backend.update(renewal, record.version)
+                if write is None:
+                    renewal = dataclasses.replace(record, renewed_at=datetime.now(UTC))
+                    record = await backend.update(renewal, record.version)
+                else:
+                    await write()
                 bound.clear()
                 written += 1
 
@@ -88,6 +115,42 @@ async def _worker(kubeconfig: str, concurrency: int, count: int) -> None:
     import trio_lease
 
     print(json.dumps({"writes": written, "trio_lease": trio_lease.__file__}))
+
+
+def _layer_write(backend: Any, record: Any, layer: str) -> Callable[[], Awaitable[None]]:
+    """One renewal write through ``layer`` (below ``update``) of ``record``'s object."""
+    from trio_lease._wire import load_json
+    from trio_lease.backends.kubernetes._api import _timeouts
+    from trio_lease.backends.kubernetes._backend import _put_body
+    from trio_lease.backends.kubernetes._client import _HEADERS, _encode_json
+    from trio_lease.backends.kubernetes._times import format_micro_time
+
+    api, name = backend._api, record.name
+    base = api.objects.get(name)
+    body = _put_body(backend.kind.apply(base, record), base, name, record.version)
+    path, ctx, lease = api.item_path(name), api.ctx("update", name), api._lease()
+
+    async def write() -> None:
+        body["spec"]["renewTime"] = format_micro_time(datetime.now(UTC))
+        if layer in ("read", "request"):
+            reply = await api.request("PUT", path, ctx, body=body)
+        elif layer == "send":
+            reply = await lease.send("PUT", path, _timeouts(3.0), body)
+        else:
+            headers = [*_HEADERS, *await lease._entry.auth.headers(),
+                       ("Content-Type", "application/json")]
+            reply = await lease._entry.unary.request(
+                "PUT", f"{path}?timeout=3s", headers=headers, body=_encode_json(body)
+            )
+        found = _VERSION.search(reply.content)
+        if reply.status_code != 200 or found is None:
+            raise SystemExit(f"a write was refused: {reply.content[:200]!r}")
+        body["metadata"]["resourceVersion"] = found.group(1).decode()
+        if layer == "read":
+            obj = api.read_object(load_json(reply.content, "the answer"), name, ctx)
+            api.objects.record(name, obj)
+
+    return write
 
 
 async def _bare(kubeconfig: str, concurrency: int, count: int) -> None:
@@ -131,12 +194,13 @@ async def _bare(kubeconfig: str, concurrency: int, count: int) -> None:
     print(json.dumps({"writes": written, "trio_lease": trio_lease.__file__}))
 
 
-def _count(tree: Path, kubeconfig: Path, loop: str, concurrency: int, count: int) -> int:
+def _count(tree: Path, kubeconfig: Path, loop: str, concurrency: int, count: int,
+           layer: str = "update") -> int:
     """Instructions of one worker run under callgrind, in ``tree``."""
     done = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
          "-m", "tools.benchmarks._instructions", "worker", str(tree), str(kubeconfig), loop,
-         str(concurrency), str(count)],
+         str(concurrency), str(count), layer],
         cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False,
     )
     if done.returncode != 0:
@@ -152,11 +216,12 @@ def _count(tree: Path, kubeconfig: Path, loop: str, concurrency: int, count: int
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         tree, kubeconfig, loop, concurrency, count = sys.argv[2:7]
+        layer = sys.argv[7] if len(sys.argv) > 7 else "update"
         sys.path.insert(0, tree)
         if loop == "bare":
             anyio.run(_bare, kubeconfig, int(concurrency), int(count), backend="asyncio")
         else:
-            anyio.run(_worker, kubeconfig, int(concurrency), int(count), backend=loop)
+            anyio.run(_worker, kubeconfig, int(concurrency), int(count), layer, backend=loop)
         return
     parser = argparse.ArgumentParser(description="Instructions per renewal write (valgrind).")
     parser.add_argument("--tree", action="append", default=[], type=Path)
@@ -167,6 +232,10 @@ def main() -> None:
     parser.add_argument(
         "--bare", action="store_true",
         help="also count the same writes sent bare, as _floor sends them (asyncio)",
+    )
+    parser.add_argument(
+        "--layers", action="store_true",
+        help="also count this checkout's write through each layer below update (see _worker)",
     )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
@@ -184,6 +253,15 @@ def main() -> None:
                     for count in counts
                 )
                 results[str(tree)] = round(per_write(low, high, counts, args.concurrency))
+            if args.layers:
+                for layer in LAYERS[1:]:
+                    low, high = (
+                        _count(ROOT, emulator.kubeconfig, args.loop, args.concurrency, count,
+                               layer)
+                        for count in counts
+                    )
+                    results[f"layer {layer}"] = round(per_write(low, high, counts,
+                                                                args.concurrency))
             if args.bare:
                 low, high = (
                     _count(ROOT, emulator.kubeconfig, "bare", args.concurrency, count)
@@ -198,6 +276,8 @@ def main() -> None:
     for tree, value in results.items():
         if tree == "bare":
             print(f"the same writes sent bare (as _floor sends them): {value:,} instructions")
+        elif tree.startswith("layer "):
+            print(f"{tree}: {value:,} instructions per write through it ({args.loop})")
         else:
             print(f"{tree}: {value:,} instructions per renewal write ({args.loop})")
 

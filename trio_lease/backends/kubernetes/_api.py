@@ -105,6 +105,7 @@ class KubeApi:
         #: Our reference to the pooled client (None before the first request and after close).
         self.client_lease: ClientLease | None = None
         self._closed = False
+        self._contexts: dict[tuple[str, str], RequestContext] = {}
         #: Streams go through httpx, which takes the TLS server name per request.
         self._extensions: dict[str, str] = (
             {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
@@ -116,11 +117,19 @@ class KubeApi:
         return self.request_timeout or DEFAULT_REQUEST_TIMEOUT
 
     def ctx(self, verb: str, name: str = "") -> RequestContext:
-        """What a request does, for its messages."""
-        return RequestContext(
-            verb=verb, kind=self.kind, namespace=self.namespace, name=name,
-            server=self.config.server_url,
-        )
+        """What a request does, for its messages (one kept per verb and object: a holder asks
+        for its update's at every renewal)."""
+        key = (verb, name)
+        ctx = self._contexts.get(key)
+        if ctx is None:
+            ctx = RequestContext(
+                verb=verb, kind=self.kind, namespace=self.namespace, name=name,
+                server=self.config.server_url,
+            )
+            if len(self._contexts) >= _CONTEXTS_KEPT:
+                self._contexts.clear()
+            self._contexts[key] = ctx
+        return ctx
 
     def collection_path(self) -> str:
         return self.kind.collection_path(self.namespace)
@@ -189,7 +198,7 @@ class KubeApi:
             query = {**params, "timeout": _timeout(left)} if params else _timeouts(left)
             slots = lease.slots
             try:
-                with contextlib.nullcontext() if scoped else anyio.fail_after(left):
+                with _NO_SCOPE if scoped else anyio.fail_after(left):
                     await slots.acquire()
                     try:
                         response = await lease.send(method, path, query, body)
@@ -334,6 +343,12 @@ class KubeApi:
                 raise error_for(status, ctx)
             return None
         raise error_from(response, ctx)
+
+
+#: How many request contexts a backend keeps (all are dropped when it fills).
+_CONTEXTS_KEPT = 65536
+#: An attempt the caller's own scope bounds enters no scope of its own (reentrant, shared).
+_NO_SCOPE: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 def _timeout(left: float) -> str:

@@ -1,17 +1,23 @@
-"""A request body is encoded by pydantic-core (``_client._encode_json``): what it writes must
-read back, through the decoder every reply goes through, as the very value that was encoded,
-for every value a body can hold (an object we read, with the record written over it)."""
+"""What a renewal write builds each time, made cheaply: its body, encoded by pydantic-core
+(``_client._encode_json``), must read back, through the decoder every reply goes through, as
+the very value that was encoded, for every value a body can hold (an object we read, with the
+record written over it); its request context is kept per verb and object."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from trio_lease._wire import load_json
+from trio_lease.backends.kubernetes import _api
 from trio_lease.backends.kubernetes._client import _encode_json
+from trio_lease.testing.kube import KubeEmulator
+
+from ._helpers import make_backend
 
 _LEASE_BODY: dict[str, Any] = {
     "kind": "Lease",
@@ -77,3 +83,24 @@ _VALUES = st.recursive(
 @given(st.dictionaries(st.text(), _VALUES, max_size=6))
 def test_any_body_a_reply_could_give_reads_back_as_itself(body: dict[str, Any]) -> None:
     assert load_json(_encode_json(body), "the body") == body
+
+
+def test_a_request_context_is_kept_per_verb_and_object_and_the_kept_ones_are_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A holder's update context is built once (each renewal asks for it); at the bound the
+    kept ones are dropped, so a process that touches many objects keeps no more than that."""
+    api = make_backend(KubeEmulator().transport())._api
+    update = api.ctx("update", "job")
+    assert api.ctx("update", "job") is update
+    assert api.ctx("get", "job") is not update
+    assert (api.ctx("update", "other").verb, api.ctx("update", "other").name) == (
+        "update", "other"
+    )
+    assert update.target == "leases.coordination.k8s.io 'job' in namespace 'default'"
+    monkeypatch.setattr(_api, "_CONTEXTS_KEPT", 3)
+    assert len(api._contexts) == 3
+    api.ctx("create", "job")  # the fourth: the kept ones are dropped first
+    assert len(api._contexts) == 1
+    assert api.ctx("update", "job") is not update
+    assert api.ctx("update", "job") == update
