@@ -198,7 +198,7 @@ class Holding:
         # that outlived the garbage collector's young generations: a quarter of those a
         # renewal moved to the oldest at 1,000 leases (tools/benchmarks/README.md, "Promoted
         # per renewal").
-        with anyio.CancelScope() as self._watch_scope:
+        with anyio.CancelScope() as self._watch_scope:  # noqa: ASYNC912  only _notify cancels it
             while self.lost_cause is None and not self.ended:
                 remaining = self.deadline - self._clock()
                 if remaining <= 0:

@@ -1,10 +1,10 @@
 """Instructions per renewal write, counted by valgrind: the client's own work, unmoved by load.
 
 ``python -m tools.benchmarks._instructions [--tree DIR ...] [--loop asyncio] [--concurrency 20]
-[--counts 20 120] [--bare] [--layers] [--json]`` starts the emulator (:mod:`._emulator`, its own process), then,
-for this checkout and each ``--tree`` (another checkout of the repository: the code before a
-change, say; only its ``trio_lease`` is used, so it needs no copy of this tool), runs a
-worker twice under ``valgrind --tool=callgrind``: ``concurrency`` tasks
+[--counts 20 120] [--bare] [--layers] [--json]`` starts the emulator (:mod:`._emulator`, its
+own process), then, for this checkout and each ``--tree`` (another checkout of the
+repository: the code before a change, say; only its ``trio_lease`` is used, so it needs no copy
+of this tool), runs a worker twice under ``valgrind --tool=callgrind``: ``concurrency`` tasks
 each sending the first count of renewal writes one after another, then the second count. The
 difference of the two runs' instruction counts, divided by the writes it adds, is what one
 write costs in user-space instructions (the interpreter's start and the set-up cancel out).
