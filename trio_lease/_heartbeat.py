@@ -198,7 +198,8 @@ class Holding:
         # that outlived the garbage collector's young generations: a quarter of those a
         # renewal moved to the oldest at 1,000 leases (tools/benchmarks/README.md, "Promoted
         # per renewal").
-        with anyio.CancelScope() as self._watch_scope:  # noqa: ASYNC912  only _notify cancels it
+        # No checkpoint when the deadline has already passed: the check runs and it returns.
+        with anyio.CancelScope() as self._watch_scope:  # noqa: ASYNC912  cancelled by _notify
             while self.lost_cause is None and not self.ended:
                 remaining = self.deadline - self._clock()
                 if remaining <= 0:

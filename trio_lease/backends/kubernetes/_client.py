@@ -76,7 +76,7 @@ USER_AGENT = f"trio-lease/{__version__} (python; httpx)"
 #: same bytes as ``json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()`` for
 #: what a body holds (strings, integers, finite numbers, lists, objects; a float's exponent is
 #: written without padding, ``1e-7`` for ``1e-07``), about a fifth of its cost on a renewal's
-#: body (tools/benchmarks/README.md, "Encoded by pydantic-core").
+#: body (tools/benchmarks/README.md, "The write by layer; bodies by pydantic-core").
 _encode_json: Callable[[Any], bytes] = to_json
 #: Query strings already encoded, by their parameters: a renewal's is one of a few
 #: (``timeout=1s`` … ``timeout=5s``), so encoding it each time cost more than the lookup.
