@@ -16,7 +16,8 @@ PACKAGES = ("trio_lease", "tools")
 BACKENDS = "trio_lease.backends"
 #: What a backend may import from the rest of the package: the SPI and the shared helpers
 #: (wire, HTTP, TLS, secrets, exceptions, settings, paths, request slots, the observer API, the
-#: words for a failed connection, the retry backoff).
+#: words for a failed connection, the retry backoff, and the event-loop seam, through which a
+#: request reads the loop's clock and its caller's deadline without anyio's lookups).
 #: Never the lease algorithm, the heartbeat, the shared watch or the public Lease.
 BACKEND_MAY_IMPORT = frozenset(
     f"trio_lease.{module}"
@@ -39,6 +40,7 @@ BACKEND_MAY_IMPORT = frozenset(
         "_paths",
         "_toml",
         "_slots",
+        "_loops",
         "_observer",
         "_public",
         "_version",

@@ -168,7 +168,11 @@ class LeanClient(Unary):
     async def _exchange(self, out: Outgoing) -> Reply:
         """Send ``out`` on a kept-alive connection (or a new one); its connection is closed
         if the exchange fails or is cancelled midway."""
-        conn = await self._connection(out.connect_timeout or self._connect_timeout)
+        idle = self._idle
+        if idle and idle[-1].is_alive():  # the usual case, without a coroutine of its own
+            conn = idle.pop()
+        else:
+            conn = await self._connection(out.connect_timeout or self._connect_timeout)
         reader = ReplyReader()
         try:
             await _send_request(conn, _bytes(out))

@@ -196,6 +196,7 @@ class ReplyReader:
         "_events",
         "_headers",
         "_in_head",
+        "_length",
         "_parser",
         "_seen",
         "_since_progress",
@@ -213,6 +214,7 @@ class ReplyReader:
         self._events: collections.deque[Head | bytes | _Sentinel] = collections.deque()
         self._headers: list[tuple[bytes, bytes]] = []
         self._codings = 0  # Transfer-Encoding fields seen
+        self._length = False  # a Content-Length field seen
         self._chunked = False
         self._status = 0
         self._in_head = True  # reading a head (not a body)
@@ -326,6 +328,7 @@ class ReplyReader:
             return
         self._headers = []
         self._codings = 0
+        self._length = False
         self._in_head = True
 
     def on_status(self, reason: bytes) -> None:
@@ -340,6 +343,10 @@ class ReplyReader:
             # Exactly "chunked": llhttp frames "chunked" followed by a tab as no coding at all.
             self._codings += 1
             self._chunked = value.lower() == b"chunked"
+        elif name == b"content-length":
+            # Noted here, not searched for once the head is complete: any() over a generator
+            # that stops early leaves it to be closed (an exception and a traceback per reply).
+            self._length = True
         value = value.rstrip(b" \t")  # llhttp keeps the trailing whitespace (not the value's)
         self._headers.append((name, value))
 
@@ -361,11 +368,7 @@ class ReplyReader:
             raise ReplyError("the reply's Transfer-Encoding is not chunked alone")
         # HTTP/1.0 never (llhttp honours its keep-alive header; h11 and this client do not).
         self.keep_alive = parser.should_keep_alive() and parser.get_http_version() == "1.1"
-        framed = (
-            self._codings
-            or status in (204, 304)
-            or any(name == b"content-length" for name, _ in self._headers)
-        )
+        framed = self._codings or self._length or status in (204, 304)
         if not framed:
             self.keep_alive = False
             self._state = "to_close"

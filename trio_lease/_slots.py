@@ -112,6 +112,13 @@ class Slots:
     def waiting(self) -> int:
         return self._urgent_waiting + len(self._normal)
 
+    def try_acquire(self) -> bool:
+        """Take a free slot if there is one (no wait, no checkpoint); False if none is."""
+        if self._free > 0:
+            self._free -= 1
+            return True
+        return False
+
     async def acquire(self) -> None:
         if self._free > 0:
             self._free -= 1

@@ -51,6 +51,28 @@ async def test_a_free_slot_is_taken_without_a_checkpoint() -> None:
     assert repr(slots) == "<Slots 0/2 free, 0 waiting>"
 
 
+async def test_try_acquire_takes_a_free_slot_and_never_one_that_is_taken() -> None:
+    slots = Slots(1)
+    assert slots.try_acquire()
+    assert not slots.try_acquire()  # none free: nothing taken, nothing queued
+    assert repr(slots) == "<Slots 0/1 free, 0 waiting>"
+    got: list[str] = []
+
+    async def waiter() -> None:
+        await slots.acquire()
+        got.append("waiter")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)
+        await anyio.sleep(0.01)
+        assert slots.waiting == 1
+        slots.release()  # handed to the waiter, not left free for a try_acquire
+        assert not slots.try_acquire()
+    assert got == ["waiter"]
+    slots.release()
+    assert slots.try_acquire()
+
+
 async def _doomed(slots: Slots, order: list[str], scopes: list[anyio.CancelScope]) -> None:
     with anyio.CancelScope() as scope:
         scopes.append(scope)

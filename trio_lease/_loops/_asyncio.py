@@ -53,9 +53,11 @@ __all__ = [
     "LoopAlarm",
     "NativeConnection",
     "SharedBound",
+    "checkpoint_if_cancelled",
     "clock",
     "connect",
     "deadline_keeper",
+    "effective_deadline",
     "loop_factory",
     "sleep_until",
     "waiter",
@@ -74,6 +76,23 @@ FAILURES: tuple[type[BaseException], ...] = (
 
 def clock() -> Callable[[], float]:
     return asyncio.get_running_loop().time
+
+
+def _anyio_backend() -> tuple[Callable[[], Awaitable[None]], Callable[[], float]]:
+    """anyio's asyncio backend's own ``checkpoint_if_cancelled`` and
+    ``current_effective_deadline``: anyio's public functions look the running library up
+    (sniffio) on every call, three times per request; these are what they call on asyncio.
+    Where that class is missing (another anyio), the public functions."""
+    try:
+        from anyio._backends._asyncio import AsyncIOBackend
+    except ImportError:  # pragma: no cover - anyio 4 has it
+        return anyio.lowlevel.checkpoint_if_cancelled, anyio.current_effective_deadline
+    return AsyncIOBackend.checkpoint_if_cancelled, AsyncIOBackend.current_effective_deadline
+
+
+#: :func:`anyio.lowlevel.checkpoint_if_cancelled` and :func:`anyio.current_effective_deadline`
+#: on asyncio, without the lookup of the running library.
+checkpoint_if_cancelled, effective_deadline = _anyio_backend()
 
 
 _Sleepers = dict[float, list["asyncio.Future[None]"]]
@@ -375,7 +394,7 @@ class NativeConnection:
     async def send(self, data: bytes) -> None:
         # As anyio's streams do: no byte leaves a scope that is already cancelled (a task that
         # runs on after an event-loop stall, its wait having completed, must not write).
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await checkpoint_if_cancelled()
         if self.transport.is_closing() or self.reader.ended:
             raise anyio.BrokenResourceError("the connection is closed")
         self.transport.write(data)  # a request is small: the kernel takes it whole or buffers

@@ -125,6 +125,15 @@ class LoopKit(Protocol):
         """The running loop's clock (what :func:`anyio.current_time` reads), bound once."""
         ...
 
+    def effective_deadline(self) -> float:
+        """:func:`anyio.current_effective_deadline` without looking the loop up (a request
+        reads it each time)."""
+        ...
+
+    def checkpoint_if_cancelled(self) -> Awaitable[None]:
+        """:func:`anyio.lowlevel.checkpoint_if_cancelled` without looking the loop up."""
+        ...
+
     def waiter(self) -> Waiter:
         """A new :class:`Waiter`."""
         ...

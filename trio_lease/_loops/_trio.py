@@ -39,9 +39,11 @@ __all__ = [
     "SocketConnection",
     "TaskWaiter",
     "TrioConnection",
+    "checkpoint_if_cancelled",
     "clock",
     "connect",
     "deadline_keeper",
+    "effective_deadline",
     "sleep_until",
     "waiter",
     "write_bound",
@@ -59,6 +61,11 @@ FAILURES: tuple[type[BaseException], ...] = (
 def clock() -> Callable[[], float]:
     # The run's clock itself: trio.current_time looks the run up and calls it on every read.
     return trio.lowlevel.current_clock().current_time
+
+
+#: trio's own (anyio's look the running library up on every call).
+checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
+effective_deadline = trio.current_effective_deadline
 
 
 class TaskWaiter:

@@ -185,8 +185,9 @@ class KubeApi:
         when one is free).
         """
         lease = self._lease()
-        now = anyio.current_time()
-        bound = anyio.current_effective_deadline()
+        clock = lease.clock
+        now = clock()
+        bound = lease.effective_deadline()
         # The caller's own scope ends first (a renewal's bound): it cancels each attempt in
         # time, so a scope of our own would only cost a timer per request.
         scoped = bound <= now + self.timeout
@@ -199,7 +200,8 @@ class KubeApi:
             slots = lease.slots
             try:
                 with _NO_SCOPE if scoped else anyio.fail_after(left):
-                    await slots.acquire()
+                    if not slots.try_acquire():
+                        await slots.acquire()
                     try:
                         response = await lease.send(method, path, query, body)
                     finally:
@@ -211,13 +213,13 @@ class KubeApi:
                 # sent (the handshake failed), so retrying is safe.
                 reloaded_ca = True
                 lease = await self._replace_client()
-                now = anyio.current_time()
+                now = clock()
                 continue
             if response.status_code != 429:
                 return response
             await _wait_to_retry(parse_status(response), retries, deadline, ctx)
             retries += 1
-            now = anyio.current_time()
+            now = clock()
 
     def _ca_may_have_rotated(self, exc: BaseException) -> bool:
         return self.config.ca_file is not None and tls_verification_failed(exc)

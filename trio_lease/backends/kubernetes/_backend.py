@@ -204,7 +204,9 @@ class KubernetesBackend(LeaseBackend):
         api, objects = self._api, self._api.objects
         object_name = objects.object_name(record.name)
         ctx = api.ctx("update", object_name)
-        base = await self._base(record.name, object_name, expected_version, ctx)
+        base = objects.get(object_name)
+        if base is None or _version(base) != expected_version:  # not the kept object: GET it
+            base = await self._base(record.name, object_name, expected_version, ctx)
         self._refuse_renewal(object_name, base, record, ctx)
         body = _put_body(self.kind.apply(base, record), base, object_name, expected_version)
         sent_uid = body["metadata"].get("uid")
@@ -241,12 +243,9 @@ class KubernetesBackend(LeaseBackend):
     async def _base(
         self, key: str, object_name: str, expected_version: str, ctx: RequestContext
     ) -> JsonObject:
-        """The object at ``expected_version`` to write over: the cached one, else a GET."""
+        """The object at ``expected_version`` to write over, read with a GET (the caller found
+        none kept at that version)."""
         objects = self._api.objects
-        base = objects.get(object_name)
-        if base is not None and _version(base) == expected_version:
-            return base
-        # No object at that version in hand: learn uid and version first.
         base = await self._api.get_object(object_name)
         if base is None:
             objects.forget(object_name)

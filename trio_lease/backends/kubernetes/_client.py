@@ -62,6 +62,7 @@ from pydantic_core import to_json
 from ..._http import Answer, CappedBody, HttpxUnary, Unary, unary_for
 from ..._http import read_capped as _read_capped
 from ..._lean_http import LeanClient, LeanStream
+from ..._loops import current
 from ..._slots import Slots
 from ..._version import __version__
 from ..._wire import MAX_BODY_BYTES
@@ -216,6 +217,11 @@ class ClientLease:
     client: httpx.AsyncClient
     #: Take one before each request that is not a watch stream (see the module docstring).
     slots: Slots
+    #: The loop's clock (:func:`anyio.current_time`) and the caller's effective deadline
+    #: (:func:`anyio.current_effective_deadline`), from the seam of the loop the reference was
+    #: taken in: each request reads both, and anyio's functions look the loop up every time.
+    clock: Callable[[], float]
+    effective_deadline: Callable[[], float]
 
     def __init__(self, key: Hashable, entry: _Entry) -> None:
         self.key = key
@@ -223,6 +229,9 @@ class ClientLease:
         self.client = entry.client
         self.slots = entry.slots
         self._released = False
+        kit = current()
+        self.clock = kit.clock()
+        self.effective_deadline = kit.effective_deadline
 
     async def send(
         self,
@@ -248,9 +257,10 @@ class ClientLease:
             headers.append(("Content-Type", "application/json"))
         unary = self._entry.unary
         reply = await unary.request(method, target, headers=headers, body=data)
-        retry = await auth.headers_after(reply.status_code, headers)
-        if retry is not None:
-            reply = await unary.request(method, target, headers=retry, body=data)
+        if reply.status_code == 401:  # only a 401 is retried (no coroutine made for others)
+            retry = await auth.headers_after(401, headers)
+            if retry is not None:
+                reply = await unary.request(method, target, headers=retry, body=data)
         return reply
 
     @property

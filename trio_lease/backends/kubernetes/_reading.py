@@ -224,7 +224,9 @@ def _our_annotations(metadata: JsonObject, reader: _Reader) -> dict[str, object]
     unreadable); other annotations are never read, so whatever they hold cannot matter.
     """
     annotations = metadata.get("annotations")
-    if type(annotations) is not dict:  # absent or null reads as empty; anything else is noted
+    if annotations is None:  # absent or null reads as empty (a renewal's answer, often)
+        return {}
+    if type(annotations) is not dict:  # anything else is noted
         annotations = reader.read(
             lambda: _wire.optional_obj(metadata.get("annotations"), "metadata.annotations"),
             None,
