@@ -256,7 +256,7 @@ def request_bound(now: float, deadline: float, settings: LeaseSettings) -> float
 RENEWAL_TICKS = 32
 
 
-def next_renewal(last_send: float, settings: LeaseSettings, phase: int | None = None) -> float:
+def next_renewal(last_send: float, settings: LeaseSettings) -> float:
     """When the next renewal is due: ``last_send + R`` rounded down to a multiple of R/32.
 
     At most R/32 earlier than ``last_send + R`` and never later (but for the float rounding
@@ -268,27 +268,9 @@ def next_renewal(last_send: float, settings: LeaseSettings, phase: int | None = 
     renewal). After a renewal sent on the grid, ``last_send + R`` is on it too, so a holder
     still renews every R. A value within a millionth of a tick of a multiple counts as on it:
     float division must not turn R into R − R/32.
-
-    With a ``phase`` (0 to 31: :func:`grid_phase` of the grant's first renewal), the multiple is
-    the last one at or before ``last_send + R`` whose number is ``phase`` modulo 32: one instant
-    in each R, after ``last_send`` and never later than ``last_send + R``. A holder whose
-    renewal went out late (it woke late: a stall of the event loop, a long collection of the
-    garbage collector) renews next at its own instant again, not R after that late send: the
-    renewals of a process keep the spread their grants had instead of gathering on the ticks
-    that follow each stall (tools/benchmarks/README.md, "Renewals kept on their instant").
-    Only a renewal after a late one (or after a failed attempt) comes sooner than R after
-    the last send.
     """
     tick = settings.heartbeat_interval / RENEWAL_TICKS
     due = last_send + settings.heartbeat_interval
     ticks = due / tick
     nearest = round(ticks)
-    last = nearest if abs(ticks - nearest) < 1e-6 else math.floor(ticks)
-    if phase is not None:
-        last -= (last - phase) % RENEWAL_TICKS
-    return last * tick
-
-
-def grid_phase(at: float, settings: LeaseSettings) -> int:
-    """Which of the grid's 32 instants in each R the instant ``at`` (on the grid) is: 0 to 31."""
-    return round(at * RENEWAL_TICKS / settings.heartbeat_interval) % RENEWAL_TICKS
+    return nearest * tick if abs(ticks - nearest) < 1e-6 else math.floor(ticks) * tick

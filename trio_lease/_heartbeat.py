@@ -76,8 +76,6 @@ class Holding:
         self.key: tuple[Hashable, str, str] = key
         #: The lease name.
         self.name: str = record.name
-        #: The grant's instant in each R on the renewal grid (set when renewals start).
-        self._phase: int | None = None
         #: The holder identity written in the record.
         self.identity: str = record.holder
         #: The grant's fencing token.
@@ -300,8 +298,6 @@ class Holding:
     async def _renew_loop(self) -> None:
         settings = self._settings
         next_at = algo.next_renewal(self.last_send, settings)
-        # The grant's instant in each R: later renewals keep to it (see next_renewal).
-        self._phase = algo.grid_phase(next_at, settings)
         started = self._clock()
         # This task's renewals go before acquisitions, the nearest deadline first among those
         # waiting for a slot: a lease whose last attempt failed overtakes those with time to
@@ -341,7 +337,7 @@ class Holding:
             if self.observers or everywhere():
                 now = self._clock()
                 self.tell("renewed", latency=now - started, valid_for=self.deadline - now)
-            return algo.next_renewal(self.last_send, self._settings, self._phase)
+            return algo.next_renewal(self.last_send, self._settings)
         if self.is_active() and (self.observers or everywhere()):
             self.tell(
                 "renewal_failed",

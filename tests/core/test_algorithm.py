@@ -173,45 +173,6 @@ def test_renewals_sent_on_the_grid_keep_the_interval(interval: float) -> None:
         assert algo.next_renewal(send, settings) - send == pytest.approx(interval, rel=1e-9)
 
 
-@pytest.mark.parametrize("phase", [0, 1, 17, 31])
-@pytest.mark.parametrize("last_send", [0.0, 0.01, 1.2345, 46.875, 1e5 + 0.3, 123456.789])
-@pytest.mark.parametrize("interval", [0.3, 1.5, 3.0, 12.0])
-def test_next_renewal_with_a_phase_is_its_instant_in_the_r_after_the_send(
-    last_send: float, interval: float, phase: int
-) -> None:
-    """With a phase, the next renewal is the one grid instant of that phase in
-    (last_send, last_send + R]: never late, and never at the send itself."""
-    settings = _every(interval)
-    tick = interval / algo.RENEWAL_TICKS
-    due = algo.next_renewal(last_send, settings, phase)
-    assert last_send < due <= last_send + interval + 1e-6 * tick
-    assert due / tick == pytest.approx(round(due / tick), abs=1e-6)
-    assert algo.grid_phase(due, settings) == phase
-
-
-@pytest.mark.parametrize("late_ticks", [0.0, 0.3, 1.0, 2.7, 12.5, 31.2])
-def test_a_late_renewal_is_followed_by_one_at_its_own_instant(late_ticks: float) -> None:
-    """A renewal due at an instant but sent late (a stall, a wait for a slot) is followed by
-    one R after that instant, not R after the late send: the holder keeps its place."""
-    tick = S.heartbeat_interval / algo.RENEWAL_TICKS
-    first = algo.next_renewal(3200.4 * tick, S)  # the grant's first renewal
-    phase = algo.grid_phase(first, S)
-    sent = first + late_ticks * tick
-    assert algo.next_renewal(sent, S, phase) == pytest.approx(first + S.heartbeat_interval)
-    # Without the phase it would have moved with the late send (the old rule).
-    if late_ticks >= 1:
-        assert algo.next_renewal(sent, S) > first + S.heartbeat_interval
-
-
-def test_a_renewal_later_than_r_is_followed_by_the_next_instant_of_its_phase() -> None:
-    """Sent more than R late, the next renewal is its phase's next instant after the send."""
-    tick = S.heartbeat_interval / algo.RENEWAL_TICKS
-    first = 3232 * tick
-    phase = algo.grid_phase(first, S)
-    sent = first + 40.5 * tick
-    assert algo.next_renewal(sent, S, phase) == pytest.approx(first + 2 * S.heartbeat_interval)
-
-
 def test_holders_with_different_phases_renew_at_the_same_instants() -> None:
     """Two grants taken a fraction of a tick apart fall due at the same time: one wake-up."""
     tick = S.heartbeat_interval / algo.RENEWAL_TICKS

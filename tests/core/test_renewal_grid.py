@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Awaitable
 
 import anyio
 import pytest
@@ -70,34 +69,3 @@ async def test_a_renewal_is_never_later_than_r_after_the_grant() -> None:
         await anyio.sleep(1.5 * R)
     first = backend.sends["a"][0]
     assert granted + R - TICK < first <= granted + R
-
-
-
-async def test_a_renewal_sent_late_is_followed_by_one_at_the_holders_own_instant() -> None:
-    """A holder that wakes 2.6 ticks late for its second renewal (as after a stall of the event
-    loop) sends it late, then renews R after the instant that one was due, in step with a
-    holder that was never late: not R after the late send, which would move it onto the
-    ticks after the stall with every holder the stall delayed."""
-    backend = _Timed()
-    now = anyio.current_time()
-    await anyio.sleep(math.ceil(now / TICK) * TICK - now + TICK)  # a grid instant
-    late_at = anyio.current_time() + 2 * R  # the second renewal's instant
-    async with Lease("a", "me", backend, SETTINGS).held() as grant:
-        holding = grant._holding
-        on_time = holding._sleep_until
-        assert on_time is not None  # the loop's own clock: the seam's sleep
-
-        def wake_late_once(deadline: float) -> Awaitable[None]:
-            if math.isclose(deadline, late_at):
-                deadline += 2.6 * TICK
-            return on_time(deadline)
-
-        holding._sleep_until = wake_late_once
-        async with Lease("b", "me", backend, SETTINGS).held():
-            await anyio.sleep(5.5 * R)
-    a, b = backend.sends["a"], backend.sends["b"]
-    assert len(a) >= 5
-    assert a[1] == pytest.approx(late_at + 2.6 * TICK)  # the late one
-    assert b[1] == pytest.approx(late_at)
-    assert a[2] == pytest.approx(late_at + R)  # back on its own instant
-    assert a[2:] == pytest.approx(b[2 : len(a)])
