@@ -1,17 +1,21 @@
 """Instructions per renewal write, counted by valgrind: the client's own work, unmoved by load.
 
 ``python -m tools.benchmarks._instructions [--tree DIR ...] [--loop asyncio] [--concurrency 20]
-[--counts 20 120] [--bare] [--layers] [--json]`` starts the emulator (:mod:`._emulator`, its
-own process), then, for this checkout and each ``--tree`` (another checkout of the
-repository: the code before a change, say; only its ``trio_lease`` is used, so it needs no copy
-of this tool), runs a worker twice under ``valgrind --tool=callgrind``: ``concurrency`` tasks
+[--counts 20 120] [--bare] [--layers] [--allocations] [--json]`` starts the emulator
+(:mod:`._emulator`, its own process), then, for this checkout and each ``--tree`` (another checkout
+of the repository: the code before a change, say; only its ``trio_lease`` is used, so it needs no
+copy of this tool), runs a worker twice under ``valgrind --tool=callgrind``: ``concurrency`` tasks
 each sending the first count of renewal writes one after another, then the second count. The
-difference of the two runs' instruction counts, divided by the writes it adds, is what one
-write costs in user-space instructions (the interpreter's start and the set-up cancel out).
-``--bare`` also counts the same writes sent bare, as :mod:`._floor`'s renewal rhythms send
-them: what any client pays for them in this process (asyncio). ``--layers`` also counts this
-checkout's write through each layer below ``KubernetesBackend.update`` (:data:`LAYERS`): where
-the write's instructions go, layer by layer.
+difference of the two runs' instruction counts, divided by the writes it adds, is what one write
+costs in user-space instructions (the interpreter's start and the set-up cancel out). ``--bare``
+also counts the same writes sent bare, as :mod:`._floor`'s renewal rhythms send them: what any
+client pays for them in this process (asyncio). ``--layers`` also counts this checkout's write
+through each layer below ``KubernetesBackend.update`` (:data:`LAYERS`): where the write's
+instructions go, layer by layer. ``--allocations`` also counts, from the same two runs of this
+checkout with callgrind's call graph kept (``callgrind_annotate --tree=caller``), what one write
+makes for the garbage collector to track, by the interpreter's function that made it
+(:data:`ALLOCATORS`): the coroutines, bound methods, iterators and instances whose number sets how
+often the collector runs.
 
 Each write is what a holder sends: ``KubernetesBackend.update`` of the last record with a new
 ``renewTime``, under the bound a holder sets (the seam's write bound, ``_loops.write_bound``),
@@ -59,6 +63,63 @@ def collected(stderr: str) -> int:
 def per_write(low: int, high: int, counts: tuple[int, int], concurrency: int) -> float:
     """Instructions per write: the runs' difference over the writes the second one adds."""
     return (high - low) / (concurrency * (counts[1] - counts[0]))
+
+
+#: What ``--allocations`` counts: the interpreter's functions that make an object the garbage
+#: collector tracks (and one that closes a generator left unfinished), each by its callers.
+ALLOCATORS = {
+    "_PyObject_GC_New": "objects of a fixed size (bound methods, iterators, functions, cells)",
+    "_PyObject_GC_NewVar": "objects of a variable size (coroutines, generators, matches)",
+    "PyType_GenericAlloc": "instances of classes",
+    "gen_close": "generators closed before their end (an exception with a traceback each)",
+}
+#: A line of ``callgrind_annotate --tree=caller``: cost, share, ``<`` (a caller), ``*`` (the
+#: function the block is about) or ``>``, the function, and for a caller its calls (``(12x)``).
+_TREE_LINE = re.compile(
+    r"\s*[0-9,]+ \(\s*[0-9.]+%\)\s+([<*>])\s+(\S+?)(?: \(([0-9,]+)x\))?(?: \[|$)"
+)
+
+
+def callers_of(annotated: str, functions: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """For each of ``functions``, its callers and how often each called it, read from
+    ``callgrind_annotate --tree=caller`` output (names without their source file)."""
+    found: dict[str, dict[str, int]] = {function: {} for function in functions}
+    callers: list[tuple[str, int]] = []
+    for line in annotated.splitlines():
+        match = _TREE_LINE.match(line)
+        if match is None:
+            if not line.strip():
+                callers = []
+            continue
+        kind, name, calls = match.groups()
+        name = name.rsplit(":", 1)[-1]
+        if kind == "<":
+            callers.append((name, int((calls or "0").replace(",", ""))))
+        elif kind == "*":
+            if name in found:
+                for caller, count in callers:
+                    found[name][caller] = found[name].get(caller, 0) + count
+            callers = []
+    return found
+
+
+def per_write_calls(
+    low: dict[str, dict[str, int]], high: dict[str, dict[str, int]], writes: int
+) -> dict[str, dict[str, float]]:
+    """Calls per write, by function and caller: the second run's counts less the first's, over
+    the writes it adds (callers with fewer than 0.05 per write left out)."""
+    result: dict[str, dict[str, float]] = {}
+    for function, callers in high.items():
+        before = low.get(function, {})
+        rates = {
+            caller: (count - before.get(caller, 0)) / writes for caller, count in callers.items()
+        }
+        result[function] = {
+            caller: round(rate, 2)
+            for caller, rate in sorted(rates.items(), key=lambda item: -item[1])
+            if rate >= 0.05
+        }
+    return result
 
 
 #: The layers ``--layers`` counts, from the top: what each write goes through.
@@ -195,12 +256,13 @@ async def _bare(kubeconfig: str, concurrency: int, count: int) -> None:
 
 
 def _count(tree: Path, kubeconfig: Path, loop: str, concurrency: int, count: int,
-           layer: str = "update") -> int:
-    """Instructions of one worker run under callgrind, in ``tree``."""
+           layer: str = "update", out: Path | None = None) -> int:
+    """Instructions of one worker run under callgrind, in ``tree`` (its call graph kept in
+    ``out`` if given)."""
     done = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-         "-m", "tools.benchmarks._instructions", "worker", str(tree), str(kubeconfig), loop,
-         str(concurrency), str(count), layer],
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out or '/dev/null'}",
+         sys.executable, "-m", "tools.benchmarks._instructions", "worker", str(tree),
+         str(kubeconfig), loop, str(concurrency), str(count), layer],
         cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False,
     )
     if done.returncode != 0:
@@ -211,6 +273,23 @@ def _count(tree: Path, kubeconfig: Path, loop: str, concurrency: int, count: int
     if not Path(report["trio_lease"]).is_relative_to(tree.resolve()):
         raise RuntimeError(f"the worker imported {report['trio_lease']}, not {tree}'s")
     return collected(done.stderr)
+
+
+def _allocations(graph: Path) -> dict[str, dict[str, int]]:
+    """The callers of :data:`ALLOCATORS` in one run's call graph."""
+    done = subprocess.run(
+        ["callgrind_annotate", "--tree=caller", "--threshold=100", str(graph)],
+        capture_output=True, text=True, timeout=600, check=True,
+    )
+    return callers_of(done.stdout, tuple(ALLOCATORS))
+
+
+def _print_allocations(allocations: dict[str, dict[str, float]]) -> None:
+    print("made per renewal write for the garbage collector, by who made it:")
+    for function, callers in allocations.items():
+        print(f"  {function} ({ALLOCATORS[function]}): {sum(callers.values()):.1f}")
+        for caller, rate in callers.items():
+            print(f"    {rate:6.2f}  {caller}")
 
 
 def main() -> None:
@@ -237,22 +316,37 @@ def main() -> None:
         "--layers", action="store_true",
         help="also count this checkout's write through each layer below update (see _worker)",
     )
+    parser.add_argument(
+        "--allocations", action="store_true",
+        help="also count what this checkout's write makes for the garbage collector to track",
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    if args.allocations and shutil.which("callgrind_annotate") is None:
+        raise SystemExit("callgrind_annotate is not installed (it comes with valgrind)")
     counts = (args.counts[0], args.counts[1])
     if not 0 < counts[0] < counts[1]:
         raise SystemExit("--counts takes two counts, the first smaller: 20 120")
-    results = {}
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         emulator = Emulator(Path(tmp) / "kubeconfig")
         try:
             for tree in (ROOT, *(tree.resolve() for tree in args.tree)):
+                graphs = [Path(tmp) / f"calls.{count}" if args.allocations and tree == ROOT
+                          else None for count in counts]
                 low, high = (
-                    _count(tree, emulator.kubeconfig, args.loop, args.concurrency, count)
-                    for count in counts
+                    _count(tree, emulator.kubeconfig, args.loop, args.concurrency, count,
+                           out=graph)
+                    for count, graph in zip(counts, graphs, strict=True)
                 )
                 results[str(tree)] = round(per_write(low, high, counts, args.concurrency))
+                first, second = graphs
+                if first is not None and second is not None:
+                    results["allocations"] = per_write_calls(
+                        _allocations(first), _allocations(second),
+                        args.concurrency * (counts[1] - counts[0]),
+                    )
             if args.layers:
                 for layer in LAYERS[1:]:
                     low, high = (
@@ -274,7 +368,9 @@ def main() -> None:
         print(json.dumps({"loop": args.loop, "instructions_per_write": results}))
         return
     for tree, value in results.items():
-        if tree == "bare":
+        if tree == "allocations":
+            _print_allocations(value)
+        elif tree == "bare":
             print(f"the same writes sent bare (as _floor sends them): {value:,} instructions")
         elif tree.startswith("layer "):
             print(f"{tree}: {value:,} instructions per write through it ({args.loop})")
