@@ -27,7 +27,7 @@ import pytest
 from tests.conftest import REAL_TIME_RERUNS, STARVED
 from trio_lease import LeaseLost
 
-from .conftest import FAST, PATIENCE, SETTINGS, Cli, Running, wait_for_event
+from .conftest import FAST, PATIENCE, SETTINGS, STARVED_TEXT, Cli, Running, wait_for_event
 from .test_operations_flags import metric, served, until_status
 
 #: The heartbeat interval of FAST: the record gets a new version about this often.
@@ -35,8 +35,6 @@ R = SETTINGS.heartbeat_interval
 #: The holder's deadline of FAST (4 R): a renewal later than this after the one before ends
 #: the hold, and the holder says so (``no renewal was confirmed before the holder's deadline``).
 D = SETTINGS.deadline
-#: What the holder prints when it lost the lease by its deadline (the STARVED rule).
-STARVED_TEXT = "no renewal was confirmed before the holder's deadline"
 #: The kubelet's default probe timeout (``timeoutSeconds: 1``).
 PROBE_TIMEOUT = 1.0
 
