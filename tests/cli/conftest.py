@@ -22,9 +22,8 @@ from typing import Any
 
 import pytest
 
-from trio_lease import LeaseLost, LeaseSettings
-
 from tests.conftest import REAL_TIME_RERUNS, STARVED
+from trio_lease import LeaseLost, LeaseSettings
 
 CHILD = Path(__file__).with_name("child.py")
 
