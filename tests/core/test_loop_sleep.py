@@ -11,6 +11,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from tests.conftest import REAL_LOOPS
 from trio_lease._loops import current
 
 pytestmark = pytest.mark.anyio
@@ -126,3 +127,19 @@ async def test_the_seams_clock_reads_the_loops_time_as_it_moves() -> None:
     await anyio.sleep(7.0)
     assert now() == anyio.current_time() == start + 7.0
 
+
+
+@pytest.mark.parametrize("anyio_backend", REAL_LOOPS)
+async def test_the_seams_clock_is_the_loops_own_on_real_loops() -> None:
+    """On a real loop (asyncio's, uvloop's, trio's) the seam's clock reads the loop's own
+    time: on asyncio's loops it is ``time.monotonic`` itself, which ``BaseEventLoop.time``
+    returns; on uvloop (its own ``time``) and trio, the loop's. Read around anyio's, each
+    reading lies between the two others, and it moves as the loop's does."""
+    now = current().clock()
+    for _ in range(3):
+        before = anyio.current_time()
+        ours = now()
+        after = anyio.current_time()
+        assert before <= ours <= after
+        await anyio.sleep(0.01)
+    assert now() > ours

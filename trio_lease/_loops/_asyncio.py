@@ -1,6 +1,9 @@
 """The seam on asyncio (and loops built on it, such as uvloop).
 
-- Clock: the loop's ``time`` method (what :func:`anyio.current_time` returns there), bound once.
+- Clock: the loop's ``time`` method (what :func:`anyio.current_time` returns there), bound once;
+  on asyncio's own loops ``time.monotonic`` itself, which that method returns.
+- Scopes: the caller's effective deadline and the check for a pending cancellation read
+  anyio's cancel scopes directly (its asyncio backend's own walk, without its properties).
 - Waiter: a bare future; an anyio Event cost twice as much per wait, and most renewals wait
   for a slot when a process holds hundreds of leases.
 - Safety timer (:class:`LoopAlarm`): one loop timer per grant, not a deadline on each scope.
@@ -37,9 +40,10 @@ import heapq
 import itertools
 import math
 import ssl
+import time
 import weakref
-from collections.abc import Awaitable, Callable
-from typing import cast
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
@@ -75,24 +79,113 @@ FAILURES: tuple[type[BaseException], ...] = (
 
 
 def clock() -> Callable[[], float]:
-    return asyncio.get_running_loop().time
+    loop = asyncio.get_running_loop()
+    if type(loop).time is asyncio.BaseEventLoop.time:
+        # What asyncio's own loops read (BaseEventLoop.time returns it), without the method's
+        # frame: a renewal reads the clock about eight times.
+        return time.monotonic
+    return loop.time
 
 
-def _anyio_backend() -> tuple[Callable[[], Awaitable[None]], Callable[[], float]]:
-    """anyio's asyncio backend's own ``checkpoint_if_cancelled`` and
-    ``current_effective_deadline``: anyio's public functions look the running library up
-    (sniffio) on every call, three times per request; these are what they call on asyncio.
-    Where that class is missing (another anyio), the public functions."""
+def _anyio_task_states() -> Any:
+    """anyio's cancel scope state per task on asyncio (``_task_states``: each task's innermost
+    scope), or None where this anyio lacks it: then anyio's public functions are used."""
     try:
-        from anyio._backends._asyncio import AsyncIOBackend
-    except ImportError:  # pragma: no cover - anyio 4 has it
-        return anyio.lowlevel.checkpoint_if_cancelled, anyio.current_effective_deadline
-    return AsyncIOBackend.checkpoint_if_cancelled, AsyncIOBackend.current_effective_deadline
+        from anyio._backends._asyncio import CancelScope, _task_states
+    except ImportError:  # pragma: no cover - anyio 4.11 to 4.x have both
+        return None
+    fields = ("_deadline", "_cancel_called", "_shield", "_parent_scope")
+    if not all(hasattr(CancelScope(), field) for field in fields) or not isinstance(
+        getattr(_task_states, "data", None), dict
+    ):  # pragma: no cover
+        return None
+    return _task_states
+
+
+#: anyio's ``_task_states`` (a WeakKeyDictionary: task → its state, whose ``cancel_scope`` is
+#: the task's innermost scope), or None.
+_TASK_STATES: Any = _anyio_task_states()
+
+
+class _Done:
+    """An awaitable that is done at once (no coroutine made for it)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield  # pragma: no cover - makes this a generator
+
+
+_DONE = _Done()
+
+
+def _innermost_scope() -> Any:
+    """The running task's innermost anyio cancel scope (None: the task is in none)."""
+    # The mapping's own dict, keyed by weak references (a reference to the task compares as
+    # the task): WeakKeyDictionary.get is a Python frame around this very lookup.
+    task = asyncio.current_task()
+    state = None if task is None else _TASK_STATES.data.get(weakref.ref(task))
+    return None if state is None else state.cancel_scope
+
+
+def _cancel_pending() -> bool:
+    """Whether a scope around the running task, up to the first shield, has been cancelled:
+    the test of anyio's ``checkpoint_if_cancelled`` (anyio 4's asyncio backend), on the
+    scopes' fields rather than through their properties (with the deadline's walk below,
+    about 20 property reads per request, and a coroutine per check)."""
+    scope = _innermost_scope()
+    while scope is not None:
+        if scope._cancel_called:
+            return True
+        if scope._shield:
+            return False
+        scope = scope._parent_scope
+    return False
+
+
+def _checkpoint_if_cancelled() -> Awaitable[None]:
+    """:func:`anyio.lowlevel.checkpoint_if_cancelled` on asyncio: a checkpoint (where the
+    cancellation is delivered) only if a scope around the task has been cancelled; otherwise
+    done at once, without a coroutine."""
+    return _deliver_cancellation() if _cancel_pending() else _DONE
+
+
+async def _deliver_cancellation() -> None:
+    # anyio's own loop: checkpoints until its cancellation reaches the task (no event to wait
+    # for: anyio delivers it from a callback of the loop, between two steps of the task).
+    while _cancel_pending():  # noqa: ASYNC110
+        await asyncio.sleep(0)
+
+
+def _effective_deadline() -> float:
+    """:func:`anyio.current_effective_deadline` on asyncio (anyio 4's own walk, on the fields):
+    the nearest deadline of the scopes around the task up to the first shield; minus infinity
+    once one of them has been cancelled."""
+    scope = _innermost_scope()
+    deadline = math.inf
+    while scope is not None:
+        if scope._deadline < deadline:
+            deadline = scope._deadline
+        if scope._cancel_called:
+            return -math.inf
+        if scope._shield:
+            break
+        scope = scope._parent_scope
+    return deadline
 
 
 #: :func:`anyio.lowlevel.checkpoint_if_cancelled` and :func:`anyio.current_effective_deadline`
-#: on asyncio, without the lookup of the running library.
-checkpoint_if_cancelled, effective_deadline = _anyio_backend()
+#: on asyncio, read from anyio's scopes directly (tests/core/test_loop_seam_scopes.py checks
+#: them against anyio's own in every arrangement of scopes); anyio's public functions where
+#: this anyio keeps its scopes otherwise.
+checkpoint_if_cancelled: Callable[[], Awaitable[None]]
+effective_deadline: Callable[[], float]
+if _TASK_STATES is not None:
+    checkpoint_if_cancelled, effective_deadline = _checkpoint_if_cancelled, _effective_deadline
+else:  # pragma: no cover - anyio 4.11 to 4.x keep them so
+    checkpoint_if_cancelled = anyio.lowlevel.checkpoint_if_cancelled
+    effective_deadline = anyio.current_effective_deadline
 
 
 _Sleepers = dict[float, list["asyncio.Future[None]"]]
