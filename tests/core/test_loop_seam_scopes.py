@@ -90,7 +90,7 @@ async def test_the_checkpoint_delivers_a_cancellation_exactly_when_anyios_does(
 async def test_a_checkpoint_with_nothing_cancelled_does_not_let_another_task_run() -> None:
     """Nothing cancelled: the checkpoint is done at once, as anyio's is (no yield to the loop:
     a task started just before has not run when it returns)."""
-    ran = []
+    ran: list[bool] = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: _append(ran))
         with anyio.CancelScope(deadline=anyio.current_time() + 10):
