@@ -274,3 +274,21 @@ def next_renewal(last_send: float, settings: LeaseSettings) -> float:
     ticks = due / tick
     nearest = round(ticks)
     return nearest * tick if abs(ticks - nearest) < 1e-6 else math.floor(ticks) * tick
+
+
+def watch_instant(deadline: float, now: float, settings: LeaseSettings) -> float:
+    """When a holder's watchdog wakes next, at ``now``: the latest instant of the renewal grid
+    (:func:`next_renewal`'s) at or before ``deadline`` if it is still ahead, else ``deadline``.
+
+    The watchdog only has to act at the deadline; while renewals move the deadline on, each
+    wake-up just reads it again. Waking on the grid shares one loop timer with the holders
+    (and other watchdogs) due then, instead of a timer of its own for every wake-up, about
+    one per lease duration per held lease, whose objects outlive the garbage collector's
+    middle generation; near the deadline it sleeps until the deadline itself, so a loss is
+    declared exactly when it was before.
+    """
+    tick = settings.heartbeat_interval / RENEWAL_TICKS
+    ticks = deadline / tick
+    nearest = round(ticks)
+    instant = nearest * tick if abs(ticks - nearest) < 1e-6 else math.floor(ticks) * tick
+    return instant if now < instant <= deadline else deadline

@@ -198,15 +198,19 @@ class Holding:
         # that outlived the garbage collector's young generations: a quarter of those a
         # renewal moved to the oldest at 1,000 leases (tools/benchmarks/README.md, "Promoted
         # per renewal").
+        # It wakes on the renewal grid while the deadline is further (algo.watch_instant: a
+        # loop timer shared with the holders due then), and at the deadline itself.
         # No checkpoint when the deadline has already passed: the check runs and it returns.
+        settings = self._settings
         with anyio.CancelScope() as self._watch_scope:  # noqa: ASYNC912  cancelled by _notify
             while self.lost_cause is None and not self.ended:
-                remaining = self.deadline - self._clock()
+                now = self._clock()
+                remaining = self.deadline - now
                 if remaining <= 0:
                     self.check_deadline()
                     return
-                if self._sleep_until is not None:
-                    await self._sleep_until(self.deadline)  # the loop's clock is the holder's
+                if self._sleep_until is not None:  # the loop's clock is the holder's
+                    await self._sleep_until(algo.watch_instant(self.deadline, now, settings))
                 else:
                     await anyio.sleep(remaining)
 
