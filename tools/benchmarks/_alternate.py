@@ -152,7 +152,8 @@ def _collector(doc: dict[str, Any], tree: str, lib: str) -> list[str]:
 
 
 def _above_floor(doc: dict[str, Any]) -> list[str]:
-    """Per lib: the floor of its loop, and what the lib adds above it, median over rounds."""
+    """Per lib: the floor of its loop, what the lib adds above it and its ratio to it, median
+    over rounds (each round's row against the floor measured in that round)."""
     lines = []
     floors = {(r["round"], r["lib"]): r["client_cpu_us_per_renewal"]
               for r in doc["runs"] if r["tree"] == "floor"}
@@ -164,13 +165,19 @@ def _above_floor(doc: dict[str, Any]) -> list[str]:
         lines.extend(_collector(doc, "floor", loop))
     for tree in doc["plan"]["trees"]:
         for lib in doc["plan"]["libs"]:
-            above = [r["client_cpu_us_per_renewal"] - floors[(r["round"], _floor_loop(lib))]
-                     for r in doc["runs"] if r["tree"] == tree and r["lib"] == lib
-                     and r["client_cpu_us_per_renewal"] is not None]
-            if above:
+            rows = [(r["client_cpu_us_per_renewal"], floors[(r["round"], _floor_loop(lib))])
+                    for r in doc["runs"] if r["tree"] == tree and r["lib"] == lib
+                    and r["client_cpu_us_per_renewal"] is not None]
+            if rows:
+                above = [ours - floor for ours, floor in rows]
                 runs = ", ".join(f"{v:.0f}" for v in above)
                 lines.append(f"{tree} {lib} above its floor: median "
                              f"{statistics.median(above):.0f} µs per renewal ({runs})")
+                # Each round's row against its loop's floor in that round (the target's measure).
+                ratios = [ours / floor for ours, floor in rows]
+                runs = ", ".join(f"{v:.2f}" for v in ratios)
+                lines.append(f"{tree} {lib} against its floor: median "
+                             f"{statistics.median(ratios):.2f}× ({runs})")
     return lines
 
 
