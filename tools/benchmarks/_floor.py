@@ -62,7 +62,7 @@ from trio_lease._reply import encode_request
 from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
 from trio_lease.backends.kubernetes._times import format_micro_time
 
-from ._common import FLOOR_CONNECTIONS, GcMeter
+from ._common import FLOOR_CONNECTIONS, GcMeter, profiled
 from ._layers import _Bare
 from ._procs import rounds_of_workers
 
@@ -159,7 +159,7 @@ async def _measure(rhythm: str, running: list[asyncio.Future[None]], warmup: flo
     """After ``warmup`` (every task in its rhythm), print the CPU per request in ``window``."""
     await asyncio.sleep(warmup)
     cpu, before = time.process_time(), count()
-    with GcMeter() as gc_meter:
+    with GcMeter() as gc_meter, profiled():  # TRIO_LEASE_BENCH_PROFILE, as the steady worker
         await asyncio.sleep(window)
     cpu, done = time.process_time() - cpu, count() - before
     failed = [task for task in running if task.done()]

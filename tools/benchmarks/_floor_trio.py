@@ -29,7 +29,7 @@ from trio_lease.backends.kubernetes import KubernetesBackend, resolve_config
 from trio_lease.backends.kubernetes._times import format_micro_time
 
 from ._common import FLOOR_CONNECTIONS as CONNECTIONS
-from ._common import GcMeter
+from ._common import GcMeter, profiled
 
 _VERSION = re.compile(rb'"resourceVersion":"([0-9]+)"')
 Idle = tuple[trio.MemorySendChannel[trio.socket.SocketType],
@@ -126,7 +126,7 @@ def _paced(nursery: trio.Nursery, step: Callable[[int], Awaitable[None]], tasks:
 async def _measure(rhythm: str, warmup: float, window: float, count: Callable[[], int]) -> None:
     await trio.sleep(warmup)
     cpu, before = time.process_time(), count()
-    with GcMeter() as gc_meter:
+    with GcMeter() as gc_meter, profiled():  # TRIO_LEASE_BENCH_PROFILE, as the steady worker
         await trio.sleep(window)
     cpu, done = time.process_time() - cpu, count() - before
     if done == 0:

@@ -107,14 +107,19 @@ def _anyio_task_states() -> Any:
 _TASK_STATES: Any = _anyio_task_states()
 
 
+#: An iterator that is already exhausted: what awaiting :data:`_DONE` iterates, shared (an
+#: exhausted iterator stays exhausted), so that nothing is made per await.
+#: (Typed as the generator ``await`` expects: it only calls ``next`` on it.)
+_EXHAUSTED: Any = iter(())
+
+
 class _Done:
-    """An awaitable that is done at once (no coroutine made for it)."""
+    """An awaitable that is done at once (no coroutine or generator made for it)."""
 
     __slots__ = ()
 
     def __await__(self) -> Generator[None, None, None]:
-        return
-        yield  # pragma: no cover - makes this a generator
+        return cast("Generator[None, None, None]", _EXHAUSTED)
 
 
 _DONE = _Done()
@@ -487,7 +492,8 @@ class NativeConnection:
     async def send(self, data: bytes) -> None:
         # As anyio's streams do: no byte leaves a scope that is already cancelled (a task that
         # runs on after an event-loop stall, its wait having completed, must not write).
-        await checkpoint_if_cancelled()
+        if _TASK_STATES is None or _cancel_pending():
+            await checkpoint_if_cancelled()
         if self.transport.is_closing() or self.reader.ended:
             raise anyio.BrokenResourceError("the connection is closed")
         self.transport.write(data)  # a request is small: the kernel takes it whole or buffers
