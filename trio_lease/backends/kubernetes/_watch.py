@@ -323,7 +323,7 @@ class _Lines:
                 line = bytes(buffer[:end])
                 del buffer[: end + 1]
                 self._searched = 0
-                if line.strip():
+                if line and not line.isspace():  # not blank (without a stripped copy)
                     return line
             self._searched = len(buffer)
             if len(buffer) > MAX_LINE_BYTES:
@@ -333,26 +333,22 @@ class _Lines:
             if self._ended:
                 line = bytes(buffer)
                 buffer.clear()
-                if line.strip():
+                if line and not line.isspace():
                     return line
                 raise StopAsyncIteration
-            chunk = await self._next_chunk()
-            if chunk is None:
+            # The body's next piece, read here rather than by a coroutine of its own (one per
+            # event: most events come one to a piece); a transport error mapped to ours.
+            try:
+                buffer += await anext(self._chunks)
+                continue
+            except StopAsyncIteration:
                 self._ended = True
-            else:
-                buffer += chunk
-
-    async def _next_chunk(self) -> bytes | None:
-        """The body's next piece, None at its end; a transport error mapped to ours."""
-        try:
-            return await anext(self._chunks)
-        except StopAsyncIteration:
-            return None
-        except (httpx.HTTPError, HTTPFailure) as exc:
-            failure = map_transport_error(exc, self._ctx)
-        # Raised outside the handler: httpx's error (through h11's, the raw bytes of a
-        # malformed chunk, which may quote our token) must not stay as its __context__.
-        raise failure from None
+                continue
+            except (httpx.HTTPError, HTTPFailure) as exc:
+                failure = map_transport_error(exc, self._ctx)
+            # Raised outside the handler: httpx's error (through h11's, the raw bytes of a
+            # malformed chunk, which may quote our token) must not stay as its __context__.
+            raise failure from None
 
     async def aclose(self) -> None:
         """Close the body's iterator (an async generator on httpx's path)."""
