@@ -269,9 +269,14 @@ def next_renewal(last_send: float, settings: LeaseSettings) -> float:
     still renews every R. A value within a millionth of a tick of a multiple counts as on it:
     float division must not turn R into R − R/32.
     """
+    return _grid_at_or_before(last_send + settings.heartbeat_interval, settings)
+
+
+def _grid_at_or_before(at: float, settings: LeaseSettings) -> float:
+    """The last instant of the renewal grid (multiples of R/32) at or before ``at``, but for
+    the float rounding of a value within a millionth of a tick of one (taken as on it)."""
     tick = settings.heartbeat_interval / RENEWAL_TICKS
-    due = last_send + settings.heartbeat_interval
-    ticks = due / tick
+    ticks = at / tick
     nearest = round(ticks)
     return nearest * tick if abs(ticks - nearest) < 1e-6 else math.floor(ticks) * tick
 
@@ -287,8 +292,5 @@ def watch_instant(deadline: float, now: float, settings: LeaseSettings) -> float
     middle generation; near the deadline it sleeps until the deadline itself, so a loss is
     declared exactly when it was before.
     """
-    tick = settings.heartbeat_interval / RENEWAL_TICKS
-    ticks = deadline / tick
-    nearest = round(ticks)
-    instant = nearest * tick if abs(ticks - nearest) < 1e-6 else math.floor(ticks) * tick
+    instant = _grid_at_or_before(deadline, settings)
     return instant if now < instant <= deadline else deadline
