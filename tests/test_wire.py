@@ -83,3 +83,21 @@ def test_the_escape_scan_agrees_with_the_decoded_value(strings: list[str]) -> No
         assert truth, body
     else:
         assert not truth, body
+
+
+@pytest.mark.parametrize(
+    "encoding", ["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32",
+                 "utf-32-le", "utf-32-be"],
+)
+@pytest.mark.parametrize("text", ['{"a": "é"}', "{}", '["x", {"b": 1}]', "7"])
+def test_every_encoding_json_allows_reads_as_json_loads_reads_it(text: str, encoding: str) -> None:
+    """The encodings JSON allows (RFC 8259 §8.1; ``json.detect_encoding``) read as the standard
+    library reads them; an object's bytes, read as UTF-8 without that detection, among them."""
+    data = text.encode(encoding)
+    assert load_json(data, "the reply") == json.loads(data)
+
+
+def test_an_objects_bytes_that_are_not_utf8_are_refused() -> None:
+    """The bytes of an object are read as strict UTF-8: invalid ones are refused, named so."""
+    with pytest.raises(BackendProtocolError, match="is not valid UTF-8"):
+        load_json(b'{"a": "\xff"}', "the reply")

@@ -49,7 +49,8 @@ __all__ = ["LeanClient", "LeanStream"]
 
 
 async def _send_request(conn: Connection, data: bytes) -> None:
-    """Send a request's bytes; a failure is ``SendFailed`` (the outcome unknown)."""
+    """Send a request's bytes; a failure is ``SendFailed`` (the outcome unknown). (A unary
+    exchange does the same inline: no coroutine of its own per request.)"""
     try:
         await conn.send(data)
     except current().FAILURES as exc:
@@ -175,7 +176,10 @@ class LeanClient(Unary):
             conn = await self._connection(out.connect_timeout or self._connect_timeout)
         reader = ReplyReader()
         try:
-            await _send_request(conn, _bytes(out))
+            try:
+                await conn.send(out.head + out.body if out.body else out.head)
+            except current().FAILURES as exc:
+                raise translate(exc, "send") from exc  # as _send_request, inline
             reply = await _receive(conn, reader, CappedBody(self._max_body, out))
         except BaseException:
             await conn.close()  # noqa: ASYNC102  closes at once (abort, no wait)

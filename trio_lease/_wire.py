@@ -173,7 +173,10 @@ def load_json(
     try:
         # What json.loads(data, **hooks) does, with one decoder for every reply, but strict
         # UTF-8 (json.loads lets encoded surrogates through).
-        text = data.decode(json.detect_encoding(data))
+        if data[:1] == b"{" and data[1:2] != b"\x00":
+            text = data.decode()  # what detect_encoding says of an object's bytes: UTF-8
+        else:
+            text = data.decode(json.detect_encoding(data))
         value = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
         if isinstance(exc, json.JSONDecodeError):

@@ -489,11 +489,19 @@ class NativeConnection:
             return False
         return quiet(self.fd)
 
-    async def send(self, data: bytes) -> None:
+    def send(self, data: bytes) -> Awaitable[None]:
         # As anyio's streams do: no byte leaves a scope that is already cancelled (a task that
         # runs on after an event-loop stall, its wait having completed, must not write).
         if _TASK_STATES is None or _cancel_pending():
-            await checkpoint_if_cancelled()
+            return self._send_after_checkpoint(data)
+        self._write(data)
+        return _DONE  # written: nothing to wait for, and no coroutine made
+
+    async def _send_after_checkpoint(self, data: bytes) -> None:
+        await checkpoint_if_cancelled()
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
         if self.transport.is_closing() or self.reader.ended:
             raise anyio.BrokenResourceError("the connection is closed")
         self.transport.write(data)  # a request is small: the kernel takes it whole or buffers

@@ -100,8 +100,9 @@ class Connection(Protocol):
         """False if the idle connection was closed by the server or has unasked bytes."""
         ...
 
-    async def send(self, data: bytes) -> None:
-        """Send ``data`` whole; no byte leaves a scope that is already cancelled."""
+    def send(self, data: bytes) -> Awaitable[None]:
+        """Send ``data`` whole (awaited: a loop may make it a coroutine, or hand back one that
+        is done at once); no byte leaves a scope that is already cancelled."""
         ...
 
     async def receive(self) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import anyio
@@ -9,8 +10,9 @@ import httpx
 import pytest
 
 from trio_lease import BackendAuthError
-from trio_lease.backends.kubernetes import Credentials
+from trio_lease.backends.kubernetes import Credentials, ExecConfig
 from trio_lease.backends.kubernetes._auth import KubeAuth
+from trio_lease.backends.kubernetes._exec import ExecTokenSource
 from trio_lease.backends.kubernetes._tokens import FileTokenSource, StaticTokenSource
 
 pytestmark = pytest.mark.anyio
@@ -112,3 +114,73 @@ async def test_token_is_not_in_reprs() -> None:
     auth = KubeAuth(StaticTokenSource("sekret-value"), Credentials(token="sekret-value"))
     assert "sekret-value" not in repr(auth)
     assert "sekret-value" not in repr(auth.source)
+
+
+# -- headers at hand: a request's path asks without a coroutine --------------------------------
+
+
+async def _both(auth: KubeAuth) -> tuple[object, object]:
+    """(headers_now(), then what headers() gives), in that order."""
+    now = auth.headers_now()
+    return now, tuple(await auth.headers())
+
+
+async def test_headers_at_hand_are_what_headers_gives(tmp_path: Path) -> None:
+    """headers_now() gives exactly what headers() would, or None where headers() has to read
+    the token (first use, a re-read due) or raise: never a token not yet remembered for
+    redaction, never a stale one."""
+    creds = Credentials(impersonate_user="alice", impersonate_groups=("g1",))
+    impersonation = (("Impersonate-User", "alice"), ("Impersonate-Group", "g1"))
+    bare = KubeAuth(None, creds)
+    assert await _both(bare) == (impersonation, impersonation)
+
+    static = KubeAuth(StaticTokenSource("t1"), creds)
+    expected = (*impersonation, ("Authorization", "Bearer t1"))
+    assert await _both(static) == (None, expected)  # first use: remembered, then at hand
+    assert await _both(static) == (expected, expected)
+
+    bad = KubeAuth(StaticTokenSource("a b"), Credentials())
+    assert bad.headers_now() is None
+    with pytest.raises(BackendAuthError):
+        await bad.headers()
+    assert bad.headers_now() is None
+
+    token = tmp_path / "token"
+    token.write_text("one")
+    from_file = KubeAuth(FileTokenSource(token, refresh_interval=60), Credentials())
+    assert await _both(from_file) == (None, (("Authorization", "Bearer one"),))
+    token.write_text("two")
+    await anyio.sleep(59)
+    assert await _both(from_file) == ((("Authorization", "Bearer one"),),) * 2
+    await anyio.sleep(1)  # the re-read is due: not at hand
+    assert await _both(from_file) == (None, (("Authorization", "Bearer two"),))
+    assert from_file.headers_now() == (("Authorization", "Bearer two"),)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])  # the plugin runs in real time
+async def test_an_exec_token_is_at_hand_only_while_valid_and_not_being_fetched(
+    tmp_path: Path,
+) -> None:
+    """An exec plugin's token is at hand while it is valid and no run is in progress (a
+    request then waits for the run, as token() does); an expired one never is."""
+    script = tmp_path / "plugin.py"
+    script.write_text(
+        "import json, sys\n"
+        "status = {'token': 'exec-token', 'expirationTimestamp': sys.argv[1]}\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', "
+        "'kind': 'ExecCredential', 'status': status}))\n"
+    )
+    valid = ExecTokenSource(ExecConfig(command=sys.executable,
+                                       args=(str(script), "2099-01-01T00:00:00Z")))
+    auth = KubeAuth(valid, Credentials())
+    expected = (("Authorization", "Bearer exec-token"),)
+    assert await _both(auth) == (None, expected)
+    assert auth.headers_now() == expected
+    assert valid._lock is not None
+    async with valid._lock:  # a run in progress (after a 401, say)
+        assert auth.headers_now() is None
+    expired = ExecTokenSource(ExecConfig(command=sys.executable,
+                                         args=(str(script), "2000-01-01T00:00:00Z")))
+    auth = KubeAuth(expired, Credentials())
+    assert await _both(auth) == (None, expected)
+    assert auth.headers_now() is None  # expired: the plugin runs again first

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trio_lease import LeaseRecord
 from trio_lease._wire import load_json
-from trio_lease.backends.kubernetes import _api
+from trio_lease.backends.kubernetes import _api, _auth
 from trio_lease.backends.kubernetes._client import _encode_json
 from trio_lease.testing.kube import KubeEmulator
 
@@ -104,3 +105,29 @@ def test_a_request_context_is_kept_per_verb_and_object_and_the_kept_ones_are_bou
     assert len(api._contexts) == 1
     assert api.ctx("update", "job") is not update
     assert api.ctx("update", "job") == update
+
+
+@pytest.mark.anyio
+async def test_renewals_take_the_token_at_hand_without_the_auth_coroutine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once a token has been sent, each request takes it from ``KubeAuth.headers_now`` (no
+    coroutine per request): the coroutine runs for the first request only, and every request
+    carries the token."""
+    emulator = KubeEmulator(require_auth=True)
+    emulator.add_token("sekret", "u", groups=("system:masters",))
+    calls = 0
+    real = _auth.KubeAuth.headers
+
+    async def counted(self: _auth.KubeAuth, *, refresh: bool = False) -> list[tuple[str, str]]:
+        nonlocal calls
+        calls += 1
+        return await real(self, refresh=refresh)
+
+    monkeypatch.setattr(_auth.KubeAuth, "headers", counted)
+    async with make_backend(emulator.transport(), token="sekret") as backend:
+        record = await backend.create(LeaseRecord("job", holder="me", lease_duration=15))
+        for _ in range(5):
+            record = await backend.update(record, record.version)
+    assert calls == 1
+    assert record.holder == "me"  # six requests, each let in by its token

@@ -251,7 +251,8 @@ class ClientLease:
         target = _target(path, query)
         data = None
         auth = self._entry.auth
-        headers = [*_HEADERS, *await auth.headers()]
+        ready = auth.headers_now()
+        headers = [*_HEADERS, *(await auth.headers() if ready is None else ready)]
         if body is not None:
             data = _encode_json(body)
             headers.append(("Content-Type", "application/json"))

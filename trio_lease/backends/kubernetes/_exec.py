@@ -197,6 +197,13 @@ class ExecTokenSource(TokenSource):
             await self._run()
             return self._token
 
+    def token_now(self) -> str | None:
+        if self._token is None or (self._lock is not None and self._lock.locked()):
+            return None  # none yet, or a run in progress: token() waits for it
+        if self._valid_until is not None and anyio.current_time() >= self._valid_until:
+            return None
+        return self._token
+
     async def _run(self) -> None:
         cfg = self.config
         named_by = f" ({self.origin})" if self.origin else ""

@@ -120,6 +120,12 @@ class TokenSource:
     async def token(self, *, refresh: bool = False) -> str | None:
         raise NotImplementedError
 
+    def token_now(self) -> str | None:
+        """The token :meth:`token` would give now if that takes no reading and no waiting;
+        None: await :meth:`token` (which also raises what is wrong). A request's hot path asks
+        this first, so a cached token costs it no coroutine."""
+        return None
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__}>"
 
@@ -137,6 +143,9 @@ class StaticTokenSource(TokenSource):
         if self._problem is not None:
             raise bad_token(*self._problem)
         return self._token
+
+    def token_now(self) -> str | None:
+        return self._token if self._problem is None else None
 
 
 class FileTokenSource(TokenSource):
@@ -172,6 +181,12 @@ class FileTokenSource(TokenSource):
                 self._token = text
         if self._token is None:
             raise BackendAuthError(f"cannot read {self._what}: {self._failure}")
+        return self._token
+
+    def token_now(self) -> str | None:
+        read_at = self._read_at
+        if read_at is None or anyio.current_time() - read_at >= self.refresh_interval:
+            return None  # due for a re-read
         return self._token
 
     def _read(self) -> str | None:
