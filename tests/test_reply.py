@@ -332,6 +332,27 @@ def test_a_body_to_the_connection_end_and_http10_are_never_reused() -> None:
         assert isinstance(reading, Read) and not reading.reusable
 
 
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        # The status line's bytes split before the version is whole: the parser says 1.0.
+        [b"HTTP/1.", b"0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi"],
+        # An HTTP/1.1 informational reply, then an HTTP/1.0 one: the second's version counts.
+        [b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 200 OK\r\nConnection: keep-alive\r\n"
+         b"Content-Length: 2\r\n\r\nhi"],
+    ],
+    ids=["split-status-line", "after-an-informational-reply"],
+)
+def test_http10_is_never_reused_whatever_came_before_or_however_it_is_split(
+    pieces: list[bytes],
+) -> None:
+    """The version is read from the status line's bytes only when "HTTP/1.1 " begins the
+    first piece; an HTTP/1.0 reply with keep-alive is never reused, also after a split
+    status line or an HTTP/1.1 informational reply."""
+    reading = agree(pieces)
+    assert isinstance(reading, Read) and reading.body == b"hi" and not reading.reusable
+
+
 @pytest.mark.parametrize("extra", [b"EXTRA", b"\n", b"\r\n", b"\r\n\r\n"])
 @pytest.mark.parametrize(
     "reply",

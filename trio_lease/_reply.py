@@ -195,6 +195,7 @@ class ReplyReader:
         "_error",
         "_events",
         "_headers",
+        "_http11",
         "_in_head",
         "_length",
         "_parser",
@@ -250,6 +251,9 @@ class ReplyReader:
                 self._error = ReplyError(refused)
                 self._parser = None
                 return
+            # The first message's version, read from its status line's own bytes when they
+            # are all here (llhttp parses these very bytes): see on_headers_complete.
+            self._http11 = data.startswith(b"HTTP/1.1 ")
         self._seen = True
         before = len(self._events)
         self._feed(data)
@@ -357,17 +361,21 @@ class ReplyReader:
         status = self._status = parser.get_status_code()
         if status < 100 or status == 101:
             raise ReplyError(f"a {status} reply was not asked for")
-        if parser.get_http_version()[:2] != "1.":
+        # get_http_version() formats a new string at each call (about 1 % of a renewal's
+        # instructions): not asked when the status line read "HTTP/1.1 " (receive_data).
+        version = "1.1" if self._http11 else parser.get_http_version()
+        if version[:2] != "1.":
             raise ReplyError("the reply does not start with an HTTP/1.x status line")
         self._in_head = False
         if status < 200:
+            self._http11 = False  # the reply's own status line follows: the parser says
             return  # informational: the reply follows
         if self._codings > 1:
             raise ReplyError("the reply has Transfer-Encoding twice")
         if self._codings and not self._chunked:
             raise ReplyError("the reply's Transfer-Encoding is not chunked alone")
         # HTTP/1.0 never (llhttp honours its keep-alive header; h11 and this client do not).
-        self.keep_alive = parser.should_keep_alive() and parser.get_http_version() == "1.1"
+        self.keep_alive = parser.should_keep_alive() and version == "1.1"
         framed = self._codings or self._length or status in (204, 304)
         if not framed:
             self.keep_alive = False

@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trio_lease import LeaseRecord
 from trio_lease._wire import Malformed
@@ -38,6 +40,23 @@ def test_micro_time_has_a_four_digit_year_and_reads_back_as_written() -> None:
         assert remembered == parsed == value
         assert remembered is not None and parsed is not None
         assert remembered.tzinfo is parsed.tzinfo is UTC
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30),  # noqa: DTZ001
+        timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)),
+                                   timezone(timedelta(hours=-11)), UTC]),
+    )
+)
+def test_micro_time_is_the_utc_time_with_six_digits_for_any_aware_datetime(value: datetime) -> None:
+    """Whatever the zone and the microseconds (0 among them): the UTC time, six fraction digits,
+    ``Z``; as the standard library writes it in UTC."""
+    from trio_lease.backends.kubernetes import _times
+
+    _times._TEXTS.clear()  # formatted here, not remembered
+    utc = value.astimezone(UTC).replace(tzinfo=None)
+    assert format_micro_time(value) == utc.isoformat(timespec="microseconds") + "Z"
 
 
 def test_micro_time_refuses_naive_datetimes() -> None:
@@ -97,6 +116,30 @@ def test_coordination_lease_reads_every_field() -> None:
     assert record.renewed_at == T0 + timedelta(seconds=5)
     assert record.version == "7"
     assert (record.preferred_holder, record.strategy) == ("pod-b", "OldestEmulationVersion")
+
+
+def test_a_read_record_has_each_field_in_its_place() -> None:
+    """The record is built by position (no keyword dict per answer): every field, each with a
+    value of its own, lands where its name says, for a readable record and an unreadable one."""
+    obj = _lease(
+        holderIdentity="pod-a", leaseDurationSeconds=15, leaseTransitions=3,
+        acquireTime="2026-03-01T10:00:00.000000Z", renewTime="2026-03-01T10:00:05.000000Z",
+        preferredHolder="pod-b", strategy="OldestEmulationVersion",
+    )
+    obj["metadata"]["annotations"] = {"trio-lease.io/handover-to": "pod-c"}
+    assert COORDINATION.to_record("key", obj) == KubernetesLeaseRecord(
+        name="key", holder="pod-a", lease_duration=15.0, fencing_token=3, acquired_at=T0,
+        renewed_at=T0 + timedelta(seconds=5), version="7", unreadable="", handover_to="pod-c",
+        preferred_holder="pod-b", strategy="OldestEmulationVersion",
+    )
+    obj["spec"]["holderIdentity"] = 5
+    unreadable = COORDINATION.to_record("key", obj)
+    assert unreadable == KubernetesLeaseRecord(
+        name="key", holder="", lease_duration=15.0, fencing_token=3, acquired_at=T0,
+        renewed_at=T0 + timedelta(seconds=5), version="7", unreadable=unreadable.unreadable,
+        handover_to="", preferred_holder="pod-b", strategy="OldestEmulationVersion",
+    )
+    assert unreadable.unreadable.startswith("spec.holderIdentity")
 
 
 def test_empty_spec_reads_as_free() -> None:

@@ -147,18 +147,20 @@ def read_record(key: str, obj: JsonObject, *, coordination: bool) -> KubernetesL
         fields = _akka_fields(reader, spec or {}, metadata, ours)
     asked = ours.get(HANDOVER_TO_ANNOTATION) if ours else None  # not a string: noted above
     unreadable = "; ".join(reader.problems)
+    # Every field by position: a class called with keywords gets them as a dict first, a
+    # cost paid on every answer (tests/backends/kubernetes/test_models.py checks each field).
     return KubernetesLeaseRecord(
-        name=key,
-        holder="" if unreadable else fields.holder,
-        lease_duration=fields.duration,
-        fencing_token=fields.token,
-        acquired_at=fields.acquired,
-        renewed_at=fields.renewed,
-        version=version,
-        unreadable=unreadable,
-        handover_to=asked if isinstance(asked, str) and not unreadable else "",
-        preferred_holder=fields.preferred,
-        strategy=fields.strategy,
+        key,  # name
+        "" if unreadable else fields.holder,  # holder
+        fields.duration,  # lease_duration
+        fields.token,  # fencing_token
+        fields.acquired,  # acquired_at
+        fields.renewed,  # renewed_at
+        version,
+        unreadable,
+        asked if isinstance(asked, str) and not unreadable else "",  # handover_to
+        fields.preferred,  # preferred_holder
+        fields.strategy,
     )
 
 
@@ -174,14 +176,14 @@ def _coordination_fields(reader: _Reader, spec: JsonObject | None) -> _Fields:
             and (duration is None or (type(duration) is int and 0 <= duration <= INT32_MAX))
             and (token is None or (type(token) is int and 0 <= token <= INT32_MAX))
         ):
-            return _Fields(
-                holder=holder or "",
-                duration=float(duration or 0),
-                token=token or 0,
-                acquired=parse_time(spec.get("acquireTime")),
-                renewed=parse_time(spec.get("renewTime")),
-                preferred=_advisory(spec.get("preferredHolder")),
-                strategy=_advisory(spec.get("strategy")),
+            return _Fields(  # by position, as the record (see read_record)
+                holder or "",
+                float(duration or 0),
+                token or 0,
+                parse_time(spec.get("acquireTime")),
+                parse_time(spec.get("renewTime")),
+                _advisory(spec.get("preferredHolder")),
+                _advisory(spec.get("strategy")),
             )
     fields = spec if spec is not None else {}
     holder = reader.read(

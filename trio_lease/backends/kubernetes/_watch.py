@@ -339,13 +339,22 @@ class _Lines:
             # The body's next piece, read here rather than by a coroutine of its own (one per
             # event: most events come one to a piece); a transport error mapped to ours.
             try:
-                buffer += await anext(self._chunks)
-                continue
+                piece = await anext(self._chunks)
             except StopAsyncIteration:
                 self._ended = True
                 continue
             except (httpx.HTTPError, HTTPFailure) as exc:
                 failure = map_transport_error(exc, self._ctx)
+            else:
+                last = len(piece) - 1
+                if not buffer and piece.find(b"\n") == last and last <= MAX_LINE_BYTES:
+                    # One whole line, as the server writes each event: taken without the
+                    # buffer (one copy, not four).
+                    if last > 0 and not piece.isspace():
+                        return piece[:last]
+                    continue
+                buffer += piece
+                continue
             # Raised outside the handler: httpx's error (through h11's, the raw bytes of a
             # malformed chunk, which may quote our token) must not stay as its __context__.
             raise failure from None
