@@ -596,3 +596,45 @@ def test_asyncio_protocol_callbacks_only_queue_bytes_and_wake_the_reader() -> No
         assert reader.ended and list(reader.chunks) == [b"early", b"own 1"]
 
     asyncio.run(main())
+
+
+@pytest.mark.anyio
+async def test_a_request_waiting_for_its_reply_holds_no_reader_or_parser() -> None:
+    """The reply's reader and llhttp's parser (with its bound callbacks) are made with the
+    reply's first bytes: a request in flight holds neither, so many renewals waiting at once
+    do not set off the garbage collector's collections of new objects; the reply is read whole
+    when it comes, and the connection is reused after."""
+    import gc
+
+    import httptools
+
+    from trio_lease._reply import ReplyReader
+
+    def kinds() -> tuple[int, int]:
+        objects = gc.get_objects()
+        return (sum(type(o) is ReplyReader for o in objects),
+                sum(type(o) is httptools.HttpResponseParser for o in objects))
+
+    def script(line: str, connection: int) -> list[bytes | str]:
+        return ["wait", *echo(line, connection)] if "/late" in line else echo(line, connection)
+
+    async with scripted(script) as server:
+        client = LeanClient(server.url)
+        await client.request("GET", "/warm")
+        gc.collect()
+        before = kinds()
+        async with anyio.create_task_group() as tg:
+            answers = []
+
+            async def late() -> None:
+                answers.append(await client.request("GET", "/late"))
+
+            tg.start_soon(late)
+            while len(server.requests) < 2:  # sent: the send and the wait are one step
+                await anyio.sleep(0.01)
+            waiting = kinds()
+            server.release.set()
+        await client.aclose()
+    assert waiting == before, (waiting, before)
+    assert answers[0].json()["line"] == "GET /late HTTP/1.1"
+    assert client.connections_opened == 1

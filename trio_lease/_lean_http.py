@@ -85,18 +85,25 @@ async def _next_piece(conn: Connection, reader: ReplyReader) -> Head | bytes | o
         raise error from None  # the library's own words; nothing of the reply is kept
 
 
-async def _receive(conn: Connection, reader: ReplyReader, body: CappedBody) -> Reply:
-    """The whole reply to a unary request (:func:`_next_piece`'s steps in one loop: a reply
-    usually arrives in one piece, so this awaits once)."""
+async def _receive(conn: Connection, body: CappedBody) -> tuple[Reply, ReplyReader]:
+    """The whole reply to a unary request, and its reader (:func:`_next_piece`'s steps in one
+    loop: a reply usually arrives in one piece, so this awaits once).
+
+    The reader is made with the reply's first bytes: a request waiting for its reply holds
+    none of it (what a renewal in flight holds is what sets off the garbage collector's
+    collections of new objects, tools/benchmarks/README.md)."""
     head: Head | None = None
+    reader: ReplyReader | None = None
     while True:
         try:
-            event = reader.next_event()
+            event = NEED_DATA if reader is None else reader.next_event()
             while event is NEED_DATA:
                 try:
                     data = await conn.receive()
                 except current().FAILURES as exc:
                     raise translate(exc, "receive") from exc
+                if reader is None:
+                    reader = ReplyReader()
                 reader.receive_data(data)
                 event = reader.next_event()
         except ReplyError as exc:
@@ -107,8 +114,8 @@ async def _receive(conn: Connection, reader: ReplyReader, body: CappedBody) -> R
             elif isinstance(event, Head):
                 head = event
             else:  # END
-                assert head is not None
-                return Reply(head.status_code, Headers(head.headers), body.content)
+                assert head is not None and reader is not None
+                return Reply(head.status_code, Headers(head.headers), body.content), reader
             continue
         raise error from None  # the library's own words; nothing of the reply is kept
 
@@ -174,13 +181,12 @@ class LeanClient(Unary):
             conn = idle.pop()
         else:
             conn = await self._connection(out.connect_timeout or self._connect_timeout)
-        reader = ReplyReader()
         try:
             try:
                 await conn.send(out.head + out.body if out.body else out.head)
             except current().FAILURES as exc:
                 raise translate(exc, "send") from exc  # as _send_request, inline
-            reply = await _receive(conn, reader, CappedBody(self._max_body, out))
+            reply, reader = await _receive(conn, CappedBody(self._max_body, out))
         except BaseException:
             await conn.close()  # noqa: ASYNC102  closes at once (abort, no wait)
             raise

@@ -211,7 +211,10 @@ class ReplyReader:
         #: llhttp's parser, whose callbacks are this reader's methods: a reference cycle,
         #: broken (the parser let go) once nothing is left to parse, so that a reply read to
         #: its end is freed at once and not left to the garbage collector.
-        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
+        #: Made with the reply's first bytes (receive_data), not before: a request waiting for
+        #: its reply holds no parser and none of its bound callbacks, about half of what a
+        #: renewal in flight keeps for the garbage collector's count of new objects.
+        self._parser: httptools.HttpResponseParser | None = None
         self._events: collections.deque[Head | bytes | _Sentinel] = collections.deque()
         self._headers: list[tuple[bytes, bytes]] = []
         self._codings = 0  # Transfer-Encoding fields seen
@@ -254,6 +257,8 @@ class ReplyReader:
             # The first message's version, read from its status line's own bytes when they
             # are all here (llhttp parses these very bytes): see on_headers_complete.
             self._http11 = data.startswith(b"HTTP/1.1 ")
+            if not self._ended:  # (bytes after the end of the connection are not parsed)
+                self._parser = httptools.HttpResponseParser(self)
         self._seen = True
         before = len(self._events)
         self._feed(data)
