@@ -131,3 +131,30 @@ async def test_renewals_take_the_token_at_hand_without_the_auth_coroutine(
             record = await backend.update(record, record.version)
     assert calls == 1
     assert record.holder == "me"  # six requests, each let in by its token
+
+
+@pytest.mark.anyio
+async def test_an_update_is_encoded_before_it_waits_for_a_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A renewal hands its body to the request already encoded: one that waits for a slot
+    holds bytes (untracked by the garbage collector), not the dicts of its body; and the
+    server stores what it was sent."""
+    handed: list[tuple[str, type]] = []
+    real = _api.KubeApi.request
+
+    async def spy(self: _api.KubeApi, method: str, path: str, ctx: Any, **kw: Any) -> Any:
+        handed.append((method, type(kw.get("body"))))
+        return await real(self, method, path, ctx, **kw)
+
+    monkeypatch.setattr(_api.KubeApi, "request", spy)
+    emulator = KubeEmulator()
+    async with make_backend(emulator.transport()) as backend:
+        record = await backend.create(LeaseRecord("job", holder="me", lease_duration=15))
+        renewed = await backend.update(
+            LeaseRecord("job", holder="me", lease_duration=20, fencing_token=record.fencing_token),
+            record.version,
+        )
+        assert (await backend.get("job")) == renewed
+    assert ("PUT", bytes) in handed
+    assert renewed.lease_duration == 20

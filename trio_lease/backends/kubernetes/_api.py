@@ -175,7 +175,7 @@ class KubeApi:
         path: str,
         ctx: RequestContext,
         *,
-        body: JsonObject | None = None,
+        body: JsonObject | bytes | None = None,
         params: dict[str, str] | None = None,
     ) -> Answer:
         """One request within the budget; 429s retried after Retry-After while it fits.

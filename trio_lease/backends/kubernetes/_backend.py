@@ -42,6 +42,7 @@ from ..._wire import JsonObject, Malformed
 from ...abc import Changes
 from ._api import KubeApi
 from ._check import CheckReport, missing_namespace, run_check
+from ._client import encode_body
 from ._cluster import ClusterConfig
 from ._config import resolve_config
 from ._errors import RequestContext, clean_text, error_from
@@ -210,9 +211,11 @@ class KubernetesBackend(LeaseBackend):
         self._refuse_renewal(object_name, base, record, ctx)
         body = _put_body(self.kind.apply(base, record), base, object_name, expected_version)
         sent_uid = body["metadata"].get("uid")
+        data = encode_body(body)
+        del body  # a write waiting for a slot holds its bytes, not these dicts
         objects.writing += 1
         try:
-            response = await api.request("PUT", api.item_path(object_name), ctx, body=body)
+            response = await api.request("PUT", api.item_path(object_name), ctx, body=data)
             if response.status_code == 200:
                 stored = api.read_reply(response, object_name, ctx)
                 if stored["metadata"]["uid"] != sent_uid:

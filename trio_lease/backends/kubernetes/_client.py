@@ -65,11 +65,11 @@ from ..._lean_http import LeanClient, LeanStream
 from ..._loops import current
 from ..._slots import Slots
 from ..._version import __version__
-from ..._wire import MAX_BODY_BYTES
+from ..._wire import MAX_BODY_BYTES, JsonObject
 from ._auth import KubeAuth, ssl_context, token_source_for
 from ._cluster import ClusterConfig
 
-__all__ = ["USER_AGENT", "ClientLease", "acquire_client", "read_capped"]
+__all__ = ["USER_AGENT", "ClientLease", "acquire_client", "encode_body", "read_capped"]
 
 USER_AGENT = f"trio-lease/{__version__} (python; httpx)"
 
@@ -79,6 +79,13 @@ USER_AGENT = f"trio-lease/{__version__} (python; httpx)"
 #: written without padding, ``1e-7`` for ``1e-07``), about a fifth of its cost on a renewal's
 #: body (tools/benchmarks/README.md, "The write by layer; bodies by pydantic-core").
 _encode_json: Callable[[Any], bytes] = to_json
+
+
+def encode_body(body: JsonObject) -> bytes:
+    """``body`` as the JSON a request sends. A write encodes its body before it waits for a
+    slot, so that a renewal waiting holds bytes, which the garbage collector does not track,
+    and not the dicts of its body (tools/benchmarks/README.md)."""
+    return _encode_json(body)
 #: Query strings already encoded, by their parameters: a renewal's is one of a few
 #: (``timeout=1s`` … ``timeout=5s``), so encoding it each time cost more than the lookup.
 _QUERIES: dict[tuple[tuple[str, str], ...], str] = {}
@@ -243,8 +250,9 @@ class ClientLease:
     ) -> Answer:
         """One unary request through the seam (the caller holds a slot and bounds the time).
 
-        ``body`` goes as JSON. After a 401 the token is read again and the request sent once
-        more: the server refused it before running it, so even a write may be repeated.
+        ``body`` goes as JSON (bytes: encoded already, see :func:`encode_body`). After a 401
+        the token is read again and the request sent once more: the server refused it before
+        running it, so even a write may be repeated.
         ``extensions`` is not used: the seam takes the TLS server name from the config.
         """
         del extensions
@@ -254,7 +262,7 @@ class ClientLease:
         ready = auth.headers_now()
         headers = [*_HEADERS, *(await auth.headers() if ready is None else ready)]
         if body is not None:
-            data = _encode_json(body)
+            data = body if type(body) is bytes else _encode_json(body)
             headers.append(("Content-Type", "application/json"))
         unary = self._entry.unary
         reply = await unary.request(method, target, headers=headers, body=data)
