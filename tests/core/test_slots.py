@@ -51,6 +51,28 @@ async def test_a_free_slot_is_taken_without_a_checkpoint() -> None:
     assert repr(slots) == "<Slots 0/2 free, 0 waiting>"
 
 
+async def test_a_slot_wait_holds_no_coroutine_of_the_waiter_on_asyncio(
+    anyio_backend_name: str,
+) -> None:
+    """On asyncio a waiter's wait is its future itself (no coroutine per wait: what a renewal
+    waiting for a slot holds sets off the collector's collections of new objects); on trio a
+    coroutine. Either way the slot handed over ends the wait."""
+    import asyncio
+    import inspect
+
+    from trio_lease._loops import current
+
+    waiter = current().waiter()
+    waiting = waiter.wait()
+    if anyio_backend_name == "asyncio":
+        assert isinstance(waiting, asyncio.Future)
+    else:
+        assert inspect.iscoroutine(waiting)
+    assert waiter.hand()
+    await waiting
+    assert waiter.handed()
+
+
 async def test_try_acquire_takes_a_free_slot_and_never_one_that_is_taken() -> None:
     slots = Slots(1)
     assert slots.try_acquire()

@@ -236,8 +236,10 @@ class FutureWaiter:
     def __init__(self) -> None:
         self._future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    async def wait(self) -> None:
-        await self._future
+    def wait(self) -> Awaitable[None]:
+        # The future itself: a waiting request holds no coroutine for it (what a renewal
+        # waiting for a slot holds sets off the collector's collections of new objects).
+        return self._future
 
     def hand(self) -> bool:
         if self._future.done():

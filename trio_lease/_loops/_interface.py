@@ -20,8 +20,9 @@ class Waiter(Protocol):
     :meth:`wait` was cancelled refuses it, so the giver passes it on.
     """
 
-    async def wait(self) -> None:
-        """Block until :meth:`hand` is called (cancellable)."""
+    def wait(self) -> Awaitable[None]:
+        """Block until :meth:`hand` is called (cancellable). Awaited: a loop may make it a
+        coroutine or hand back what the task waits on itself."""
         ...
 
     def hand(self) -> bool:
