@@ -39,7 +39,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
@@ -182,7 +182,7 @@ class Unary(abc.ABC):
     #: Set by a seam's :meth:`aclose` when it refuses further requests.
     _closed: bool = False
 
-    async def request(
+    def request(
         self,
         method: str,
         target: str,
@@ -190,13 +190,15 @@ class Unary(abc.ABC):
         headers: Sequence[tuple[str, str]] = (),
         body: bytes | None = None,
         connect_timeout: float | None = None,
-    ) -> Reply:
+    ) -> Coroutine[Any, Any, Reply]:
         """Send one request and read its whole reply (the body at most the seam's cap).
 
         The caller's cancel scope bounds it; ``connect_timeout`` overrides the seam's time to
-        open a connection, if a new one is needed.
+        open a connection, if a new one is needed. Awaited at once by the caller: the request
+        is checked (and refused) when called, and the exchange is the coroutine awaited, with
+        none around it (one object fewer held while the reply is awaited).
         """
-        return await self._exchange(self._outgoing(method, target, headers, body, connect_timeout))
+        return self._exchange(self._outgoing(method, target, headers, body, connect_timeout))
 
     def _outgoing(
         self,

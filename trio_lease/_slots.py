@@ -123,27 +123,44 @@ class Slots:
         if self._free > 0:
             self._free -= 1
             return
-        urgency = _URGENT.get()
-        waiter = current().waiter()
-        entry: list[Any] | None = None
-        if urgency is None:
-            self._normal.append(waiter)
-        else:
-            entry = [urgency.deadline, next(self._arrivals), waiter]
-            heapq.heappush(self._urgent, entry)
-            self._urgent_waiting += 1
+        waiter = self.join()
         try:
             await waiter.wait()
         except BaseException:
-            if waiter.handed():
-                self.release()  # handed a slot just as we were cancelled: pass it on
-            elif entry is not None:
-                if entry[2] is not None:
-                    entry[2] = None  # left the queue; skipped when it reaches the top
-                    self._urgent_waiting -= 1
-            elif waiter in self._normal:
-                self._normal.remove(waiter)
+            self.leave(waiter)
             raise
+
+    def join(self) -> Waiter:
+        """Queue for the next released slot (there is no free one: :meth:`try_acquire` said
+        so); the slot is the caller's once ``await waiter.wait()`` returns.
+
+        A caller whose wait ends in an exception (cancelled) calls :meth:`leave` before it
+        propagates. What :meth:`acquire` does; a hot path writes it out inline, so that a
+        request waiting for a slot holds no coroutine of ``acquire`` (what the requests
+        waiting hold sets off the garbage collector's collections of new objects,
+        tools/benchmarks/README.md)."""
+        waiter = current().waiter()
+        urgency = _URGENT.get()
+        if urgency is None:
+            self._normal.append(waiter)
+        else:
+            heapq.heappush(self._urgent, [urgency.deadline, next(self._arrivals), waiter])
+            self._urgent_waiting += 1
+        return waiter
+
+    def leave(self, waiter: Waiter) -> None:
+        """Take ``waiter`` (of :meth:`join`, its wait ended in an exception) out of the queue;
+        a slot handed to it just as it was cancelled is passed on."""
+        if waiter.handed():
+            self.release()
+            return
+        for entry in self._urgent:  # a cancelled wait is rare: a scan, no index kept
+            if entry[2] is waiter:
+                entry[2] = None  # left the queue; skipped when it reaches the top
+                self._urgent_waiting -= 1
+                return
+        if waiter in self._normal:
+            self._normal.remove(waiter)
 
     def release(self) -> None:
         urgent = self._urgent

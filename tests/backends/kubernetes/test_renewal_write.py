@@ -158,3 +158,62 @@ async def test_an_update_is_encoded_before_it_waits_for_a_slot(
         assert (await backend.get("job")) == renewed
     assert ("PUT", bytes) in handed
     assert renewed.lease_duration == 20
+
+
+def _awaiting(coro: Any) -> list[str]:
+    """What ``coro`` awaits, link by link: each coroutine's name, then what the task waits on
+    (a future, on asyncio)."""
+    chain: list[str] = []
+    link = coro
+    while link is not None:
+        code = getattr(link, "cr_code", None)
+        chain.append(code.co_qualname if code is not None else type(link).__name__)
+        link = getattr(link, "cr_await", None)
+    return chain
+
+
+@pytest.mark.anyio
+async def test_a_renewal_waiting_for_a_slot_holds_one_coroutine_of_the_request(
+    anyio_backend_name: str,
+) -> None:
+    """A renewal (its caller's scope bounds it) waiting for one of the client's slots awaits
+    the slot's waiter from the request's own attempts: no coroutine of ``Slots.acquire``, none
+    of ``KubeApi.request`` around the attempts, no scope of the request's own (what each of the
+    dozens of renewals waiting at a tick of the grid holds is what sets off the garbage
+    collector's young collections). Handed the slot, it completes."""
+    import anyio
+
+    from trio_lease._loops import current
+    from trio_lease._slots import urgent
+
+    emulator = KubeEmulator()
+    async with make_backend(emulator.transport()) as backend:
+        record = await backend.create(LeaseRecord("job", holder="me", lease_duration=15))
+        slots = backend._api._lease().slots
+        taken = 0
+        while slots.try_acquire():
+            taken += 1
+        renewed: list[LeaseRecord] = []
+        with anyio.CancelScope() as scope:
+            bound = current().write_bound(scope)
+            # The caller's scope bounds the write within the request's own timeout.
+            bound.set(anyio.current_time() + backend._api.timeout / 2)
+            write = backend.update(record, record.version)
+
+            async def renew() -> None:
+                with urgent(anyio.current_time() + 30):
+                    renewed.append(await write)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(renew)
+                await anyio.wait_all_tasks_blocked()
+                assert slots.waiting == 1
+                chain = _awaiting(write)
+                assert chain[:2] == ["KubernetesBackend.update", "KubeApi._attempts"]
+                assert not any("acquire" in link or "request" in link for link in chain)
+                if anyio_backend_name == "asyncio":
+                    assert chain[2:] == ["FutureIter"]  # the waiter's future, awaited bare
+                for _ in range(taken):
+                    slots.release()
+            bound.clear()
+    assert renewed[0].version != record.version

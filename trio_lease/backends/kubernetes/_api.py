@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import AsyncIterator
-from typing import Final
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, Final
 
 import anyio
 import httpx
@@ -169,7 +169,7 @@ class KubeApi:
 
     # -- requests ------------------------------------------------------------------------------
 
-    async def request(
+    def request(
         self,
         method: str,
         path: str,
@@ -177,21 +177,57 @@ class KubeApi:
         *,
         body: JsonObject | bytes | None = None,
         params: dict[str, str] | None = None,
-    ) -> Answer:
+    ) -> Coroutine[Any, Any, Answer]:
         """One request within the budget; 429s retried after Retry-After while it fits.
 
         Each attempt is bounded by what is left of the budget, sent to the server as
         ``timeout``, and waits for one of the client's slots (renewals first; no checkpoint
-        when one is free).
+        when one is free). Awaited at once by the caller.
         """
         lease = self._lease()
-        clock = lease.clock
-        now = clock()
+        now = lease.clock()
         bound = lease.effective_deadline()
-        # The caller's own scope ends first (a renewal's bound): it cancels each attempt in
-        # time, so a scope of our own would only cost a timer per request.
-        scoped = bound <= now + self.timeout
-        deadline = bound if scoped else now + self.timeout
+        if bound <= now + self.timeout:
+            # The caller's own scope ends first (a renewal's bound): it cancels each attempt in
+            # time, so a scope of our own would only cost a timer per request, and a coroutine
+            # around the attempts one more object for each request waiting for a slot or its
+            # reply (what sets off the garbage collector's young collections,
+            # tools/benchmarks/README.md).
+            return self._attempts(lease, method, path, ctx, body, params, now, bound)
+        return self._bounded(lease, method, path, ctx, body, params, now, now + self.timeout)
+
+    async def _bounded(
+        self,
+        lease: ClientLease,
+        method: str,
+        path: str,
+        ctx: RequestContext,
+        body: JsonObject | bytes | None,
+        params: dict[str, str] | None,
+        now: float,
+        deadline: float,
+    ) -> Answer:
+        """The attempts under a scope of their own that ends at ``deadline``."""
+        try:
+            with anyio.fail_after(deadline - lease.clock()):
+                return await self._attempts(lease, method, path, ctx, body, params, now, deadline)
+        except TimeoutError as exc:
+            raise map_transport_error(exc, ctx) from None
+
+    async def _attempts(
+        self,
+        lease: ClientLease,
+        method: str,
+        path: str,
+        ctx: RequestContext,
+        body: JsonObject | bytes | None,
+        params: dict[str, str] | None,
+        now: float,
+        deadline: float,
+    ) -> Answer:
+        """The attempts of :meth:`request` from ``now`` until ``deadline`` (a scope around
+        them ends it)."""
+        clock = lease.clock
         reloaded_ca = False
         retries = 0
         while True:
@@ -199,13 +235,18 @@ class KubeApi:
             query = {**params, "timeout": _timeout(left)} if params else _timeouts(left)
             slots = lease.slots
             try:
-                with _NO_SCOPE if scoped else anyio.fail_after(left):
-                    if not slots.try_acquire():
-                        await slots.acquire()
+                if not slots.try_acquire():
+                    # Slots.acquire written out: no coroutine of its own while waiting.
+                    waiter = slots.join()
                     try:
-                        response = await lease.send(method, path, query, body)
-                    finally:
-                        slots.release()
+                        await waiter.wait()
+                    except BaseException:
+                        slots.leave(waiter)
+                        raise
+                try:
+                    response = await lease.send(method, path, query, body)
+                finally:
+                    slots.release()
             except _TRANSPORT_ERRORS as exc:
                 if reloaded_ca or not self._ca_may_have_rotated(exc):
                     raise map_transport_error(exc, ctx) from None
@@ -349,8 +390,6 @@ class KubeApi:
 
 #: How many request contexts a backend keeps (all are dropped when it fills).
 _CONTEXTS_KEPT = 65536
-#: An attempt the caller's own scope bounds enters no scope of its own (reentrant, shared).
-_NO_SCOPE: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 def _timeout(left: float) -> str:
