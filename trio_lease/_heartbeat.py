@@ -329,7 +329,23 @@ class Holding:
                         return
                     started = self._clock()
                     urgency.deadline = self._deadline_on_loop()
-                    renewed = await self._renew_once(bounds)
+                    # One attempt, its write awaited here: a coroutine per attempt was one more
+                    # object held by each renewal waiting for a slot, and the dozens waiting at
+                    # a tick of the grid set off the garbage collector's young collections
+                    # (tools/benchmarks/README.md).
+                    renewed = False
+                    if not self._needs_read or await self._resolve():
+                        send = self._clock()
+                        new = self._renewal(bounds, send)
+                        if new is not None:
+                            try:
+                                stored = await self._backend.update(new, self.record.version)
+                            except Exception as exc:  # a conflict, or an unknown outcome
+                                self._failed(exc)
+                            else:
+                                renewed = self._renewed(stored, new, send)
+                            finally:
+                                bounds.clear()
                     next_at = self._next_attempt(renewed, started)
             if scope.cancelled_caught:  # the write outlived its bound: an unknown outcome
                 self._unknown(None)
@@ -351,34 +367,36 @@ class Holding:
         # Retry soon: D >= R + 2T leaves room for at least two attempts.
         return started + max(self._settings.lease_operation_timeout / 4, 0.001)
 
-    async def _renew_once(self, bounds: WriteBound) -> bool:
-        """One renewal attempt; True when a write was confirmed and the deadline moved.
+    def _renewal(self, bounds: WriteBound, send: float) -> LeaseRecord | None:
+        """The record a renewal attempt sent at ``send`` (the loop's clock) writes, with the
+        write's bound set on ``bounds``; None when no time is left for a write (the attempt
+        fails).
 
         The write runs under the scope of ``bounds``, whose deadline is the request's bound
         while it is in flight; one that outlives it cancels the scope (the caller counts an
-        unknown outcome).
+        unknown outcome). The caller clears the bound once the write ends.
         """
-        if self._needs_read and not await self._resolve():
-            return False
-        bound = algo.request_bound(self._clock(), self.deadline, self._settings)
+        bound = algo.request_bound(send, self.deadline, self._settings)
         if bound <= 0:
-            return False
+            return None
         new = algo.renewal(self.record, self._wall_clock())
-        send = self._clock()
         bounds.set((send if self._loop_clock else anyio.current_time()) + bound)
-        try:
-            stored = await self._backend.update(new, self.record.version)
-        except ConflictError:
+        return new
+
+    def _failed(self, exc: Exception) -> None:
+        """A renewal write raised ``exc``: a conflict calls for a read; anything else is an
+        unknown outcome."""
+        if isinstance(exc, ConflictError):
             # The record moved on. Our own write with a lost reply, an edit of unrelated fields,
             # or a takeover: only a fresh read tells.
             self._needs_read = True
             self._last_error = "conflict"
-            return False
-        except Exception as exc:  # any backend failure is an unknown outcome
+        else:  # any backend failure is an unknown outcome
             self._unknown(exc)
-            return False
-        finally:
-            bounds.clear()
+
+    def _renewed(self, stored: LeaseRecord, new: LeaseRecord, send: float) -> bool:
+        """Take the answer to the renewal ``new`` sent at ``send``; True when it confirms the
+        write and the deadline moved."""
         if self.lost_cause is not None or self.ended:
             return False
         problem = algo.echo_problem(stored, new, self.record.version)

@@ -89,7 +89,7 @@ class Slots:
     cancelled after it was handed a slot passes the slot on.
 
     A waiter is the event loop's own (:func:`trio_lease._loops.current`): a bare future on
-    asyncio, a trio Event on trio (most renewals wait for a slot when a process holds hundreds
+    asyncio, a parked task on trio (most renewals wait for a slot when a process holds hundreds
     of leases: an anyio Event cost twice as much per wait).
     """
 
@@ -125,14 +125,14 @@ class Slots:
             return
         waiter = self.join()
         try:
-            await waiter.wait()
+            await waiter
         except BaseException:
             self.leave(waiter)
             raise
 
     def join(self) -> Waiter:
         """Queue for the next released slot (there is no free one: :meth:`try_acquire` said
-        so); the slot is the caller's once ``await waiter.wait()`` returns.
+        so); the slot is the caller's once ``await waiter`` returns.
 
         A caller whose wait ends in an exception (cancelled) calls :meth:`leave` before it
         propagates. What :meth:`acquire` does; a hot path writes it out inline, so that a
@@ -151,7 +151,7 @@ class Slots:
     def leave(self, waiter: Waiter) -> None:
         """Take ``waiter`` (of :meth:`join`, its wait ended in an exception) out of the queue;
         a slot handed to it just as it was cancelled is passed on."""
-        if waiter.handed():
+        if waiter.done() and not waiter.cancelled():  # handed just as it was cancelled
             self.release()
             return
         for entry in self._urgent:  # a cancelled wait is rare: a scan, no index kept
@@ -170,10 +170,18 @@ class Slots:
             if waiter is not None:
                 entry[2] = None  # out of the queue, whether or not it takes the slot
                 self._urgent_waiting -= 1
-                if waiter.hand():
+                if _hand(waiter):
                     return
         normal = self._normal
         while normal:
-            if normal.popleft().hand():
+            if _hand(normal.popleft()):
                 return
         self._free += 1
+
+
+def _hand(waiter: Waiter) -> bool:
+    """Hand a slot to ``waiter``; False if it already left (cancelled), so it took nothing."""
+    if waiter.done():
+        return False
+    waiter.set_result(None)
+    return True

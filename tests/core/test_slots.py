@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import anyio
 import pytest
@@ -51,26 +52,60 @@ async def test_a_free_slot_is_taken_without_a_checkpoint() -> None:
     assert repr(slots) == "<Slots 0/2 free, 0 waiting>"
 
 
-async def test_a_slot_wait_holds_no_coroutine_of_the_waiter_on_asyncio(
-    anyio_backend_name: str,
-) -> None:
-    """On asyncio a waiter's wait is its future itself (no coroutine per wait: what a renewal
-    waiting for a slot holds sets off the collector's collections of new objects); on trio a
-    coroutine. Either way the slot handed over ends the wait."""
+async def test_a_slot_waiter_is_a_bare_future_on_asyncio(anyio_backend_name: str) -> None:
+    """On asyncio a waiter is a future itself (a request waiting for a slot holds nothing
+    else: what the dozens of renewals waiting at a tick of the grid hold sets off the
+    collector's young collections); on trio awaiting it parks the task. Either way the slot
+    handed over ends the wait, and a handed waiter is done and not cancelled."""
     import asyncio
-    import inspect
 
     from trio_lease._loops import current
 
     waiter = current().waiter()
-    waiting = waiter.wait()
     if anyio_backend_name == "asyncio":
-        assert isinstance(waiting, asyncio.Future)
-    else:
-        assert inspect.iscoroutine(waiting)
-    assert waiter.hand()
-    await waiting
-    assert waiter.handed()
+        assert type(waiter) is asyncio.Future  # type: ignore[comparison-overlap]
+    assert not waiter.done()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_await, waiter)
+        await anyio.wait_all_tasks_blocked()
+        waiter.set_result(None)
+    assert waiter.done()
+    assert not waiter.cancelled()
+
+
+async def _await(waiter: object) -> None:
+    await waiter  # type: ignore[misc]
+
+
+async def test_a_waiter_whose_wait_was_cancelled_is_skipped_and_the_slot_goes_on() -> None:
+    """A waiter cancelled in the queue is never handed the slot: the next one gets it."""
+    slots = Slots(1)
+    assert slots.try_acquire()
+    got: list[str] = []
+
+    async def wait(name: str) -> None:
+        await slots.acquire()
+        got.append(name)
+        slots.release()
+
+    async with anyio.create_task_group() as tg:
+        first = anyio.CancelScope()
+        tg.start_soon(_in_scope, first, wait, "first")
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(wait, "second")
+        await anyio.wait_all_tasks_blocked()
+        assert slots.waiting == 2
+        first.cancel()
+        await anyio.wait_all_tasks_blocked()
+        assert slots.waiting == 1
+        slots.release()
+    assert got == ["second"]
+    assert repr(slots) == "<Slots 1/1 free, 0 waiting>"
+
+
+async def _in_scope(scope: anyio.CancelScope, wait: Any, name: str) -> None:
+    with scope:
+        await wait(name)
 
 
 async def test_try_acquire_takes_a_free_slot_and_never_one_that_is_taken() -> None:

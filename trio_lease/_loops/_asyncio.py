@@ -53,7 +53,6 @@ from ._quiet import quiet
 
 __all__ = [
     "FAILURES",
-    "FutureWaiter",
     "LoopAlarm",
     "NativeConnection",
     "SharedBound",
@@ -228,32 +227,11 @@ def _wake(groups: _Sleepers, deadline: float) -> None:
             future.set_result(None)
 
 
-class FutureWaiter:
-    """A :class:`~trio_lease._loops.Waiter` on a bare future."""
-
-    __slots__ = ("_future",)
-
-    def __init__(self) -> None:
-        self._future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def wait(self) -> Awaitable[None]:
-        # The future itself: a waiting request holds no coroutine for it (what a renewal
-        # waiting for a slot holds sets off the collector's collections of new objects).
-        return self._future
-
-    def hand(self) -> bool:
-        if self._future.done():
-            return False  # cancelled with its task: skipped
-        self._future.set_result(None)
-        return True
-
-    def handed(self) -> bool:
-        future = self._future
-        return future.done() and not future.cancelled()
-
-
-def waiter() -> FutureWaiter:
-    return FutureWaiter()
+def waiter() -> asyncio.Future[None]:
+    """A bare future: a request waiting for a slot holds it alone (what the dozens of
+    renewals waiting at a tick of the grid hold sets off the garbage collector's young
+    collections; tools/benchmarks/README.md)."""
+    return asyncio.get_running_loop().create_future()
 
 
 class LoopAlarm:

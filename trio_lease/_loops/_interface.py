@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Awaitable, Callable, Generator
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import ssl
@@ -14,23 +14,31 @@ __all__ = ["Connection", "DeadlineKeeper", "LoopKit", "Waiter", "WriteBound"]
 
 
 class Waiter(Protocol):
-    """One task waiting to be handed something (a request slot), by another task.
+    """One task waiting to be handed something (a request slot) by another task: the part of
+    a future's interface the slots use. asyncio's own future is one (a waiting request holds
+    nothing else); trio's parks the task.
 
-    :meth:`hand` may be called from any task of the loop (never from a thread); a waiter whose
-    :meth:`wait` was cancelled refuses it, so the giver passes it on.
+    The waiting task awaits it (cancellable); another task of the loop (never a thread) hands
+    it over with :meth:`set_result` unless it is :meth:`done`. A waiter whose wait was
+    cancelled is done and :meth:`cancelled`, or is taken out of the queue before anyone can
+    hand it anything; one handed, then cancelled at once, is done and not cancelled, so the
+    giver's slot is passed on.
     """
 
-    def wait(self) -> Awaitable[None]:
-        """Block until :meth:`hand` is called (cancellable). Awaited: a loop may make it a
-        coroutine or hand back what the task waits on itself."""
+    def __await__(self) -> Generator[Any, None, None]:
+        """Block until handed (cancellable)."""
         ...
 
-    def hand(self) -> bool:
-        """Wake the waiter; False if it already left (cancelled), so it took nothing."""
+    def done(self) -> bool:
+        """Handed, or left (cancelled)."""
         ...
 
-    def handed(self) -> bool:
-        """Whether :meth:`hand` reached the waiter (also if it was cancelled just after)."""
+    def cancelled(self) -> bool:
+        """Left: its wait was cancelled before it was handed."""
+        ...
+
+    def set_result(self, result: None, /) -> None:
+        """Hand it over (it is not done)."""
         ...
 
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from typing import Any
 
 import anyio
 import trio
@@ -70,13 +71,13 @@ effective_deadline = trio.current_effective_deadline
 
 class TaskWaiter:
     """A :class:`~trio_lease._loops.Waiter` on trio's own parking: the waiting task is
-    rescheduled by :meth:`hand` (:func:`trio.lowlevel.reschedule`). A :class:`trio.Event`
-    per wait cost an event, its task set and an abort closure on every slot wait; this costs
-    one bound method.
+    rescheduled by :meth:`set_result` (:func:`trio.lowlevel.reschedule`). A
+    :class:`trio.Event` per wait cost an event, its task set and an abort closure on every
+    slot wait; this costs one bound method.
 
-    Handing never fails, as a waiter that left is taken out of the queue before anyone can
-    hand it anything; one cancelled after it was handed reports :meth:`handed`, so the giver's
-    slot is passed on.
+    It is never :meth:`cancelled`: a waiter whose wait was cancelled is taken out of the queue
+    (``Slots.leave``) before anyone can hand it anything; one cancelled after it was handed
+    is :meth:`done`, so the giver's slot is passed on.
     """
 
     __slots__ = ("_handed", "_task")
@@ -85,7 +86,10 @@ class TaskWaiter:
         self._task: trio.lowlevel.Task | None = None
         self._handed = False
 
-    async def wait(self) -> None:
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._wait().__await__()
+
+    async def _wait(self) -> None:
         if self._handed:
             await trio.lowlevel.checkpoint()
             return
@@ -96,15 +100,17 @@ class TaskWaiter:
         self._task = None  # cancelled: trio reschedules the task with the cancellation
         return trio.lowlevel.Abort.SUCCEEDED
 
-    def hand(self) -> bool:
+    def done(self) -> bool:
+        return self._handed
+
+    def cancelled(self) -> bool:
+        return False
+
+    def set_result(self, result: None, /) -> None:
         self._handed = True
         task, self._task = self._task, None
         if task is not None:
             trio.lowlevel.reschedule(task)
-        return True
-
-    def handed(self) -> bool:
-        return self._handed
 
 
 def waiter() -> TaskWaiter:

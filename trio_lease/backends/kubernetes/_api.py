@@ -239,7 +239,7 @@ class KubeApi:
                     # Slots.acquire written out: no coroutine of its own while waiting.
                     waiter = slots.join()
                     try:
-                        await waiter.wait()
+                        await waiter
                     except BaseException:
                         slots.leave(waiter)
                         raise
