@@ -106,6 +106,7 @@ class KubeApi:
         self.client_lease: ClientLease | None = None
         self._closed = False
         self._contexts: dict[tuple[str, str], RequestContext] = {}
+        self._paths: dict[str, str] = {}
         #: Streams go through httpx, which takes the TLS server name per request.
         self._extensions: dict[str, str] = (
             {"sni_hostname": config.tls_server_name} if config.tls_server_name else {}
@@ -135,7 +136,14 @@ class KubeApi:
         return self.kind.collection_path(self.namespace)
 
     def item_path(self, name: str) -> str:
-        return self.kind.item_path(self.namespace, name)
+        """The object's path (one kept per object, as its request contexts: a holder asks
+        at every renewal)."""
+        path = self._paths.get(name)
+        if path is None:
+            if len(self._paths) >= _CONTEXTS_KEPT:
+                self._paths.clear()
+            path = self._paths[name] = self.kind.item_path(self.namespace, name)
+        return path
 
     # -- the client ----------------------------------------------------------------------------
 
@@ -371,8 +379,7 @@ class KubeApi:
 
     def read_reply(self, response: Answer, object_name: str, ctx: RequestContext) -> JsonObject:
         """The object in a reply to GET, POST or PUT (checked by :meth:`read_object`)."""
-        what = f"the answer to {ctx.verb} of {ctx.target}"
-        return self.read_object(load_json(response.content, what), object_name, ctx)
+        return self.read_object(load_json(response.content, ctx.answer), object_name, ctx)
 
     async def get_object(self, name: str) -> JsonObject | None:
         """GET the object ``name`` (a quorum read, checked); None if it does not exist."""

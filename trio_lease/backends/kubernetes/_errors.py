@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 import ssl
 
@@ -117,6 +118,12 @@ class RequestContext:
     described: str = ""
     #: The API server's URL (without user info), for connection failures.
     server: str = ""
+
+    @functools.cached_property
+    def answer(self) -> str:
+        """``the answer to <verb> of <target>``, for messages about a reply (made once: a
+        context is kept per verb and object, and every reply is read with it)."""
+        return f"the answer to {self.verb} of {self.target}"
 
     @property
     def target(self) -> str:
