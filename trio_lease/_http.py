@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -258,9 +259,10 @@ class ServerURL:
         prefix = parsed.raw_path.decode("ascii").split("?")[0].rstrip("/")
         return cls(parsed.scheme, parsed.host, parsed.port, prefix)
 
-    @property
+    @functools.cached_property
     def netloc(self) -> str:
-        """The ``Host`` header's value: host (bracketed if IPv6) and the port if given."""
+        """The ``Host`` header's value: host (bracketed if IPv6) and the port if given (made
+        once: every request sends it)."""
         netloc = f"[{self.host}]" if ":" in self.host else self.host
         return netloc if self.port is None else f"{netloc}:{self.port}"
 
