@@ -344,8 +344,12 @@ class Holding:
                                 self._failed(exc)
                             else:
                                 renewed = self._renewed(stored, new, send)
+                                del stored
                             finally:
                                 bounds.clear()
+                            # Not held while the loop sleeps: what outlives a collection of
+                            # the young generation is moved on, for a full collection to walk.
+                            del new
                     next_at = self._next_attempt(renewed, started)
             if scope.cancelled_caught:  # the write outlived its bound: an unknown outcome
                 self._unknown(None)

@@ -161,3 +161,26 @@ async def test_once_renewals_fail_the_watchdog_declares_the_loss_exactly_at_the_
     assert at == pytest.approx(deadline, rel=0, abs=1e-9)
     assert not _on_grid(deadline)  # the last wake-up was the deadline's own, off the grid
     # (D after a send on the grid, and D is not a whole number of ticks here: holder_deadline)
+
+
+async def test_a_sleeping_holder_holds_neither_the_record_it_sent_nor_the_answer() -> None:
+    """Between renewals the renewal loop keeps only its state: the record a renewal sent and
+    the answer it got (the holder keeps that as its record) are not held by the loop's frame
+    while it sleeps (held for R, they were moved to the collector's oldest generation, for
+    every full collection to walk)."""
+    import gc
+    import inspect
+
+    backend = _Timed()
+    async with Lease("a", "me", backend, SETTINGS).held() as grant:
+        await anyio.sleep(3.5 * R)  # renewed, and asleep until the next one
+        assert len(backend.sends["a"]) >= 3
+        loops = [
+            obj for obj in gc.get_objects()
+            if inspect.iscoroutine(obj) and obj.cr_code.co_name == "_renew_loop_marked"
+        ]
+        assert len(loops) == 1
+        held = loops[0].cr_frame.f_locals
+        assert grant._holding.renewals >= 3
+        assert "new" not in held and "stored" not in held
+        assert not [v for v in held.values() if isinstance(v, LeaseRecord)]
