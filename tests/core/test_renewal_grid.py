@@ -180,7 +180,9 @@ async def test_a_sleeping_holder_holds_neither_the_record_it_sent_nor_the_answer
             if inspect.iscoroutine(obj) and obj.cr_code.co_name == "_renew_loop_marked"
         ]
         assert len(loops) == 1
-        held = loops[0].cr_frame.f_locals
+        frame = loops[0].cr_frame
+        assert frame is not None  # suspended, not finished
+        held = frame.f_locals
         assert grant._holding.renewals >= 3
         assert "new" not in held and "stored" not in held
         assert not [v for v in held.values() if isinstance(v, LeaseRecord)]
