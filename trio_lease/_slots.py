@@ -101,7 +101,9 @@ class Slots:
         #: Urgent waiters as a heap of [deadline, arrival, waiter]; a waiter that left the
         #: queue is None until its entry reaches the top.
         self._urgent: list[list[Any]] = []
-        self._urgent_waiting = 0
+        #: The urgent waiters still queued, each with its heap entry (so that one leaving is
+        #: found at once: a stalled server's bound cancels hundreds of waits together).
+        self._entries: dict[Waiter, list[Any]] = {}
         self._arrivals = itertools.count()
         self._normal: collections.deque[Waiter] = collections.deque()
 
@@ -110,7 +112,7 @@ class Slots:
 
     @property
     def waiting(self) -> int:
-        return self._urgent_waiting + len(self._normal)
+        return len(self._entries) + len(self._normal)
 
     def try_acquire(self) -> bool:
         """Take a free slot if there is one (no wait, no checkpoint); False if none is."""
@@ -144,8 +146,8 @@ class Slots:
         if urgency is None:
             self._normal.append(waiter)
         else:
-            heapq.heappush(self._urgent, [urgency.deadline, next(self._arrivals), waiter])
-            self._urgent_waiting += 1
+            entry = self._entries[waiter] = [urgency.deadline, next(self._arrivals), waiter]
+            heapq.heappush(self._urgent, entry)
         return waiter
 
     def leave(self, waiter: Waiter) -> None:
@@ -154,12 +156,10 @@ class Slots:
         if waiter.done() and not waiter.cancelled():  # handed just as it was cancelled
             self.release()
             return
-        for entry in self._urgent:  # a cancelled wait is rare: a scan, no index kept
-            if entry[2] is waiter:
-                entry[2] = None  # left the queue; skipped when it reaches the top
-                self._urgent_waiting -= 1
-                return
-        if waiter in self._normal:
+        entry = self._entries.pop(waiter, None)
+        if entry is not None:
+            entry[2] = None  # left the queue; skipped when it reaches the top
+        elif waiter in self._normal:
             self._normal.remove(waiter)
 
     def release(self) -> None:
@@ -169,7 +169,7 @@ class Slots:
             waiter = entry[2]
             if waiter is not None:
                 entry[2] = None  # out of the queue, whether or not it takes the slot
-                self._urgent_waiting -= 1
+                del self._entries[waiter]
                 if _hand(waiter):
                     return
         normal = self._normal

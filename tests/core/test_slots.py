@@ -346,3 +346,32 @@ async def test_a_renewal_carries_its_lease_deadline_and_a_retry_the_same_one() -
     after = [mark for at, mark in marks if at >= 3.5]
     assert after[0] == failed[0], "the retry that succeeds still waits with the old deadline"
     assert all(mark > failed[0] for mark in after[1:]), "then the renewed one"
+
+
+async def test_hundreds_of_urgent_waiters_cancelled_together_leave_and_the_next_is_served() -> None:
+    """A stalled server's bound cancels every renewal waiting at once: each leaves the queue
+    (found by its entry, not by a scan), none is handed a slot, and the next waiter gets it."""
+    slots = Slots(1)
+    served: list[str] = []
+    assert slots.try_acquire()
+
+    async def wait(name: str, deadline: float) -> None:
+        with urgent(deadline):
+            await slots.acquire()
+        served.append(name)
+        slots.release()
+
+    async with anyio.create_task_group() as tg:
+        with anyio.CancelScope() as stalled:
+            async with anyio.create_task_group() as doomed:
+                for index in range(300):
+                    doomed.start_soon(wait, f"doomed {index}", 1.0 + index)
+                await anyio.wait_all_tasks_blocked()
+                tg.start_soon(wait, "next", 1000.0)
+                await anyio.wait_all_tasks_blocked()
+                assert slots.waiting == 301
+                stalled.cancel()
+        assert slots.waiting == 1
+        slots.release()
+    assert served == ["next"]
+    assert repr(slots) == "<Slots 1/1 free, 0 waiting>"
