@@ -67,7 +67,9 @@ def test_run_options_come_from_the_environment(cli: Cli) -> None:
 
     no_wait = cli.run("run", "job", *FAST, "--", "true", env=cli.env | {"TRIO_LEASE_NO_WAIT": "1"})
     assert no_wait.returncode == 75, no_wait.stderr
-    timeout = cli.env | {"TRIO_LEASE_TIMEOUT": "500ms"}
+    # Long enough for a read to get through on a starved machine (FAST's T is 0.25 s): a wait
+    # in which every read failed ends as unavailable (69), not as timed out.
+    timeout = cli.env | {"TRIO_LEASE_TIMEOUT": "2s"}
     timed_out = cli.run("run", "job", *FAST, "--", "true", env=timeout)
     assert timed_out.returncode == 124, timed_out.stderr
     as_json = cli.run("status", "job", env=cli.env | {"TRIO_LEASE_JSON": "yes"})
