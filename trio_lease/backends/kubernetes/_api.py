@@ -202,23 +202,17 @@ class KubeApi:
             # reply (what sets off the garbage collector's young collections,
             # tools/benchmarks/README.md).
             return self._attempts(lease, method, path, ctx, body, params, now, bound)
-        return self._bounded(lease, method, path, ctx, body, params, now, now + self.timeout)
+        deadline = now + self.timeout
+        attempts = self._attempts(lease, method, path, ctx, body, params, now, deadline)
+        return self._bounded(attempts, self.timeout, ctx)
 
     async def _bounded(
-        self,
-        lease: ClientLease,
-        method: str,
-        path: str,
-        ctx: RequestContext,
-        body: JsonObject | bytes | None,
-        params: dict[str, str] | None,
-        now: float,
-        deadline: float,
+        self, attempts: Coroutine[Any, Any, Answer], left: float, ctx: RequestContext
     ) -> Answer:
-        """The attempts under a scope of their own that ends at ``deadline``."""
+        """``attempts`` under a scope of their own that ends ``left`` seconds from now."""
         try:
-            with anyio.fail_after(deadline - lease.clock()):
-                return await self._attempts(lease, method, path, ctx, body, params, now, deadline)
+            with anyio.fail_after(left):
+                return await attempts
         except TimeoutError as exc:
             raise map_transport_error(exc, ctx) from None
 
